@@ -1,0 +1,132 @@
+# Shared types: ids, object and task specs, results. Every process links the
+# code generated from this file through libsquall-proto.
+@0x85fb6499b8bef10b;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("squall::wire");
+
+# Bumped whenever a schema change makes old peers misbehave; every
+# registration carries it and a mismatch is refused with a clear message.
+const protocolVersion :UInt32 = 1;
+
+# Ids are chosen by the client: `n` is unique within one session across both
+# tasks and objects. The server checks them at submit.
+struct Id {
+  session @0 :UInt64;
+  n @1 :UInt64;
+}
+
+enum ObjectKind {
+  blob @0;
+  dir @1;
+  stream @2;
+}
+
+struct Resources {
+  cpus @0 :UInt32 = 1;
+  memoryMb @1 :UInt64;
+  gpus @2 :UInt32;
+  custom @3 :List(Custom);
+  struct Custom {
+    name @0 :Text;
+    amount @1 :UInt64;
+  }
+}
+
+struct ObjectSpec {
+  id @0 :Id;
+  kind @1 :ObjectKind;
+  label @2 :Text;
+  contentType @3 :Text;
+  # Kept objects survive until unkept or their session closes; others are
+  # removed as soon as no unfinished task reads them.
+  keep @4 :Bool;
+  # A constant's bytes (may arrive in several chunks, see Submission).
+  # Objects produced by a task have isConstant = false.
+  isConstant @5 :Bool;
+  data @6 :Data;
+}
+
+struct TaskInput {
+  object @0 :Id;
+  label @1 :Text;
+  # For execute: where the input appears in the sandbox (relative path).
+  path @2 :Text;
+}
+
+struct TaskSpec {
+  id @0 :Id;
+  # Free text; '/' groups tasks ("align/chr1").
+  name @1 :Text;
+  inputs @2 :List(TaskInput);
+  outputs @3 :List(Id);
+  resources @4 :Resources;
+  # User attributes, JSON text, stored and shown, never interpreted.
+  attributes @5 :Text;
+  config :union {
+    concat @6 :Void;
+    sleep @7 :SleepConfig;
+    execute @8 :ExecuteConfig;
+  }
+}
+
+struct SleepConfig {
+  # Sleeps, then passes its first input through as its output (if any).
+  milliseconds @0 :UInt64;
+}
+
+struct ExecuteConfig {
+  # argv; when `shell` is set, args[0] is a line for /bin/sh -c.
+  args @0 :List(Text);
+  shell @1 :Bool;
+  # Index into TaskSpec.inputs of the input fed on stdin; -1 for none.
+  stdinInput @2 :Int32 = -1;
+  # One per TaskSpec.outputs, same order.
+  outputs @3 :List(OutputMapping);
+  env @4 :List(EnvVar);
+
+  struct OutputMapping {
+    union {
+      path @0 :Text;   # a file (or dir) the program writes in its sandbox
+      stdout @1 :Void; # the program's standard output
+    }
+  }
+  struct EnvVar {
+    name @0 :Text;
+    value @1 :Text;
+  }
+}
+
+# What the server learns about an object when it finishes.
+struct ObjectInfo {
+  id @0 :Id;
+  size @1 :UInt64;
+  # xxh3-64 of the bytes (0 when not computed).
+  hash @2 :UInt64;
+}
+
+# A task's outcome as a governor reports it.
+struct TaskResult {
+  id @0 :Id;
+  ok @1 :Bool;
+  # Human-readable reason when !ok; carries exit status and stderr tail.
+  error @2 :Text;
+  # Process exit status; -1 when not a process or killed by a signal.
+  exitStatus @3 :Int32 = -1;
+  signal @4 :Int32;
+  outputs @5 :List(ObjectInfo);
+  startTimeUs @6 :UInt64;
+  durationUs @7 :UInt64;
+  # Bounded tail of the program's stderr.
+  stderrTail @8 :Text;
+}
+
+# Why a session (or a wait) failed.
+struct Failure {
+  message @0 :Text;
+  # The task whose failure caused it (n within session), or 0 if none.
+  task @1 :UInt64;
+  taskName @2 :Text;
+  exitStatus @3 :Int32 = -1;
+  stderrTail @4 :Text;
+}

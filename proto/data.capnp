@@ -1,0 +1,25 @@
+# The data plane: governor <-> governor and governor -> client.
+@0xd99693a4a0154165;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("squall::wire");
+
+using Common = import "common.capnp";
+
+# What a connection to a governor's data port bootstraps to.
+interface DataBootstrap {
+  open @0 (version :UInt32, token :Text) -> (service :DataService);
+}
+
+interface DataService {
+  # Pushes the object's bytes from `offset` into `sink`, in chunks, with flow
+  # control; returns once every chunk has been accepted by the sink.
+  read @0 (id :Common.Id, offset :UInt64, sink :ByteSink, compress :Bool)
+      -> (size :UInt64, kind :Common.ObjectKind);
+}
+
+interface ByteSink {
+  # rawSize == 0: `chunk` is raw bytes. Otherwise `chunk` is one LZ4 block
+  # that decompresses to rawSize bytes.
+  write @0 (chunk :Data, rawSize :UInt32) -> stream;
+}

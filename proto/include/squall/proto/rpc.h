@@ -1,0 +1,81 @@
+// Cap'n Proto RPC over TCP, shared by the server, governors and clients.
+// Everything here lives on the thread that owns the KJ event loop.
+#pragma once
+
+#include <capnp/capability.h>
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <kj/function.h>
+#include <spdlog/logger.h>
+
+namespace squall {
+
+// Default ports. The status page (HTTP) comes with its own issue.
+constexpr uint SERVER_PORT = 7210;
+constexpr uint GOVERNOR_DATA_PORT = 7211;
+
+// Reader limits for every connection: capnp's default 64 MiB per message.
+// Submits are chunked by the client so no graph needs more.
+capnp::ReaderOptions readerOptions();
+
+// Accepts TCP connections on one port. Each connection gets its own
+// bootstrap capability from `makeBootstrap(peer)` and lives until the peer
+// goes; the capabilities it exported are then released, so their
+// destructors are where per-connection state (a client's sessions, a
+// governor) is let go.
+class RpcListener final : private kj::TaskSet::ErrorHandler {
+ public:
+  using BootstrapFactory = kj::Function<capnp::Capability::Client(kj::StringPtr peer)>;
+
+  RpcListener(kj::Own<kj::ConnectionReceiver> receiver, BootstrapFactory makeBootstrap,
+              spdlog::logger& logger);
+  ~RpcListener() noexcept(false);
+
+  uint getPort() { return receiver->getPort(); }
+
+  // Accepts until the returned promise is dropped (connections already
+  // accepted are dropped with the listener).
+  kj::Promise<void> run();
+
+ private:
+  struct Connection;
+
+  kj::Own<kj::ConnectionReceiver> receiver;
+  BootstrapFactory makeBootstrap;
+  spdlog::logger& logger;
+  kj::TaskSet connections;
+
+  void taskFailed(kj::Exception&& exception) override;
+};
+
+// Binds `address` ("host:port", port 0 for any free one).
+kj::Promise<kj::Own<kj::ConnectionReceiver>> listenOn(kj::Network& network,
+                                                      kj::StringPtr address);
+
+// One outgoing connection.
+class RpcClient {
+ public:
+  RpcClient(kj::Own<kj::AsyncIoStream> stream);
+
+  template <typename T>
+  typename T::Client bootstrap() {
+    return bootstrapCap().castAs<T>();
+  }
+  kj::Promise<void> onDisconnect() { return network.onDisconnect(); }
+
+ private:
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+
+  capnp::Capability::Client bootstrapCap();
+};
+
+// Connects to `address` ("host:port"); throws DISCONNECTED when refused,
+// FAILED when the address does not parse.
+kj::Promise<kj::Own<RpcClient>> connectTo(kj::Network& network, kj::StringPtr address);
+
+// Splits "host:port" and checks both parts; throws FAILED naming the problem.
+void checkAddress(kj::StringPtr address);
+
+}  // namespace squall

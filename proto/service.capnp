@@ -1,0 +1,156 @@
+# The control plane: client <-> server and governor <-> server.
+@0xc297aa071150fb57;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("squall::wire");
+
+using Common = import "common.capnp";
+using Id = Common.Id;
+using ObjectSpec = Common.ObjectSpec;
+using TaskSpec = Common.TaskSpec;
+using TaskResult = Common.TaskResult;
+using Failure = Common.Failure;
+using ObjectKind = Common.ObjectKind;
+using Resources = Common.Resources;
+using ObjectInfo = Common.ObjectInfo;
+
+# What a connection to the server's port bootstraps to. Both calls check the
+# protocol version and the shared token before anything else.
+interface Bootstrap {
+  registerClient @0 (version :UInt32, token :Text) -> (service :ClientService);
+  registerGovernor @1 (version :UInt32, token :Text, info :GovernorInfo,
+                       control :GovernorControl)
+      -> (upstream :GovernorUpstream, governorId :UInt32);
+}
+
+# ---------------------------------------------------------------- clients
+
+interface ClientService {
+  newSession @0 (name :Text) -> (session :UInt64);
+  # Closing removes every object of the session (kept ones too) and cancels
+  # its running tasks.
+  closeSession @1 (session :UInt64);
+
+  # A graph is sent through a Submission so that it can be split over as
+  # many messages as needed: nothing is applied until commit() validates the
+  # whole of it.
+  submit @2 (session :UInt64) -> (submission :Submission);
+
+  # Completes when every named task/object is finished (empty list: every
+  # task submitted so far), or as soon as the session fails.
+  wait @3 (session :UInt64, ids :List(UInt64)) -> (result :WaitResult);
+  # Completes when at least one of the named ids is finished (or the
+  # session fails); returns all that are finished at that moment.
+  waitSome @4 (session :UInt64, ids :List(UInt64))
+      -> (result :WaitResult, finished :List(UInt64));
+
+  # The bytes of a finished, kept object: small ones inline, others as the
+  # address of a governor's data service that holds them.
+  fetch @5 (session :UInt64, object :UInt64) -> (location :ObjectLocation);
+
+  unkeep @6 (session :UInt64, objects :List(UInt64));
+  # Cancels every unfinished task of the session; the session fails.
+  cancel @7 (session :UInt64);
+  getState @8 (session :UInt64) -> (state :SessionState);
+  listGovernors @9 () -> (governors :List(GovernorStatus));
+}
+
+interface Submission {
+  add @0 (objects :List(ObjectSpec), tasks :List(TaskSpec)) -> stream;
+  # Appends bytes to a constant declared in an earlier add().
+  appendData @1 (object :UInt64, data :Data) -> stream;
+  # Validates and applies the whole graph atomically; throws a FAILED
+  # exception naming the problem if it is invalid (nothing applied).
+  commit @2 () -> (tasks :UInt64, objects :UInt64);
+}
+
+struct WaitResult {
+  union {
+    ok @0 :Void;
+    failed @1 :Failure;
+  }
+}
+
+struct ObjectLocation {
+  id @0 :Id;
+  kind @1 :ObjectKind;
+  size @2 :UInt64;
+  union {
+    data @3 :Data;
+    governor @4 :Text;   # host:port of a DataService holding the object
+  }
+}
+
+struct SessionState {
+  id @0 :UInt64;
+  name @1 :Text;
+  state @2 :State;
+  failure @3 :Failure;
+  tasksWaiting @4 :UInt64;
+  tasksReady @5 :UInt64;
+  tasksRunning @6 :UInt64;
+  tasksFinished @7 :UInt64;
+  tasksFailed @8 :UInt64;
+  enum State {
+    open @0;
+    failed @1;
+    closed @2;
+  }
+}
+
+struct GovernorStatus {
+  id @0 :UInt32;
+  name @1 :Text;
+  dataAddress @2 :Text;
+  cpus @3 :UInt32;
+  cpusUsed @4 :UInt32;
+  tasksAssigned @5 :UInt32;
+  objects @6 :UInt64;
+}
+
+# -------------------------------------------------------------- governors
+
+struct GovernorInfo {
+  name @0 :Text;
+  # Where its DataService listens (host:port), for governors and clients.
+  dataAddress @1 :Text;
+  resources @2 :Resources;
+  # Objects it still holds (after a server restart).
+  inventory @3 :List(ObjectInfo);
+}
+
+# Server -> governor. Calls are batched: one per scheduling pass.
+interface GovernorControl {
+  assign @0 (tasks :List(Assignment), constants :List(ConstantData)) -> ();
+  removeObjects @1 (objects :List(Id)) -> ();
+  # Kills the tasks (process groups) and reports each as failed "cancelled".
+  cancelTasks @2 (tasks :List(Id)) -> ();
+}
+
+struct Assignment {
+  task @0 :TaskSpec;
+  # Parallel to task.inputs.
+  inputs @1 :List(InputLocation);
+  # Kinds of task.outputs, same order.
+  outputKinds @2 :List(ObjectKind);
+}
+
+struct InputLocation {
+  kind @0 :ObjectKind;
+  size @1 :UInt64;
+  # Empty when the governor holds it already (or it comes in `constants` of
+  # the same call); otherwise data service addresses of governors holding it.
+  sources @2 :List(Text);
+}
+
+struct ConstantData {
+  id @0 :Id;
+  kind @1 :ObjectKind;
+  data @2 :Data;
+}
+
+# Governor -> server. Results are batched: a governor sends the next batch
+# when the previous one is acknowledged.
+interface GovernorUpstream {
+  update @0 (results :List(TaskResult)) -> ();
+}

@@ -1,0 +1,111 @@
+#include <squall/proto/rpc.h>
+
+#include <capnp/message.h>
+#include <capnp/rpc.h>
+#include <arpa/inet.h>
+#include <kj/debug.h>
+#include <netinet/in.h>
+
+namespace squall {
+
+capnp::ReaderOptions readerOptions() {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = 8 * 1024 * 1024;  // 64 MiB
+  options.nestingLimit = 64;
+  return options;
+}
+
+struct RpcListener::Connection {
+  Connection(kj::Own<kj::AsyncIoStream> streamParam, capnp::Capability::Client bootstrap)
+      : stream(kj::mv(streamParam)),
+        network(*stream, capnp::rpc::twoparty::Side::SERVER, readerOptions()),
+        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+
+  kj::Own<kj::AsyncIoStream> stream;
+  capnp::TwoPartyVatNetwork network;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+};
+
+RpcListener::RpcListener(kj::Own<kj::ConnectionReceiver> receiver, BootstrapFactory makeBootstrap,
+                         spdlog::logger& logger)
+    : receiver(kj::mv(receiver)),
+      makeBootstrap(kj::mv(makeBootstrap)),
+      logger(logger),
+      connections(*this) {}
+
+RpcListener::~RpcListener() noexcept(false) {}
+
+kj::Promise<void> RpcListener::run() {
+  return receiver->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
+    kj::String peer = kj::str("?");
+    // getpeername through the stream; best effort, only for logs.
+    struct sockaddr_storage addr;
+    uint len = sizeof(addr);
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  stream->getpeername(reinterpret_cast<struct sockaddr*>(&addr), &len);
+                })) {
+      (void)e;
+    } else if (addr.ss_family == AF_INET) {
+      auto* in = reinterpret_cast<struct sockaddr_in*>(&addr);
+      char text[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
+      peer = kj::str(text, ":", ntohs(in->sin_port));
+    }
+    logger.debug("event=accept peer={}", peer.cStr());
+    auto connection = kj::heap<Connection>(kj::mv(stream), makeBootstrap(peer));
+    auto disconnected = connection->network.onDisconnect();
+    connections.add(disconnected.attach(kj::mv(connection)));
+    return run();
+  });
+}
+
+void RpcListener::taskFailed(kj::Exception&& exception) {
+  logger.debug("event=connection-error error=\"{}\"", exception.getDescription().cStr());
+}
+
+kj::Promise<kj::Own<kj::ConnectionReceiver>> listenOn(kj::Network& network,
+                                                      kj::StringPtr address) {
+  checkAddress(address);
+  return network.parseAddress(address).then(
+      [](kj::Own<kj::NetworkAddress> addr) { return addr->listen(); });
+}
+
+RpcClient::RpcClient(kj::Own<kj::AsyncIoStream> streamParam)
+    : stream(kj::mv(streamParam)),
+      network(*stream, capnp::rpc::twoparty::Side::CLIENT, readerOptions()),
+      rpc(capnp::makeRpcClient(network)) {}
+
+capnp::Capability::Client RpcClient::bootstrapCap() {
+  capnp::word scratch[4];
+  memset(scratch, 0, sizeof(scratch));
+  capnp::MallocMessageBuilder message(scratch);
+  auto vatId = message.getRoot<capnp::rpc::twoparty::VatId>();
+  vatId.setSide(capnp::rpc::twoparty::Side::SERVER);
+  return rpc.bootstrap(vatId);
+}
+
+kj::Promise<kj::Own<RpcClient>> connectTo(kj::Network& network, kj::StringPtr address) {
+  checkAddress(address);
+  return network.parseAddress(address)
+      .then([](kj::Own<kj::NetworkAddress> addr) {
+        return addr->connect().attach(kj::mv(addr));
+      })
+      .then([](kj::Own<kj::AsyncIoStream> stream) { return kj::heap<RpcClient>(kj::mv(stream)); });
+}
+
+void checkAddress(kj::StringPtr address) {
+  KJ_IF_MAYBE(colon, address.findLast(':')) {
+    KJ_REQUIRE(*colon > 0, "address has no host (expected host:port)", address);
+    auto port = address.slice(*colon + 1);
+    KJ_REQUIRE(port.size() > 0 && port.size() <= 5, "address has no valid port (expected host:port)",
+               address);
+    for (char c : port) {
+      KJ_REQUIRE(c >= '0' && c <= '9', "address has no valid port (expected host:port)", address);
+    }
+    KJ_REQUIRE(port.parseAs<uint>() <= 65535, "port out of range", address);
+  } else {
+    KJ_FAIL_REQUIRE("address has no port (expected host:port)", address);
+  }
+}
+
+}  // namespace squall

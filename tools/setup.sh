@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs squall's build dependencies (Debian 12, as root) and builds it
+# into ./build. Safe to run again: apt-get and ninja only do what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build ccache pkg-config git
+  capnproto libcapnp-dev libuv1-dev libsqlite3-dev liblz4-dev libspdlog-dev
+  libgtest-dev libcli11-dev nlohmann-json3-dev libxxhash-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [[ $(id -u) == 0 ]] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SQUALL_CMAKE_ARGS:-}
+ninja -C build -j"${SQUALL_JOBS:-2}"
