@@ -1,0 +1,194 @@
+// Built-in tasks (concat, sleep), the task dispatcher and TaskControl.
+// Loop thread only; file work on the libuv pool.
+#include "task-env.h"
+
+#include <fcntl.h>
+#include <xxhash.h>
+
+extern char** environ;
+
+namespace squall {
+
+TaskControl::TaskControl() : cancelledPromise(nullptr) {
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  fulfiller = kj::mv(paf.fulfiller);
+  cancelledPromise = paf.promise.fork();
+}
+
+void TaskControl::cancel() {
+  if (cancelled) return;
+  cancelled = true;
+  KJ_IF_MAYBE(child, process) { child->killGroup(SIGKILL); }
+  fulfiller->fulfill();
+}
+
+kj::Vector<kj::String> captureEnvironment() {
+  kj::Vector<kj::String> result;
+  for (char** e = environ; *e != nullptr; e++) result.add(kj::str(*e));
+  return result;
+}
+
+kj::Promise<TaskOutcome> runTask(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control) {
+  auto task = spec.getTask();
+  switch (task.getConfig().which()) {
+    case wire::TaskSpec::Config::CONCAT: return runConcat(env, spec, control);
+    case wire::TaskSpec::Config::SLEEP: return runSleep(env, spec, control);
+    case wire::TaskSpec::Config::EXECUTE: return runExecute(env, spec, control);
+  }
+  return TaskOutcome::failure(Id::from(task.getId()),
+                              kj::str("unknown task type (config union ",
+                                      static_cast<uint>(task.getConfig().which()),
+                                      "); this governor is older than the server"));
+}
+
+namespace {
+
+kj::Maybe<kj::String> checkBlobOutputs(wire::Assignment::Reader spec) {
+  auto kinds = spec.getOutputKinds();
+  for (uint i = 0; i < kinds.size(); i++) {
+    if (kinds[i] != wire::ObjectKind::BLOB) {
+      return kj::str("output ", Id::from(spec.getTask().getOutputs()[i]),
+                     " is not a blob; only blob outputs are supported by this governor");
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+kj::Promise<TaskOutcome> runConcat(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control) {
+  auto task = spec.getTask();
+  Id taskId = Id::from(task.getId());
+  if (task.getOutputs().size() != 1) {
+    return TaskOutcome::failure(taskId, kj::str("concat needs exactly one output, got ",
+                                                task.getOutputs().size()));
+  }
+  KJ_IF_MAYBE(problem, checkBlobOutputs(spec)) { return TaskOutcome::failure(taskId, kj::mv(*problem)); }
+  Id outputId = Id::from(task.getOutputs()[0]);
+
+  kj::Vector<ObjectData> parts;
+  uint64_t total = 0;
+  bool allInMemory = true;
+  for (auto input : task.getInputs()) {
+    Id inputId = Id::from(input.getObject());
+    KJ_IF_MAYBE(data, env.store.data(inputId)) {
+      total += KJ_ASSERT_NONNULL(env.store.find(inputId)).size;
+      if (!data->is<kj::Own<const Blob>>()) allInMemory = false;
+      parts.add(kj::mv(*data));
+    } else {
+      return TaskOutcome::failure(taskId, kj::str("input ", inputId, " is not held by governor ",
+                                                  env.governorName));
+    }
+  }
+
+  auto finish = [taskId, outputId](ObjectMeta meta) {
+    TaskOutcome outcome;
+    outcome.id = taskId;
+    outcome.ok = true;
+    outcome.outputs.add(OutputInfo{outputId, meta.size, meta.hash});
+    return outcome;
+  };
+
+  if (allInMemory && total <= SMALL_OBJECT_SIZE) {
+    // Small: join on the loop.
+    auto bytes = kj::heapArray<kj::byte>(total);
+    size_t at = 0;
+    for (auto& part : parts) {
+      auto& blob = part.get<kj::Own<const Blob>>();
+      memcpy(bytes.begin() + at, blob->bytes.begin(), blob->bytes.size());
+      at += blob->bytes.size();
+    }
+    return env.store.putBytes(outputId, wire::ObjectKind::BLOB, bytes.releaseAsBytes()).then(kj::mv(finish));
+  }
+
+  auto temp = kj::heap<TempFile>(env.store.newTempPath());
+  auto path = kj::str(temp->path());
+  return env.bridge
+      .runOnPool<HashedSize>([path = kj::mv(path), parts = kj::mv(parts)]() {
+        auto out = openOrThrow(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        XXH3_state_t* state = XXH3_createState();
+        KJ_ASSERT(state != nullptr);
+        KJ_DEFER(XXH3_freeState(state));
+        XXH3_64bits_reset(state);
+        HashedSize result;
+        for (auto& part : parts) {
+          KJ_SWITCH_ONEOF(part) {
+            KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
+              XXH3_64bits_update(state, blob->bytes.begin(), blob->bytes.size());
+              writeAll(out, blob->bytes);
+              result.size += blob->bytes.size();
+            }
+            KJ_CASE_ONEOF(file, kj::String) { result.size += appendFile(out, file, state); }
+          }
+        }
+        result.hash = XXH3_64bits_digest(state);
+        return result;
+      })
+      .then([&env, &control, taskId, outputId, temp = kj::mv(temp),
+             finish = kj::mv(finish)](HashedSize hashed) mutable {
+        if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
+        return finish(env.store.adoptFile(outputId, wire::ObjectKind::BLOB, temp->release(), hashed));
+      });
+}
+
+kj::Promise<TaskOutcome> runSleep(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control) {
+  auto task = spec.getTask();
+  Id taskId = Id::from(task.getId());
+  if (task.getOutputs().size() > 1) {
+    return TaskOutcome::failure(taskId, kj::str("sleep has at most one output, got ",
+                                                task.getOutputs().size()));
+  }
+  KJ_IF_MAYBE(problem, checkBlobOutputs(spec)) { return TaskOutcome::failure(taskId, kj::mv(*problem)); }
+  uint64_t ms = task.getConfig().getSleep().getMilliseconds();
+
+  return env.timer.afterDelay(ms * kj::MILLISECONDS)
+      .exclusiveJoin(control.whenCancelled())
+      .then([&env, &control, spec, taskId]() -> kj::Promise<TaskOutcome> {
+        auto task = spec.getTask();
+        if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
+        if (task.getOutputs().size() == 0) {
+          TaskOutcome outcome;
+          outcome.id = taskId;
+          outcome.ok = true;
+          return kj::mv(outcome);
+        }
+        Id outputId = Id::from(task.getOutputs()[0]);
+        auto finish = [taskId, outputId](ObjectMeta meta) {
+          TaskOutcome outcome;
+          outcome.id = taskId;
+          outcome.ok = true;
+          outcome.outputs.add(OutputInfo{outputId, meta.size, meta.hash});
+          return outcome;
+        };
+        if (task.getInputs().size() == 0) {
+          return env.store.putBytes(outputId, wire::ObjectKind::BLOB, kj::Array<const kj::byte>())
+              .then(kj::mv(finish));
+        }
+        Id inputId = Id::from(task.getInputs()[0].getObject());
+        KJ_IF_MAYBE(data, env.store.data(inputId)) {
+          auto meta = KJ_ASSERT_NONNULL(env.store.find(inputId));
+          KJ_SWITCH_ONEOF(*data) {
+            KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
+              return env.store.putBytes(outputId, wire::ObjectKind::BLOB, kj::heapArray(blob->bytes.asPtr()))
+                  .then(kj::mv(finish));
+            }
+            KJ_CASE_ONEOF(file, kj::String) {
+              auto temp = kj::heap<TempFile>(env.store.newTempPath());
+              auto to = kj::str(temp->path());
+              return env.bridge
+                  .runOnPool<void>([from = kj::mv(file), to = kj::mv(to)]() { linkOrCopy(from, to); })
+                  .then([&env, outputId, meta, temp = kj::mv(temp), finish = kj::mv(finish)]() mutable {
+                    return finish(env.store.adoptFile(outputId, wire::ObjectKind::BLOB, temp->release(),
+                                                      HashedSize{meta.size, meta.hash}));
+                  });
+            }
+          }
+          KJ_UNREACHABLE;
+        } else {
+          return TaskOutcome::failure(taskId, kj::str("input ", inputId, " is not held by governor ",
+                                                      env.governorName));
+        }
+      });
+}
+
+}  // namespace squall

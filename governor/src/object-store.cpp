@@ -1,0 +1,210 @@
+// The governor's object store. Loop thread only; big file work on the pool.
+#include "object-store.h"
+
+#include <cerrno>
+#include <squall/proto/chunk-codec.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace squall {
+
+namespace {
+ObjectReader::Chunk makeChunk(kj::Array<kj::byte> raw, bool compress) {
+  ObjectReader::Chunk chunk;
+  chunk.covers = raw.size();
+  if (compress) {
+    KJ_IF_MAYBE(packed, compressChunk(raw)) {
+      chunk.bytes = kj::mv(*packed);
+      chunk.rawSize = raw.size();
+      return chunk;
+    }
+  }
+  chunk.bytes = kj::mv(raw);
+  return chunk;
+}
+}  // namespace
+
+kj::Promise<ObjectReader::Chunk> ObjectReader::readChunk(uint64_t offset, size_t max,
+                                                         bool compress) {
+  KJ_REQUIRE(max <= CHUNK_SIZE, "chunk too large", max);
+  if (offset >= meta.size) return Chunk();
+  size_t n = kj::min(static_cast<uint64_t>(max), meta.size - offset);
+  KJ_SWITCH_ONEOF(source) {
+    KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
+      // In-memory objects are small (SMALL_OBJECT_SIZE): cheap on the loop.
+      auto raw = kj::heapArray<kj::byte>(n);
+      memcpy(raw.begin(), blob->bytes.begin() + offset, n);
+      return makeChunk(kj::mv(raw), compress);
+    }
+    KJ_CASE_ONEOF(fd, kj::Own<const SharedFd>) {
+      return bridge.runOnPool<Chunk>([fd = kj::atomicAddRef(*fd), offset, n, compress]() {
+        auto raw = preadUpTo(fd->fd, offset, n);
+        KJ_REQUIRE(raw.size() == n, "object file is shorter than recorded", raw.size(), n);
+        return makeChunk(kj::mv(raw), compress);
+      });
+    }
+  }
+  KJ_UNREACHABLE;
+}
+
+void ObjectStore::ErrorLogger::taskFailed(kj::Exception&& e) {
+  logger.warn("event=store-cleanup-failed error=\"{}\"", e.getDescription().cStr());
+}
+
+ObjectStore::ObjectStore(UvBridge& bridge, kj::String dirParam, spdlog::logger& logger,
+                         uint64_t memoryBudget)
+    : bridge(bridge),
+      dir(kj::mv(dirParam)),
+      logger(logger),
+      memoryBudget(memoryBudget),
+      errorLogger(logger),
+      background(errorLogger) {
+  removeTree(dir);
+  makeDirs(dir);
+}
+
+ObjectStore::~ObjectStore() noexcept(false) {}
+
+kj::String ObjectStore::pathFor(Id id) const { return kj::str(dir, "/", id.session, "-", id.n); }
+
+kj::String ObjectStore::newTempPath() { return kj::str(dir, "/.tmp-", ++tempCounter); }
+
+kj::Maybe<const ObjectMeta&> ObjectStore::find(Id id) const {
+  auto it = objects.find(id);
+  if (it == objects.end()) return nullptr;
+  return it->second.meta;
+}
+
+kj::Maybe<ObjectData> ObjectStore::data(Id id) const {
+  auto it = objects.find(id);
+  if (it == objects.end()) return nullptr;
+  KJ_SWITCH_ONEOF(it->second.data) {
+    KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { return ObjectData(kj::atomicAddRef(*blob)); }
+    KJ_CASE_ONEOF(path, kj::String) { return ObjectData(kj::str(path)); }
+  }
+  KJ_UNREACHABLE;
+}
+
+kj::Maybe<kj::Own<ObjectReader>> ObjectStore::openReader(Id id) {
+  auto it = objects.find(id);
+  if (it == objects.end()) return nullptr;
+  auto& entry = it->second;
+  KJ_SWITCH_ONEOF(entry.data) {
+    KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
+      return kj::heap<ObjectReader>(bridge, entry.meta, kj::atomicAddRef(*blob));
+    }
+    KJ_CASE_ONEOF(path, kj::String) {
+      // open() of a local file is a short metadata operation.
+      int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) {
+        logger.error("event=object-file-missing object={} path={} error=\"{}\"",
+                     kj::str(id).cStr(), path.cStr(), strerror(errno));
+        return nullptr;
+      }
+      return kj::heap<ObjectReader>(bridge, entry.meta,
+                                    kj::atomicRefcounted<SharedFd>(kj::AutoCloseFd(fd)));
+    }
+  }
+  KJ_UNREACHABLE;
+}
+
+kj::Maybe<kj::Promise<void>> ObjectStore::whenArrived(Id id) {
+  auto it = arriving.find(id);
+  if (it == arriving.end()) return nullptr;
+  return it->second.addBranch();
+}
+
+void ObjectStore::expectArrival(Id id, kj::Promise<void> arrival) {
+  KJ_REQUIRE(arriving.find(id) == arriving.end(), "object is already arriving", id);
+  auto forked = arrival.fork();
+  // Cleanup runs in its own branch: erasing the fork from inside the
+  // arrival's own continuation would destroy the running node.
+  auto cleanup = forked.addBranch().then([]() { return true; },
+                                         [](kj::Exception&&) { return false; });
+  arriving.emplace(id, kj::mv(forked));
+  background.add(cleanup.then([this, id](bool arrived) {
+    arriving.erase(id);
+    if (removeOnArrival.erase(id) > 0 && arrived) remove(id);
+  }));
+}
+
+kj::Promise<ObjectMeta> ObjectStore::putBytes(Id id, wire::ObjectKind kind,
+                                              kj::Array<const kj::byte> bytes) {
+  if (bytes.size() <= SMALL_OBJECT_SIZE && memoryBytes + bytes.size() <= memoryBudget) {
+    ObjectMeta meta{kind, bytes.size(), hashBytes(bytes)};
+    insert(id, Entry{meta, kj::atomicRefcounted<Blob>(kj::mv(bytes))});
+    return meta;
+  }
+  auto temp = kj::heap<TempFile>(newTempPath());
+  auto path = kj::str(temp->path());
+  return bridge
+      .runOnPool<HashedSize>([path = kj::mv(path), bytes = kj::mv(bytes)]() {
+        writeFile(path, bytes, 0444);
+        return HashedSize{bytes.size(), hashBytes(bytes)};
+      })
+      .then([this, id, kind, temp = kj::mv(temp)](HashedSize hashed) mutable {
+        return adoptFile(id, kind, temp->release(), hashed);
+      });
+}
+
+ObjectMeta ObjectStore::adoptFile(Id id, wire::ObjectKind kind, kj::String path,
+                                  HashedSize sizeAndHash) {
+  auto it = objects.find(id);
+  if (it != objects.end()) {
+    discard(it->second);
+    objects.erase(it);
+  }
+  auto finalPath = pathFor(id);
+  KJ_SYSCALL(::chmod(path.cStr(), 0444), path);
+  KJ_SYSCALL(::rename(path.cStr(), finalPath.cStr()), path, finalPath);
+  ObjectMeta meta{kind, sizeAndHash.size, sizeAndHash.hash};
+  insert(id, Entry{meta, kj::mv(finalPath)});
+  return meta;
+}
+
+void ObjectStore::insert(Id id, Entry entry) {
+  auto it = objects.find(id);
+  if (it != objects.end()) {
+    discard(it->second);
+    objects.erase(it);
+  }
+  if (entry.data.is<kj::Own<const Blob>>()) memoryBytes += entry.meta.size;
+  logger.debug("event=object-stored object={} size={} memory={}", kj::str(id).cStr(),
+               entry.meta.size, entry.data.is<kj::Own<const Blob>>());
+  objects.emplace(id, kj::mv(entry));
+}
+
+void ObjectStore::remove(Id id) {
+  if (arriving.find(id) != arriving.end()) {
+    removeOnArrival.insert(id);
+    return;
+  }
+  auto it = objects.find(id);
+  if (it == objects.end()) return;
+  discard(it->second);
+  objects.erase(it);
+  logger.debug("event=object-removed object={}", kj::str(id).cStr());
+}
+
+void ObjectStore::discard(Entry& entry) {
+  KJ_SWITCH_ONEOF(entry.data) {
+    KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { memoryBytes -= entry.meta.size; }
+    KJ_CASE_ONEOF(path, kj::String) {
+      // Rename now (cheap) so the id's path is free at once; unlinking a big
+      // file can take a while, so that happens on the pool.
+      auto trash = newTempPath();
+      if (::rename(path.cStr(), trash.cStr()) < 0) {
+        logger.warn("event=object-unlink-failed path={} error=\"{}\"", path.cStr(), strerror(errno));
+        return;
+      }
+      background.add(bridge.runOnPool<void>([trash = kj::mv(trash)]() {
+        if (::unlink(trash.cStr()) < 0 && errno != ENOENT) {
+          KJ_FAIL_SYSCALL("unlink", errno, trash);
+        }
+      }));
+    }
+  }
+}
+
+}  // namespace squall

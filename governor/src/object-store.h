@@ -1,0 +1,135 @@
+// The objects this governor holds: outputs of its tasks, constants it was
+// sent and copies fetched from other governors. Loop thread only; file work
+// goes to the libuv thread pool.
+//
+// Storage policy: an object of at most SMALL_OBJECT_SIZE bytes that arrives
+// as bytes (constants, fetched or built-in outputs) is kept in memory while
+// the in-memory total stays under the budget; everything else is a file
+// `<dir>/<session>-<n>`, read-only (0444). Files that programs wrote are
+// renamed into the store, never copied.
+#pragma once
+
+#include "file-ops.h"
+#include "uv-bridge.h"
+
+#include <kj/async.h>
+#include <kj/one-of.h>
+#include <squall/proto/ids.h>
+#include <squall/wire/common.capnp.h>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace squall {
+
+constexpr size_t SMALL_OBJECT_SIZE = 64 * 1024;
+
+// Immutable bytes shared between the loop and pool jobs.
+struct Blob final : public kj::AtomicRefcounted {
+  explicit Blob(kj::Array<const kj::byte> bytes) : bytes(kj::mv(bytes)) {}
+  kj::Array<const kj::byte> bytes;
+};
+
+struct ObjectMeta {
+  wire::ObjectKind kind = wire::ObjectKind::BLOB;
+  uint64_t size = 0;
+  // xxh3-64 of the bytes.
+  uint64_t hash = 0;
+};
+
+// Where an object's bytes are: in memory, or the path of its file.
+using ObjectData = kj::OneOf<kj::Own<const Blob>, kj::String>;
+
+// Reads one object's bytes. Keeps them readable while alive even if the
+// store drops the object meanwhile (holds the blob or an open descriptor).
+class ObjectReader {
+ public:
+  ObjectReader(UvBridge& bridge, ObjectMeta meta, kj::OneOf<kj::Own<const Blob>, kj::Own<const SharedFd>> source)
+      : bridge(bridge), meta(meta), source(kj::mv(source)) {}
+  const ObjectMeta& info() const { return meta; }
+  struct Chunk {
+    // Raw bytes, or one LZ4 block when rawSize > 0.
+    kj::Array<kj::byte> bytes;
+    uint32_t rawSize = 0;
+    // How many bytes of the object this chunk covers.
+    size_t covers = 0;
+  };
+  // Up to `max` (<= CHUNK_SIZE) bytes from `offset` (fewer only at the end),
+  // LZ4-compressed when `compress` is set and that pays. File reads and
+  // compression of big chunks run on the thread pool.
+  kj::Promise<Chunk> readChunk(uint64_t offset, size_t max, bool compress);
+
+ private:
+  UvBridge& bridge;
+  ObjectMeta meta;
+  kj::OneOf<kj::Own<const Blob>, kj::Own<const SharedFd>> source;
+};
+
+class ObjectStore {
+ public:
+  // `dir` is emptied and created: objects from an earlier run are not
+  // reported to the server, so they are not kept.
+  ObjectStore(UvBridge& bridge, kj::String dir, spdlog::logger& logger, uint64_t memoryBudget);
+  ~ObjectStore() noexcept(false);
+  KJ_DISALLOW_COPY(ObjectStore);
+
+  kj::StringPtr directory() const { return dir; }
+  size_t count() const { return objects.size(); }
+  uint64_t memoryUsed() const { return memoryBytes; }
+
+  kj::Maybe<const ObjectMeta&> find(Id id) const;
+  // Bytes of a held object (a new reference to the blob, or the file path).
+  kj::Maybe<ObjectData> data(Id id) const;
+  kj::Maybe<kj::Own<ObjectReader>> openReader(Id id);
+
+  // While an object is on its way (a constant being written, a fetch),
+  // whenArrived() gives a promise that resolves once it is held (or rejects
+  // with why it could not be). nullptr when nothing is on its way.
+  kj::Maybe<kj::Promise<void>> whenArrived(Id id);
+  // Registers `arrival` as the way `id` is coming. It must end with the
+  // object put into the store (or fail).
+  void expectArrival(Id id, kj::Promise<void> arrival);
+
+  // Stores bytes: in memory when small and within budget, else written to a
+  // file on the pool. Hashes off the loop when large.
+  kj::Promise<ObjectMeta> putBytes(Id id, wire::ObjectKind kind, kj::Array<const kj::byte> bytes);
+
+  // A fresh path in the store's directory for a producer to write into; the
+  // same filesystem as the store, so adoptFile() is a rename.
+  kj::String newTempPath();
+  // The finished file at `path` (size and hash known) becomes object `id`.
+  ObjectMeta adoptFile(Id id, wire::ObjectKind kind, kj::String path, HashedSize sizeAndHash);
+
+  // Drops an object; unknown ids are fine. An object still arriving is
+  // dropped when it arrives.
+  void remove(Id id);
+
+ private:
+  struct Entry {
+    ObjectMeta meta;
+    ObjectData data;
+  };
+
+  UvBridge& bridge;
+  kj::String dir;
+  spdlog::logger& logger;
+  uint64_t memoryBudget;
+  uint64_t memoryBytes = 0;
+  uint64_t tempCounter = 0;
+  std::unordered_map<Id, Entry, IdHash> objects;
+  std::unordered_map<Id, kj::ForkedPromise<void>, IdHash> arriving;
+  std::unordered_set<Id, IdHash> removeOnArrival;
+
+  struct ErrorLogger final : public kj::TaskSet::ErrorHandler {
+    explicit ErrorLogger(spdlog::logger& logger) : logger(logger) {}
+    void taskFailed(kj::Exception&& e) override;
+    spdlog::logger& logger;
+  } errorLogger;
+  // Unlinks of dropped files.
+  kj::TaskSet background;
+
+  kj::String pathFor(Id id) const;
+  void insert(Id id, Entry entry);
+  void discard(Entry& entry);
+};
+
+}  // namespace squall

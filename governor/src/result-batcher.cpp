@@ -1,0 +1,82 @@
+// Batched upstream results. Loop thread only.
+#include "result-batcher.h"
+
+namespace squall {
+
+ResultBatcher::ResultBatcher(wire::GovernorUpstream::Client upstream, kj::Timer& timer,
+                             spdlog::logger& logger)
+    : upstream(kj::mv(upstream)), timer(timer), logger(logger), tasks(*this) {}
+
+void ResultBatcher::report(TaskOutcome outcome) {
+  logger.debug("event=task-finished task={} ok={} error=\"{}\"", kj::str(outcome.id).cStr(),
+               outcome.ok, outcome.error.cStr());
+  pending.push_back(kj::mv(outcome));
+  schedule();
+}
+
+void ResultBatcher::schedule() {
+  if (busy || pending.empty()) return;
+  busy = true;
+  // One evalLater so that results finishing in the same turn share a message.
+  tasks.add(kj::evalLater([this]() { return sendBatch(); }));
+}
+
+kj::Promise<void> ResultBatcher::sendBatch() {
+  auto request = upstream.updateRequest();
+  size_t count = 0;
+  size_t bytes = 0;
+  for (auto& outcome : pending) {
+    bytes += outcome.wireSize();
+    if (count > 0 && bytes > MAX_BATCH_BYTES) break;
+    count++;
+  }
+  auto list = request.initResults(count);
+  for (size_t i = 0; i < count; i++) {
+    pending[i].toWire(list[i]);
+  }
+  // Kept until acknowledged so an OVERLOADED server gets them again.
+  kj::Vector<TaskOutcome> batch(count);
+  for (size_t i = 0; i < count; i++) {
+    batch.add(kj::mv(pending.front()));
+    pending.pop_front();
+  }
+  sent++;
+  logger.debug("event=update-sent results={}", count);
+  return request.send()
+      .ignoreResult()
+      .then(
+          [this]() -> kj::Promise<void> {
+            busy = false;
+            schedule();
+            return kj::READY_NOW;
+          },
+          [this, batch = kj::mv(batch)](kj::Exception&& e) mutable -> kj::Promise<void> {
+            if (e.getType() == kj::Exception::Type::OVERLOADED) {
+              logger.warn("event=update-overloaded results={} retry_ms=1000", batch.size());
+              for (size_t i = batch.size(); i > 0; i--) {
+                pending.push_front(kj::mv(batch[i - 1]));
+              }
+              return timer.afterDelay(1 * kj::SECONDS).then([this]() { return sendBatch(); });
+            }
+            if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+              // The connection watcher in main() handles a lost server; stay
+              // busy so nothing more is sent into a dead connection.
+              logger.warn("event=update-lost results={} error=\"{}\"", batch.size(),
+                          e.getDescription().cStr());
+              return kj::READY_NOW;
+            } else {
+              logger.error("event=update-rejected results={} error=\"{}\"", batch.size(),
+                           e.getDescription().cStr());
+            }
+            busy = false;
+            schedule();
+            return kj::READY_NOW;
+          });
+}
+
+void ResultBatcher::taskFailed(kj::Exception&& exception) {
+  busy = false;
+  logger.error("event=update-failed error=\"{}\"", exception.getDescription().cStr());
+}
+
+}  // namespace squall

@@ -1,0 +1,49 @@
+// TaskOutcome helpers. Any thread.
+#include "task-outcome.h"
+
+#include <chrono>
+
+namespace squall {
+
+TaskOutcome TaskOutcome::failure(Id id, kj::String error) {
+  TaskOutcome outcome;
+  outcome.id = id;
+  outcome.ok = false;
+  outcome.error = kj::mv(error);
+  return outcome;
+}
+
+void TaskOutcome::toWire(wire::TaskResult::Builder builder) const {
+  id.to(builder.initId());
+  builder.setOk(ok);
+  builder.setError(error);
+  builder.setExitStatus(exitStatus);
+  builder.setSignal(signal);
+  auto list = builder.initOutputs(outputs.size());
+  for (size_t i = 0; i < outputs.size(); i++) {
+    outputs[i].id.to(list[i].initId());
+    list[i].setSize(outputs[i].size);
+    list[i].setHash(outputs[i].hash);
+  }
+  builder.setStartTimeUs(startTimeUs);
+  builder.setDurationUs(durationUs);
+  builder.setStderrTail(stderrTail);
+}
+
+size_t TaskOutcome::wireSize() const {
+  return 128 + error.size() + stderrTail.size() + outputs.size() * 48;
+}
+
+uint64_t wallClockUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+uint64_t monotonicUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace squall

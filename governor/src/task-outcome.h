@@ -1,0 +1,42 @@
+// A task's outcome as the governor keeps it until it is sent upstream.
+// Plain values; any thread.
+#pragma once
+
+#include <cstdint>
+#include <kj/string.h>
+#include <kj/vector.h>
+#include <squall/proto/ids.h>
+#include <squall/wire/common.capnp.h>
+
+namespace squall {
+
+struct OutputInfo {
+  Id id;
+  uint64_t size = 0;
+  uint64_t hash = 0;
+};
+
+struct TaskOutcome {
+  Id id;
+  bool ok = false;
+  kj::String error;
+  // -1 when not a process or killed by a signal.
+  int32_t exitStatus = -1;
+  int32_t signal = 0;
+  kj::Vector<OutputInfo> outputs;
+  uint64_t startTimeUs = 0;
+  uint64_t durationUs = 0;
+  kj::String stderrTail;
+
+  static TaskOutcome failure(Id id, kj::String error);
+  void toWire(wire::TaskResult::Builder builder) const;
+  // Rough bytes this result takes in a message, for batch limits.
+  size_t wireSize() const;
+};
+
+// Wall clock, microseconds since the Unix epoch.
+uint64_t wallClockUs();
+// Monotonic clock, microseconds, for durations.
+uint64_t monotonicUs();
+
+}  // namespace squall

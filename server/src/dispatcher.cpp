@@ -1,0 +1,135 @@
+#include "dispatcher.h"
+
+#include <algorithm>
+#include <kj/debug.h>
+
+namespace squall {
+
+namespace {
+constexpr size_t MAX_TASKS_PER_ASSIGN = 16384;
+constexpr uint64_t MAX_CONSTANT_BYTES_PER_ASSIGN = 16 << 20;
+}  // namespace
+
+void Dispatcher::kick() {
+  if (pending) return;
+  pending = true;
+  rpcs.add(kj::evalLater([this]() {
+    pending = false;
+    pass();
+  }));
+}
+
+void Dispatcher::governorLost(GovernorId id) {
+  std::string name;
+  KJ_IF_MAYBE(g, governors.find(id)) { name = g->name; }
+  else {
+    return;
+  }
+  auto held = governors.remove(id);
+  logger.warn("event=governor-lost governor={} name={} tasks={}", id, name, held.size());
+  sessions.governorLost(id, name, held);
+  kick();
+}
+
+void Dispatcher::pass() {
+  passCount++;
+  auto& effects = sessions.effects();
+  ready.insert(ready.end(), effects.ready.begin(), effects.ready.end());
+  effects.ready.clear();
+  for (auto& [g, id] : effects.cancel) {
+    KJ_IF_MAYBE(governor, governors.find(g)) { governor->toCancel.push_back(id); }
+  }
+  effects.cancel.clear();
+  for (auto& [g, id] : effects.remove) {
+    KJ_IF_MAYBE(governor, governors.find(g)) { governor->toRemove.push_back(id); }
+  }
+  effects.remove.clear();
+
+  scheduler.place(ready, sessions, governors);
+  for (auto& [gid, governor] : governors.all()) flush(governor);
+}
+
+void Dispatcher::flush(GovernorState& governor) {
+  if (!governor.toCancel.empty()) {
+    auto req = governor.control.cancelTasksRequest();
+    auto list = req.initTasks(governor.toCancel.size());
+    for (uint i = 0; i < list.size(); i++) governor.toCancel[i].to(list[i]);
+    governor.toCancel.clear();
+    rpcs.add(req.send().ignoreResult());
+  }
+  // Assignments go in batches of bounded size (tasks and inline constant
+  // bytes) so that no message nears capnp's 64 MiB limit.
+  size_t next = 0;
+  while (next < governor.toAssign.size()) {
+    size_t end = std::min(governor.toAssign.size(), next + MAX_TASKS_PER_ASSIGN);
+    std::vector<ObjectNode*> constants;
+    uint64_t constantBytes = 0;
+    for (size_t k = next; k < end; k++) {
+      auto& task = sessions.get(governor.toAssign[k].session).tasks.at(governor.toAssign[k].n);
+      for (auto* object : task.inputs) {
+        auto& where = object->locations;
+        if (!object->constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
+          continue;
+        }
+        constants.push_back(object);
+        constantBytes += object->size;
+        where.push_back(governor.id);
+      }
+      if (constantBytes >= MAX_CONSTANT_BYTES_PER_ASSIGN) {
+        end = k + 1;
+        break;
+      }
+    }
+    auto req = governor.control.assignRequest();
+    auto list = req.initTasks(end - next);
+    for (size_t k = next; k < end; k++) {
+      auto& task = sessions.get(governor.toAssign[k].session).tasks.at(governor.toAssign[k].n);
+      auto assignment = list[k - next];
+      assignment.setTask(task.spec);
+      auto inputs = assignment.initInputs(task.inputs.size());
+      for (uint i = 0; i < task.inputs.size(); i++) {
+        auto& object = *task.inputs[i];
+        auto input = inputs[i];
+        input.setKind(object.kind);
+        input.setSize(object.size);
+        auto& where = object.locations;
+        // Held already, or a constant travelling in this very call.
+        if (object.constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
+          continue;
+        }
+        auto sources = input.initSources(where.size());
+        for (uint s = 0; s < where.size(); s++) {
+          KJ_IF_MAYBE(holder, governors.find(where[s])) { sources.set(s, holder->dataAddress); }
+        }
+      }
+      auto kinds = assignment.initOutputKinds(task.outputs.size());
+      for (uint i = 0; i < task.outputs.size(); i++) kinds.set(i, task.outputs[i]->kind);
+    }
+    auto constantList = req.initConstants(constants.size());
+    for (uint i = 0; i < constants.size(); i++) {
+      constants[i]->id.to(constantList[i].initId());
+      constantList[i].setKind(constants[i]->kind);
+      constantList[i].setData(kj::arrayPtr(constants[i]->data.data(), constants[i]->data.size()));
+    }
+    logger.debug("event=assign governor={} tasks={} constants={}", governor.id, end - next,
+                 constants.size());
+    rpcs.add(req.send().ignoreResult());
+    next = end;
+  }
+  governor.toAssign.clear();
+  if (!governor.toRemove.empty()) {
+    auto req = governor.control.removeObjectsRequest();
+    auto list = req.initObjects(governor.toRemove.size());
+    for (uint i = 0; i < list.size(); i++) governor.toRemove[i].to(list[i]);
+    governor.toRemove.clear();
+    rpcs.add(req.send().ignoreResult());
+  }
+}
+
+void Dispatcher::taskFailed(kj::Exception&& exception) {
+  // A governor call failed: almost always its connection dropping, which
+  // governorLost() handles.
+  logger.debug("event=governor-call-failed error=\"{}\"", exception.getDescription().cStr());
+}
+
+}  // namespace squall

@@ -1,0 +1,45 @@
+#include "governor-pool.h"
+
+namespace squall {
+
+GovernorState& GovernorPool::add(std::string name, std::string dataAddress, uint32_t cpus,
+                                 wire::GovernorControl::Client control) {
+  GovernorId id = nextId++;
+  return governors
+      .emplace(std::piecewise_construct, std::forward_as_tuple(id),
+               std::forward_as_tuple(id, std::move(name), std::move(dataAddress), cpus,
+                                     kj::mv(control)))
+      .first->second;
+}
+
+std::vector<Id> GovernorPool::remove(GovernorId id) {
+  std::vector<Id> held;
+  auto it = governors.find(id);
+  if (it == governors.end()) return held;
+  for (auto& [task, cpus] : it->second.assigned) held.push_back(task);
+  governors.erase(it);
+  return held;
+}
+
+kj::Maybe<GovernorState&> GovernorPool::find(GovernorId id) {
+  auto it = governors.find(id);
+  if (it == governors.end()) return nullptr;
+  return it->second;
+}
+
+void GovernorPool::hold(GovernorState& governor, Id task, uint32_t cpus) {
+  governor.assigned.emplace(task, cpus);
+  governor.load += cpus;
+  governor.toAssign.push_back(task);
+}
+
+void GovernorPool::release(GovernorId id, Id task) {
+  KJ_IF_MAYBE(governor, find(id)) {
+    auto it = governor->assigned.find(task);
+    if (it == governor->assigned.end()) return;
+    governor->load -= it->second;
+    governor->assigned.erase(it);
+  }
+}
+
+}  // namespace squall

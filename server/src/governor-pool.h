@@ -1,0 +1,50 @@
+// The connected governors: capacity in use, the tasks each holds, and what
+// the next flush sends each of them. Loop thread only.
+#pragma once
+
+#include "graph.h"
+
+#include <map>
+#include <squall/wire/service.capnp.h>
+
+namespace squall {
+
+struct GovernorState {
+  GovernorId id;
+  std::string name;
+  std::string dataAddress;
+  uint32_t cpus;
+  // Cpus of the tasks assigned and not yet reported back (running or queued
+  // on the governor).
+  uint32_t load = 0;
+  wire::GovernorControl::Client control;
+  std::unordered_map<Id, uint32_t, IdHash> assigned;
+  // Outgoing batches, sent by the next flush.
+  std::vector<Id> toAssign;
+  std::vector<Id> toRemove;
+  std::vector<Id> toCancel;
+
+  GovernorState(GovernorId id, std::string name, std::string dataAddress, uint32_t cpus,
+                wire::GovernorControl::Client control)
+      : id(id), name(std::move(name)), dataAddress(std::move(dataAddress)), cpus(cpus),
+        control(kj::mv(control)) {}
+};
+
+class GovernorPool {
+ public:
+  GovernorState& add(std::string name, std::string dataAddress, uint32_t cpus,
+                     wire::GovernorControl::Client control);
+  // Forgets the governor and returns the tasks it held.
+  std::vector<Id> remove(GovernorId id);
+  kj::Maybe<GovernorState&> find(GovernorId id);
+  void hold(GovernorState& governor, Id task, uint32_t cpus);
+  // A task's result arrived: its capacity is free again.
+  void release(GovernorId id, Id task);
+  std::map<GovernorId, GovernorState>& all() { return governors; }
+
+ private:
+  std::map<GovernorId, GovernorState> governors;
+  GovernorId nextId = 1;
+};
+
+}  // namespace squall

@@ -1,0 +1,108 @@
+// The task/object graph of every session, as the server holds it. Plain
+// data; owned and mutated only by SessionTable on the loop thread.
+#pragma once
+
+#include <capnp/message.h>
+#include <cstdint>
+#include <kj/async.h>
+#include <memory>
+#include <squall/proto/ids.h>
+#include <squall/wire/common.capnp.h>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace squall {
+
+using GovernorId = uint32_t;
+
+struct TaskNode;
+struct Session;
+
+// A wait() or waitSome() call in progress.
+struct Waiter {
+  Session* session;
+  // Ids still unfinished; the waiter completes at 0 (or at 1 finished for
+  // waitSome, see `any`).
+  size_t remaining = 0;
+  bool any = false;
+  // Empty for "every task of the session".
+  std::vector<uint64_t> ids;
+  kj::Own<kj::PromiseFulfiller<void>> fulfiller;
+};
+
+struct ObjectNode {
+  enum class State { UNFINISHED, FINISHED, REMOVED };
+
+  Id id;
+  wire::ObjectKind kind = wire::ObjectKind::BLOB;
+  State state = State::UNFINISHED;
+  bool keep = false;
+  bool constant = false;
+  std::string label;
+  std::string contentType;
+  // A constant's bytes; freed when the object is removed.
+  std::vector<kj::byte> data;
+  TaskNode* producer = nullptr;
+  std::vector<TaskNode*> consumers;
+  // Consumers not yet finished; the object is removed when this reaches 0
+  // and it is not kept.
+  uint32_t unfinishedConsumers = 0;
+  uint64_t size = 0;
+  uint64_t hash = 0;
+  // Governors holding a copy (finished objects only).
+  std::vector<GovernorId> locations;
+  std::vector<std::shared_ptr<Waiter>> waiters;
+};
+
+struct TaskNode {
+  enum class State { WAITING, READY, ASSIGNED, FINISHED, FAILED, CANCELLED };
+
+  Id id;
+  State state = State::WAITING;
+  // Points into the session's copy of the submitted message.
+  wire::TaskSpec::Reader spec;
+  std::vector<ObjectNode*> inputs;
+  std::vector<ObjectNode*> outputs;
+  uint32_t unfinishedInputs = 0;
+  uint32_t cpus = 1;
+  // The governor whose capacity the task holds while assigned (0 = none).
+  GovernorId governor = 0;
+  std::vector<std::shared_ptr<Waiter>> waiters;
+};
+
+struct Session {
+  enum class State { OPEN, FAILED, CLOSED };
+
+  uint64_t id;
+  std::string name;
+  State state = State::OPEN;
+  // Who closes it when they disconnect (an opaque client-connection key).
+  const void* owner = nullptr;
+  std::string failureMessage;
+  uint64_t failedTask = 0;
+  std::string failedTaskName;
+  int32_t failedExitStatus = -1;
+  std::string failedStderrTail;
+
+  std::unordered_map<uint64_t, TaskNode> tasks;
+  std::unordered_map<uint64_t, ObjectNode> objects;
+  // Submitted messages, kept while the session lives: TaskNode::spec points
+  // into them.
+  std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;
+
+  uint64_t unfinishedTasks = 0;
+  uint64_t counts[6] = {};  // by TaskNode::State
+  // wait() with no ids: completes when unfinishedTasks reaches 0.
+  std::vector<std::shared_ptr<Waiter>> allWaiters;
+  // Every pending waiter, so that a failure or close reaches all of them.
+  std::vector<std::shared_ptr<Waiter>> everyWaiter;
+
+  void setTaskState(TaskNode& task, TaskNode::State state) {
+    counts[static_cast<int>(task.state)]--;
+    counts[static_cast<int>(state)]++;
+    task.state = state;
+  }
+};
+
+}  // namespace squall

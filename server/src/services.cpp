@@ -1,0 +1,302 @@
+#include "services.h"
+
+#include <kj/debug.h>
+#include <squall/proto/errors.h>
+#include <squall/proto/token.h>
+
+namespace squall {
+
+namespace {
+
+void fillFailure(wire::Failure::Builder out, const Session& session) {
+  out.setMessage(session.state == Session::State::CLOSED ? "session was closed"
+                                                         : session.failureMessage);
+  out.setTask(session.failedTask);
+  out.setTaskName(session.failedTaskName);
+  out.setExitStatus(session.failedExitStatus);
+  out.setStderrTail(session.failedStderrTail);
+}
+
+class SubmissionImpl final : public wire::Submission::Server {
+ public:
+  SubmissionImpl(ServerContext& context, uint64_t session)
+      : context(context), session(session), pending(session, context.limits) {}
+
+  kj::Promise<void> add(AddContext call) override {
+    SQUALL_REQUIRE(!committed, "submission already committed");
+    pending.add(call.getParams());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> appendData(AppendDataContext call) override {
+    SQUALL_REQUIRE(!committed, "submission already committed");
+    auto params = call.getParams();
+    pending.appendData(params.getObject(), params.getData());
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> commit(CommitContext call) override {
+    SQUALL_REQUIRE(!committed, "submission already committed");
+    committed = true;
+    auto& target = context.sessions.get(session);
+    auto ready = pending.commit(target);
+    context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
+                        pending.taskCount(), pending.objectCount(), ready.size());
+    call.getResults().setTasks(pending.taskCount());
+    call.getResults().setObjects(pending.objectCount());
+    context.sessions.submitted(target, std::move(ready));
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+ private:
+  ServerContext& context;
+  uint64_t session;
+  PendingSubmit pending;
+  bool committed = false;
+};
+
+class ClientServiceImpl final : public wire::ClientService::Server {
+ public:
+  ClientServiceImpl(ServerContext& context, kj::String peer)
+      : context(context), peer(kj::mv(peer)) {}
+
+  // The client's connection is gone: its sessions go too.
+  ~ClientServiceImpl() noexcept(false) {
+    context.logger.info("event=client-gone peer={}", peer.cStr());
+    context.sessions.closeOwnedBy(this);
+    context.dispatcher.kick();
+  }
+
+  kj::Promise<void> newSession(NewSessionContext call) override {
+    auto& session = context.sessions.open(call.getParams().getName().cStr(), this);
+    call.getResults().setSession(session.id);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> closeSession(CloseSessionContext call) override {
+    auto id = call.getParams().getSession();
+    context.sessions.get(id);
+    context.sessions.close(id);
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> submit(SubmitContext call) override {
+    auto id = call.getParams().getSession();
+    auto& session = context.sessions.get(id);
+    SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", id, " has failed: ", session.failureMessage);
+    call.getResults().setSubmission(kj::heap<SubmissionImpl>(context, id));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> wait(WaitContext call) override {
+    auto params = call.getParams();
+    auto id = params.getSession();
+    auto& session = context.sessions.get(id);
+    return context.sessions.wait(session, params.getIds(), false).then([this, id, call]() mutable {
+      fillWaitResult(id, call.getResults().initResult());
+    });
+  }
+
+  kj::Promise<void> waitSome(WaitSomeContext call) override {
+    auto params = call.getParams();
+    auto id = params.getSession();
+    auto& session = context.sessions.get(id);
+    return context.sessions.wait(session, params.getIds(), true).then([this, id, call]() mutable {
+      auto results = call.getResults();
+      fillWaitResult(id, results.initResult());
+      std::vector<uint64_t> finished;
+      KJ_IF_MAYBE(s, context.sessions.find(id)) {
+        for (auto n : call.getParams().getIds()) {
+          auto oit = s->objects.find(n);
+          if (oit != s->objects.end()) {
+            if (oit->second.state != ObjectNode::State::UNFINISHED) finished.push_back(n);
+            continue;
+          }
+          auto tit = s->tasks.find(n);
+          if (tit != s->tasks.end() && tit->second.state == TaskNode::State::FINISHED) {
+            finished.push_back(n);
+          }
+        }
+      }
+      auto list = results.initFinished(finished.size());
+      for (uint i = 0; i < finished.size(); i++) list.set(i, finished[i]);
+    });
+  }
+
+  kj::Promise<void> fetch(FetchContext call) override {
+    auto params = call.getParams();
+    auto id = params.getSession();
+    auto n = params.getObject();
+    auto& session = context.sessions.get(id);
+    auto it = session.objects.find(n);
+    SQUALL_REQUIRE(it != session.objects.end(), "fetch: unknown object ", n);
+    SQUALL_REQUIRE(it->second.keep, "fetch: object ", n,
+                                         " is not kept (mark it keep before submitting to fetch it)");
+    capnp::MallocMessageBuilder scratch;
+    auto ids = scratch.initRoot<capnp::List<uint64_t>>(1);
+    ids.set(0, n);
+    return context.sessions.wait(session, ids.asReader(), false).then([this, id, n, call]() mutable {
+      auto& session = context.sessions.get(id);
+      auto& object = session.objects.at(n);
+      if (object.state != ObjectNode::State::FINISHED) {
+        SQUALL_REQUIRE(session.state == Session::State::OPEN, "fetch: object ", n, " will not be made: ", session.failureMessage);
+        SQUALL_FAIL("fetch: object ", n, " was removed");
+      }
+      auto location = call.getResults().initLocation();
+      object.id.to(location.initId());
+      location.setKind(object.kind);
+      location.setSize(object.size);
+      if (object.constant) {
+        location.setData(kj::arrayPtr(object.data.data(), object.data.size()));
+        return;
+      }
+      for (auto g : object.locations) {
+        KJ_IF_MAYBE(governor, context.governors.find(g)) {
+          location.setGovernor(governor->dataAddress);
+          return;
+        }
+      }
+      SQUALL_FAIL("fetch: object ", n, " is held by no connected governor");
+    });
+  }
+
+  kj::Promise<void> unkeep(UnkeepContext call) override {
+    auto params = call.getParams();
+    context.sessions.unkeep(context.sessions.get(params.getSession()), params.getObjects());
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> cancel(CancelContext call) override {
+    auto& session = context.sessions.get(call.getParams().getSession());
+    context.sessions.fail(session, "cancelled by the client");
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> getState(GetStateContext call) override {
+    auto& session = context.sessions.get(call.getParams().getSession());
+    auto state = call.getResults().initState();
+    state.setId(session.id);
+    state.setName(session.name);
+    state.setState(session.state == Session::State::OPEN ? wire::SessionState::State::OPEN
+                                                         : wire::SessionState::State::FAILED);
+    if (session.state != Session::State::OPEN) fillFailure(state.initFailure(), session);
+    using S = TaskNode::State;
+    auto count = [&](S s) { return session.counts[static_cast<int>(s)]; };
+    state.setTasksWaiting(count(S::WAITING));
+    state.setTasksReady(count(S::READY));
+    state.setTasksRunning(count(S::ASSIGNED));
+    state.setTasksFinished(count(S::FINISHED));
+    state.setTasksFailed(count(S::FAILED) + count(S::CANCELLED));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listGovernors(ListGovernorsContext call) override {
+    auto& all = context.governors.all();
+    auto list = call.getResults().initGovernors(all.size());
+    uint i = 0;
+    for (auto& [id, g] : all) {
+      auto out = list[i++];
+      out.setId(id);
+      out.setName(g.name);
+      out.setDataAddress(g.dataAddress);
+      out.setCpus(g.cpus);
+      out.setCpusUsed(std::min(g.load, g.cpus));
+      out.setTasksAssigned(g.assigned.size());
+    }
+    return kj::READY_NOW;
+  }
+
+ private:
+  ServerContext& context;
+  kj::String peer;
+
+  void fillWaitResult(uint64_t id, wire::WaitResult::Builder out) {
+    KJ_IF_MAYBE(session, context.sessions.find(id)) {
+      if (session->state == Session::State::OPEN) {
+        out.setOk();
+      } else {
+        fillFailure(out.initFailed(), *session);
+      }
+    } else {
+      out.initFailed().setMessage(kj::str("session ", id, " was closed"));
+    }
+  }
+};
+
+class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
+ public:
+  GovernorUpstreamImpl(ServerContext& context, GovernorId id) : context(context), id(id) {}
+
+  // The governor's connection is gone.
+  ~GovernorUpstreamImpl() noexcept(false) { context.dispatcher.governorLost(id); }
+
+  kj::Promise<void> update(UpdateContext call) override {
+    auto results = call.getParams().getResults();
+    for (auto result : results) {
+      context.governors.release(id, Id::from(result.getId()));
+      context.sessions.taskResult(result, id);
+    }
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+ private:
+  ServerContext& context;
+  GovernorId id;
+};
+
+class BootstrapImpl final : public wire::Bootstrap::Server {
+ public:
+  BootstrapImpl(ServerContext& context, kj::StringPtr peer)
+      : context(context), peer(kj::str(peer)) {}
+
+  kj::Promise<void> registerClient(RegisterClientContext call) override {
+    auto params = call.getParams();
+    checkPeer(params.getVersion(), params.getToken());
+    context.logger.info("event=client-registered peer={}", peer.cStr());
+    call.getResults().setService(kj::heap<ClientServiceImpl>(context, kj::str(peer)));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> registerGovernor(RegisterGovernorContext call) override {
+    auto params = call.getParams();
+    checkPeer(params.getVersion(), params.getToken());
+    auto info = params.getInfo();
+    auto cpus = info.getResources().getCpus();
+    SQUALL_REQUIRE(cpus >= 1, "a governor needs at least 1 cpu");
+    SQUALL_REQUIRE(info.getDataAddress().size() > 0, "a governor must give its data address");
+    auto& governor = context.governors.add(info.getName().cStr(), info.getDataAddress().cStr(), cpus,
+                                           params.getControl());
+    context.logger.info("event=governor-registered governor={} name={} data={} cpus={}",
+                        governor.id, governor.name, governor.dataAddress, cpus);
+    call.getResults().setUpstream(kj::heap<GovernorUpstreamImpl>(context, governor.id));
+    call.getResults().setGovernorId(governor.id);
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+ private:
+  ServerContext& context;
+  kj::String peer;
+
+  void checkPeer(uint32_t version, capnp::Text::Reader token) {
+    SQUALL_REQUIRE(version == wire::PROTOCOL_VERSION, "protocol version mismatch: peer speaks ", version, ", server speaks ",
+                       wire::PROTOCOL_VERSION, "; run the same squall release on both sides");
+    if (!tokensEqual(token.cStr(), context.token)) {
+      context.logger.warn("event=auth-refused peer={}", peer.cStr());
+      SQUALL_FAIL("authentication failed: wrong token (see --token / SQUALL_TOKEN)");
+    }
+  }
+};
+
+}  // namespace
+
+kj::Own<wire::Bootstrap::Server> newBootstrap(ServerContext& context, kj::StringPtr peer) {
+  return kj::heap<BootstrapImpl>(context, peer);
+}
+
+}  // namespace squall

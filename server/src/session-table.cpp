@@ -1,0 +1,291 @@
+#include "session-table.h"
+
+#include <algorithm>
+#include <kj/debug.h>
+#include <squall/proto/errors.h>
+
+namespace squall {
+
+Session& SessionTable::open(std::string name, const void* owner) {
+  uint64_t id = nextSession++;
+  auto& session = sessions[id];
+  session.id = id;
+  session.name = std::move(name);
+  session.owner = owner;
+  logger.info("event=session-open session={} name=\"{}\"", id, session.name);
+  return session;
+}
+
+Session& SessionTable::get(uint64_t id) {
+  auto it = sessions.find(id);
+  SQUALL_REQUIRE(it != sessions.end(), "unknown session ", id, " (never opened, or closed)");
+  return it->second;
+}
+
+kj::Maybe<Session&> SessionTable::find(uint64_t id) {
+  auto it = sessions.find(id);
+  if (it == sessions.end()) return nullptr;
+  return it->second;
+}
+
+void SessionTable::close(uint64_t id) {
+  auto it = sessions.find(id);
+  if (it == sessions.end()) return;
+  auto& session = it->second;
+  for (auto& [n, task] : session.tasks) {
+    if (task.state == TaskNode::State::ASSIGNED) pending.cancel.emplace_back(task.governor, task.id);
+  }
+  for (auto& [n, object] : session.objects) {
+    for (auto g : object.locations) pending.remove.emplace_back(g, object.id);
+  }
+  session.state = Session::State::CLOSED;
+  notifyAll(session);
+  logger.info("event=session-close session={} tasks={}", id, session.tasks.size());
+  sessions.erase(it);
+}
+
+void SessionTable::closeOwnedBy(const void* owner) {
+  std::vector<uint64_t> ids;
+  for (auto& [id, session] : sessions) {
+    if (session.owner == owner) ids.push_back(id);
+  }
+  for (auto id : ids) close(id);
+}
+
+void SessionTable::submitted(Session& session, std::vector<TaskNode*> ready) {
+  for (auto* task : ready) pending.ready.push_back(task->id);
+  (void)session;
+}
+
+void SessionTable::assigned(TaskNode& task, GovernorId governor) {
+  auto& session = sessions.at(task.id.session);
+  session.setTaskState(task, TaskNode::State::ASSIGNED);
+  task.governor = governor;
+}
+
+void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from) {
+  auto id = Id::from(result.getId());
+  auto orphanOutputs = [&]() {
+    for (auto output : result.getOutputs()) pending.remove.emplace_back(from, Id::from(output.getId()));
+  };
+  auto sit = sessions.find(id.session);
+  if (sit == sessions.end()) return orphanOutputs();
+  auto& session = sit->second;
+  auto tit = session.tasks.find(id.n);
+  if (tit == session.tasks.end()) return orphanOutputs();
+  auto& task = tit->second;
+  if (task.state != TaskNode::State::ASSIGNED || task.governor != from) return orphanOutputs();
+  task.governor = 0;
+  if (result.getOk()) {
+    finishTask(session, task, result, from);
+  } else {
+    session.setTaskState(task, TaskNode::State::FAILED);
+    session.unfinishedTasks--;
+    logger.info("event=task-failed session={} task={} error=\"{}\"", id.session, id.n,
+                result.getError().cStr());
+    fail(session,
+         kj::str(task.spec.getName().size() ? kj::str("task ", id.n, " (", task.spec.getName(), ")")
+                                            : kj::str("task ", id.n),
+                 " failed: ", result.getError())
+             .cStr(),
+         &task, result);
+  }
+}
+
+void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result,
+                              GovernorId from) {
+  session.setTaskState(task, TaskNode::State::FINISHED);
+  session.unfinishedTasks--;
+  logger.debug("event=task-finished session={} task={} governor={}", task.id.session, task.id.n, from);
+  auto infos = result.getOutputs();
+  for (uint i = 0; i < task.outputs.size(); i++) {
+    auto& object = *task.outputs[i];
+    object.state = ObjectNode::State::FINISHED;
+    object.locations = {from};
+    for (auto info : infos) {
+      if (info.getId().getN() == object.id.n) {
+        object.size = info.getSize();
+        object.hash = info.getHash();
+      }
+    }
+    for (auto* consumer : object.consumers) {
+      if (--consumer->unfinishedInputs == 0 && consumer->state == TaskNode::State::WAITING &&
+          session.state == Session::State::OPEN) {
+        session.setTaskState(*consumer, TaskNode::State::READY);
+        pending.ready.push_back(consumer->id);
+      }
+    }
+    notify(object.waiters);
+  }
+  notify(task.waiters);
+  for (auto* input : task.inputs) {
+    if (std::find(input->locations.begin(), input->locations.end(), from) == input->locations.end() &&
+        input->state == ObjectNode::State::FINISHED) {
+      // The governor fetched a copy to run the task; it holds it now.
+      input->locations.push_back(from);
+    }
+    releaseInput(*input);
+  }
+  for (auto* output : task.outputs) maybeRemove(*output);
+  if (session.unfinishedTasks == 0) notify(session.allWaiters);
+}
+
+void SessionTable::releaseInput(ObjectNode& object) {
+  KJ_ASSERT(object.unfinishedConsumers > 0);
+  object.unfinishedConsumers--;
+  maybeRemove(object);
+}
+
+void SessionTable::maybeRemove(ObjectNode& object) {
+  if (object.state == ObjectNode::State::FINISHED && !object.keep && object.unfinishedConsumers == 0) {
+    removeNow(object);
+  }
+}
+
+void SessionTable::removeNow(ObjectNode& object) {
+  object.state = ObjectNode::State::REMOVED;
+  for (auto g : object.locations) pending.remove.emplace_back(g, object.id);
+  object.locations.clear();
+  object.data = {};
+  object.data.shrink_to_fit();
+}
+
+void SessionTable::fail(Session& session, std::string message, const TaskNode* task,
+                        wire::TaskResult::Reader result) {
+  if (session.state != Session::State::OPEN) return;
+  session.state = Session::State::FAILED;
+  session.failureMessage = std::move(message);
+  if (task != nullptr) {
+    session.failedTask = task->id.n;
+    session.failedTaskName = task->spec.getName().cStr();
+    session.failedExitStatus = result.getExitStatus();
+    session.failedStderrTail = result.getStderrTail().cStr();
+  }
+  logger.info("event=session-failed session={} reason=\"{}\"", session.id, session.failureMessage);
+  for (auto& [n, t] : session.tasks) {
+    switch (t.state) {
+      case TaskNode::State::ASSIGNED:
+        pending.cancel.emplace_back(t.governor, t.id);
+        t.governor = 0;
+        [[fallthrough]];
+      case TaskNode::State::WAITING:
+      case TaskNode::State::READY:
+        session.setTaskState(t, TaskNode::State::CANCELLED);
+        session.unfinishedTasks--;
+        break;
+      default:
+        break;
+    }
+  }
+  notifyAll(session);
+}
+
+void SessionTable::governorLost(GovernorId governor, kj::StringPtr name,
+                                const std::vector<Id>& assigned) {
+  for (auto id : assigned) {
+    KJ_IF_MAYBE(session, find(id.session)) {
+      auto it = session->tasks.find(id.n);
+      if (it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
+          it->second.governor == governor) {
+        it->second.governor = 0;
+        fail(*session, kj::str("governor ", name, " disconnected while running task ", id.n,
+                               it->second.spec.getName().size()
+                                   ? kj::str(" (", it->second.spec.getName(), ")")
+                                   : kj::str())
+                           .cStr());
+      }
+    }
+  }
+  for (auto& [sid, session] : sessions) {
+    for (auto& [n, object] : session.objects) {
+      auto it = std::find(object.locations.begin(), object.locations.end(), governor);
+      if (it == object.locations.end()) continue;
+      object.locations.erase(it);
+      if (object.locations.empty() && !object.constant &&
+          object.state == ObjectNode::State::FINISHED &&
+          (object.keep || object.unfinishedConsumers > 0)) {
+        fail(session, kj::str("object ", n, " was lost with governor ", name,
+                              " (recomputation comes with the durable log)")
+                          .cStr());
+      }
+    }
+  }
+}
+
+void SessionTable::unkeep(Session& session, capnp::List<uint64_t>::Reader ids) {
+  for (auto n : ids) {
+    auto it = session.objects.find(n);
+    SQUALL_REQUIRE(it != session.objects.end(), "unkeep: unknown object ", n);
+    it->second.keep = false;
+    maybeRemove(it->second);
+  }
+}
+
+kj::Promise<void> SessionTable::wait(Session& session, capnp::List<uint64_t>::Reader ids, bool any) {
+  auto waiter = std::make_shared<Waiter>();
+  waiter->session = &session;
+  waiter->any = any;
+  std::vector<std::vector<std::shared_ptr<Waiter>>*> lists;
+  size_t done = 0;
+  for (auto n : ids) {
+    auto oit = session.objects.find(n);
+    if (oit != session.objects.end()) {
+      if (oit->second.state != ObjectNode::State::UNFINISHED) {
+        done++;
+      } else {
+        lists.push_back(&oit->second.waiters);
+      }
+      continue;
+    }
+    auto tit = session.tasks.find(n);
+    SQUALL_REQUIRE(tit != session.tasks.end(), "wait: unknown task or object ", n);
+    if (tit->second.state == TaskNode::State::FINISHED) {
+      done++;
+    } else {
+      lists.push_back(&tit->second.waiters);
+    }
+    waiter->ids.push_back(n);
+  }
+  if (session.state != Session::State::OPEN) return kj::READY_NOW;
+  if (ids.size() == 0) {
+    if (session.unfinishedTasks == 0) return kj::READY_NOW;
+    lists = {&session.allWaiters};
+    waiter->remaining = 1;
+  } else {
+    if (lists.empty() || (any && done > 0)) return kj::READY_NOW;
+    waiter->remaining = any ? 1 : lists.size();
+  }
+  auto& every = session.everyWaiter;
+  if (every.size() > 1024) {
+    every.erase(std::remove_if(every.begin(), every.end(),
+                               [](const std::shared_ptr<Waiter>& w) { return w->remaining == 0; }),
+                every.end());
+  }
+  every.push_back(waiter);
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waiter->fulfiller = kj::mv(paf.fulfiller);
+  for (auto* list : lists) list->push_back(waiter);
+  return kj::mv(paf.promise);
+}
+
+void SessionTable::notify(std::vector<std::shared_ptr<Waiter>>& waiters) {
+  for (auto& waiter : waiters) {
+    if (waiter->remaining > 0 && --waiter->remaining == 0 && waiter->fulfiller) {
+      waiter->fulfiller->fulfill();
+    }
+  }
+  waiters.clear();
+}
+
+void SessionTable::notifyAll(Session& session) {
+  for (auto& waiter : session.everyWaiter) {
+    if (waiter->remaining > 0 && waiter->fulfiller) {
+      waiter->remaining = 0;
+      waiter->fulfiller->fulfill();
+    }
+  }
+  session.everyWaiter.clear();
+  session.allWaiters.clear();
+}
+
+}  // namespace squall

@@ -1,0 +1,72 @@
+// Every session's graph and the state transitions driven by clients and
+// governors. Owned by the loop thread; never blocks, never sends RPCs
+// itself: what must reach governors is queued in `effects()` and flushed by
+// the Dispatcher once per pass, so a burst of events costs one RPC each.
+#pragma once
+
+#include "graph.h"
+#include "submit.h"
+
+#include <map>
+#include <spdlog/logger.h>
+
+namespace squall {
+
+struct Effects {
+  // Tasks that became READY, in order.
+  std::vector<Id> ready;
+  // (governor, task) to cancel; (governor, object) to remove.
+  std::vector<std::pair<GovernorId, Id>> cancel;
+  std::vector<std::pair<GovernorId, Id>> remove;
+};
+
+class SessionTable {
+ public:
+  explicit SessionTable(spdlog::logger& logger) : logger(logger) {}
+
+  Session& open(std::string name, const void* owner);
+  // Throws FAILED "unknown session" for ids never opened or already closed.
+  Session& get(uint64_t id);
+  kj::Maybe<Session&> find(uint64_t id);
+  void close(uint64_t id);
+  void closeOwnedBy(const void* owner);
+
+  // Applies a validated submit (see PendingSubmit::commit).
+  void submitted(Session& session, std::vector<TaskNode*> ready);
+
+  void assigned(TaskNode& task, GovernorId governor);
+  // A governor reported a task's outcome. Results for tasks that are no
+  // longer assigned (cancelled, session closed) are dropped, and any outputs
+  // they made are queued for removal.
+  void taskResult(wire::TaskResult::Reader result, GovernorId from);
+  // `assigned`: the tasks it held. Sessions that lose a running task or the
+  // only copy of an object they still need fail with a message naming it.
+  void governorLost(GovernorId governor, kj::StringPtr name, const std::vector<Id>& assigned);
+
+  // Fails the session: its unfinished tasks are cancelled.
+  void fail(Session& session, std::string message, const TaskNode* task = nullptr,
+            wire::TaskResult::Reader result = {});
+  void unkeep(Session& session, capnp::List<uint64_t>::Reader ids);
+
+  // Resolves when every id is finished (ids empty: every task so far), when
+  // one is (any), or when the session fails or closes. Unknown ids throw.
+  kj::Promise<void> wait(Session& session, capnp::List<uint64_t>::Reader ids, bool any);
+
+  Effects& effects() { return pending; }
+  const std::map<uint64_t, Session>& all() const { return sessions; }
+
+ private:
+  spdlog::logger& logger;
+  std::map<uint64_t, Session> sessions;
+  uint64_t nextSession = 1;
+  Effects pending;
+
+  void finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result, GovernorId from);
+  void releaseInput(ObjectNode& object);
+  void maybeRemove(ObjectNode& object);
+  void removeNow(ObjectNode& object);
+  void notify(std::vector<std::shared_ptr<Waiter>>& waiters);
+  void notifyAll(Session& session);
+};
+
+}  // namespace squall

@@ -1,0 +1,300 @@
+#include "submit.h"
+
+#include <deque>
+#include <kj/debug.h>
+#include <squall/proto/errors.h>
+#include <unordered_set>
+#include <xxhash.h>
+
+namespace squall {
+
+namespace {
+
+kj::StringPtr kindName(wire::ObjectKind kind) {
+  switch (kind) {
+    case wire::ObjectKind::BLOB: return "blob";
+    case wire::ObjectKind::DIR: return "dir";
+    case wire::ObjectKind::STREAM: return "stream";
+  }
+  return "unknown";
+}
+
+kj::String taskLabel(wire::TaskSpec::Reader spec) {
+  if (spec.getName().size() > 0) return kj::str("task ", spec.getId().getN(), " (", spec.getName(), ")");
+  return kj::str("task ", spec.getId().getN());
+}
+
+}  // namespace
+
+kj::Maybe<kj::String> checkSandboxPath(kj::StringPtr path) {
+  if (path.size() == 0) return kj::str("path is empty");
+  if (path[0] == '/') return kj::str("path '", path, "' is absolute; it must be relative to the task's sandbox");
+  if (path.size() > 4096) return kj::str("path is longer than 4096 bytes");
+  size_t start = 0;
+  for (size_t i = 0; i <= path.size(); i++) {
+    if (i == path.size() || path[i] == '/') {
+      auto part = path.slice(start, i);
+      if (part == kj::StringPtr("..")) return kj::str("path '", path, "' contains '..' and would escape the sandbox");
+      start = i + 1;
+    } else if (path[i] == '\0') {
+      return kj::str("path contains a NUL byte");
+    }
+  }
+  return nullptr;
+}
+
+void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
+  auto size = chunk.totalSize().wordCount * sizeof(capnp::word);
+  SQUALL_REQUIRE(bytes + size <= limits.maxBytes, "submit exceeds the size limit of ",
+                 limits.maxBytes, " bytes");
+  SQUALL_REQUIRE(tasks + chunk.getTasks().size() <= limits.maxTasks,
+                 "submit exceeds the limit of ", limits.maxTasks, " tasks");
+  bytes += size;
+  tasks += chunk.getTasks().size();
+  objects += chunk.getObjects().size();
+  for (auto object : chunk.getObjects()) {
+    if (object.getIsConstant()) declaredConstants[object.getId().getN()] = true;
+  }
+  auto message = std::make_unique<capnp::MallocMessageBuilder>(size / sizeof(capnp::word) + 16);
+  message->setRoot(chunk);
+  messages.push_back(std::move(message));
+}
+
+void PendingSubmit::appendData(uint64_t object, kj::ArrayPtr<const kj::byte> data) {
+  SQUALL_REQUIRE(declaredConstants.count(object), "appendData: object ", object,
+                 " is not declared as a constant in this submit");
+  SQUALL_REQUIRE(bytes + data.size() <= limits.maxBytes, "submit exceeds the size limit of ",
+                 limits.maxBytes, " bytes");
+  bytes += data.size();
+  auto& buffer = appended[object];
+  SQUALL_REQUIRE(buffer.size() + data.size() <= limits.maxConstantBytes, "constant ", object, " is larger than the limit of ", limits.maxConstantBytes,
+                     " bytes");
+  buffer.insert(buffer.end(), data.begin(), data.end());
+}
+
+std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
+  SQUALL_REQUIRE(target.state == Session::State::OPEN, "session ", target.id,
+                 " is not open: ", target.failureMessage);
+
+  // ---- index and check ids
+  std::unordered_map<uint64_t, wire::ObjectSpec::Reader> newObjects;
+  std::unordered_map<uint64_t, wire::TaskSpec::Reader> newTasks;
+  std::vector<wire::TaskSpec::Reader> taskOrder;
+  auto checkId = [&](wire::Id::Reader id, kj::StringPtr what) {
+    SQUALL_REQUIRE(id.getSession() == session, what, " id ", id.getN(), " names session ",
+                                                   id.getSession(), ", not this session ", session);
+    SQUALL_REQUIRE(id.getN() != 0, what, " id 0 is reserved");
+    SQUALL_REQUIRE(!newObjects.count(id.getN()) && !newTasks.count(id.getN()), "duplicate id ", id.getN(), " in the submitted graph");
+    SQUALL_REQUIRE(!target.objects.count(id.getN()) && !target.tasks.count(id.getN()), "id ", id.getN(), " is already used in this session");
+  };
+  for (auto& message : messages) {
+    auto chunk = message->getRoot<wire::Submission::AddParams>().asReader();
+    for (auto object : chunk.getObjects()) {
+      checkId(object.getId(), "object");
+      SQUALL_REQUIRE(object.getKind() == wire::ObjectKind::BLOB, "object ", object.getId().getN(), " is a ", kindName(object.getKind()),
+                         "; this server supports blob objects only so far");
+      newObjects.emplace(object.getId().getN(), object);
+    }
+    for (auto task : chunk.getTasks()) {
+      checkId(task.getId(), "task");
+      newTasks.emplace(task.getId().getN(), task);
+      taskOrder.push_back(task);
+    }
+  }
+
+  // ---- tasks: config, inputs, outputs
+  std::unordered_map<uint64_t, uint64_t> producerOf;  // object n -> task n
+  auto findObject = [&](wire::TaskSpec::Reader task, wire::Id::Reader id) {
+    auto label = taskLabel(task);
+    SQUALL_REQUIRE(id.getSession() == session, label, " reads object ", id.getSession(), "/", id.getN(),
+                       " from another session; objects cannot be shared between sessions");
+    if (newObjects.count(id.getN())) return;
+    auto it = target.objects.find(id.getN());
+    if (it == target.objects.end()) {
+      SQUALL_REQUIRE(!newTasks.count(id.getN()) && !target.tasks.count(id.getN()), label, " names ", id.getN(), " as an input, but that is a task, not an object");
+      SQUALL_FAIL(label, " reads unknown object ", id.getN());
+    }
+    SQUALL_REQUIRE(it->second.state != ObjectNode::State::REMOVED, label, " reads object ", id.getN(),
+                       ", which was already removed (mark objects keep to use them in later submits)");
+  };
+  auto kindOf = [&](uint64_t n) {
+    auto it = newObjects.find(n);
+    if (it != newObjects.end()) return it->second.getKind();
+    return target.objects.at(n).kind;
+  };
+  for (auto task : taskOrder) {
+    auto label = taskLabel(task);
+    auto inputs = task.getInputs();
+    auto outputs = task.getOutputs();
+    SQUALL_REQUIRE(task.getResources().getCpus() >= 1, label, " asks for 0 cpus; at least 1 is needed");
+    for (auto input : inputs) {
+      findObject(task, input.getObject());
+    }
+    for (auto output : outputs) {
+      SQUALL_REQUIRE(output.getSession() == session, label, " writes object ", output.getSession(), "/", output.getN(),
+                         " of another session");
+      auto it = newObjects.find(output.getN());
+      SQUALL_REQUIRE(it != newObjects.end(), label, " writes object ", output.getN(),
+                         ", which is not declared in this submit");
+      SQUALL_REQUIRE(!it->second.getIsConstant(), label, " writes object ", output.getN(), ", which is a constant");
+      auto [prev, inserted] = producerOf.emplace(output.getN(), task.getId().getN());
+      SQUALL_REQUIRE(inserted, "object ", output.getN(), " has two producers: task ",
+                                   prev->second, " and task ", task.getId().getN());
+    }
+    switch (task.getConfig().which()) {
+      case wire::TaskSpec::Config::CONCAT:
+        SQUALL_REQUIRE(outputs.size() == 1, label, ": concat has exactly one output");
+        for (auto input : inputs) {
+          SQUALL_REQUIRE(kindOf(input.getObject().getN()) == wire::ObjectKind::BLOB, label, ": concat reads blobs only");
+        }
+        break;
+      case wire::TaskSpec::Config::SLEEP:
+        SQUALL_REQUIRE(outputs.size() <= 1, label, ": sleep has at most one output");
+        break;
+      case wire::TaskSpec::Config::EXECUTE: {
+        auto config = task.getConfig().getExecute();
+        auto args = config.getArgs();
+        SQUALL_REQUIRE(args.size() > 0, label, ": execute needs a program to run");
+        SQUALL_REQUIRE(args[0].size() > 0, label, ": execute's program name is empty");
+        SQUALL_REQUIRE(!config.getShell() || args.size() == 1, label, ": a shell command is one line (got ", args.size(), " args)");
+        SQUALL_REQUIRE(config.getOutputs().size() == outputs.size(), label, ": ", outputs.size(), " outputs but ", config.getOutputs().size(),
+                           " output mappings");
+        SQUALL_REQUIRE(config.getStdinInput() >= -1 &&
+                       config.getStdinInput() < static_cast<int32_t>(inputs.size()), label, ": stdin input ", config.getStdinInput(), " is out of range");
+        std::unordered_set<std::string> paths;
+        for (uint i = 0; i < inputs.size(); i++) {
+          if (static_cast<int32_t>(i) == config.getStdinInput() && inputs[i].getPath().size() == 0) {
+            continue;
+          }
+          KJ_IF_MAYBE(problem, checkSandboxPath(inputs[i].getPath())) {
+            SQUALL_FAIL(label, ": input ", i, ": ", *problem);
+          }
+          SQUALL_REQUIRE(paths.insert(inputs[i].getPath().cStr()).second, label, ": two inputs at path '", inputs[i].getPath(), "'");
+        }
+        uint stdoutCount = 0;
+        for (auto mapping : config.getOutputs()) {
+          if (mapping.isStdout()) {
+            stdoutCount++;
+            continue;
+          }
+          KJ_IF_MAYBE(problem, checkSandboxPath(mapping.getPath())) {
+            SQUALL_FAIL(label, ": output: ", *problem);
+          }
+          SQUALL_REQUIRE(paths.insert(mapping.getPath().cStr()).second, label, ": path '", mapping.getPath(), "' is used twice");
+        }
+        SQUALL_REQUIRE(stdoutCount <= 1, label, ": stdout can be only one output");
+        for (auto env : config.getEnv()) {
+          SQUALL_REQUIRE(env.getName().size() > 0 && env.getName().findFirst('=') == nullptr, label, ": bad environment variable name '", env.getName(), "'");
+        }
+        break;
+      }
+      default:
+        SQUALL_FAIL(label, " has an unknown task type; client and server versions differ?");
+    }
+  }
+  for (auto& [n, object] : newObjects) {
+    auto it = appended.find(n);
+    uint64_t constantSize = object.getData().size() + (it == appended.end() ? 0 : it->second.size());
+    SQUALL_REQUIRE(constantSize <= limits.maxConstantBytes, "constant ", n,
+                   " is larger than the limit of ", limits.maxConstantBytes, " bytes");
+    if (!object.getIsConstant()) {
+      SQUALL_REQUIRE(producerOf.count(n), "object ", n, " has no producer and no data (declare it as a constant or "
+                         "as some task's output)");
+    } else {
+      SQUALL_REQUIRE(!producerOf.count(n), "object ", n, " is a constant and a task output");
+    }
+  }
+
+  // ---- cycles (only new tasks can form one; old objects are all made)
+  {
+    std::unordered_map<uint64_t, uint32_t> indegree;
+    std::unordered_map<uint64_t, std::vector<uint64_t>> next;
+    for (auto task : taskOrder) {
+      auto& deg = indegree[task.getId().getN()];
+      for (auto input : task.getInputs()) {
+        auto it = producerOf.find(input.getObject().getN());
+        if (it != producerOf.end()) {
+          deg++;
+          next[it->second].push_back(task.getId().getN());
+        }
+      }
+    }
+    std::deque<uint64_t> queue;
+    for (auto& [n, deg] : indegree) {
+      if (deg == 0) queue.push_back(n);
+    }
+    size_t seen = 0;
+    while (!queue.empty()) {
+      auto n = queue.front();
+      queue.pop_front();
+      seen++;
+      for (auto m : next[n]) {
+        if (--indegree[m] == 0) queue.push_back(m);
+      }
+    }
+    if (seen != taskOrder.size()) {
+      uint64_t example = 0;
+      for (auto& [n, deg] : indegree) {
+        if (deg > 0 && (example == 0 || n < example)) example = n;
+      }
+      SQUALL_FAIL("the graph has a cycle (task ", example, " depends on itself)");
+    }
+  }
+
+  // ---- apply: nothing below may fail on bad input
+  for (auto& [n, spec] : newObjects) {
+    auto& object = target.objects[n];
+    object.id = Id{session, n};
+    object.kind = spec.getKind();
+    object.keep = spec.getKeep();
+    object.label = spec.getLabel().cStr();
+    object.contentType = spec.getContentType().cStr();
+    if (spec.getIsConstant()) {
+      object.constant = true;
+      object.state = ObjectNode::State::FINISHED;
+      auto inlineData = spec.getData();
+      object.data.assign(inlineData.begin(), inlineData.end());
+      auto it = appended.find(n);
+      if (it != appended.end()) {
+        object.data.insert(object.data.end(), it->second.begin(), it->second.end());
+      }
+      object.size = object.data.size();
+      object.hash = XXH3_64bits(object.data.data(), object.data.size());
+    }
+  }
+  std::vector<TaskNode*> ready;
+  for (auto spec : taskOrder) {
+    auto n = spec.getId().getN();
+    auto& task = target.tasks[n];
+    task.id = Id{session, n};
+    task.spec = spec;
+    task.cpus = spec.getResources().getCpus();
+    target.counts[static_cast<int>(TaskNode::State::WAITING)]++;
+    target.unfinishedTasks++;
+    for (auto output : spec.getOutputs()) {
+      auto& object = target.objects.at(output.getN());
+      object.producer = &task;
+      task.outputs.push_back(&object);
+    }
+  }
+  for (auto spec : taskOrder) {
+    auto& task = target.tasks.at(spec.getId().getN());
+    for (auto input : spec.getInputs()) {
+      auto& object = target.objects.at(input.getObject().getN());
+      task.inputs.push_back(&object);
+      object.consumers.push_back(&task);
+      object.unfinishedConsumers++;
+      if (object.state != ObjectNode::State::FINISHED) task.unfinishedInputs++;
+    }
+    if (task.unfinishedInputs == 0) {
+      target.setTaskState(task, TaskNode::State::READY);
+      ready.push_back(&task);
+    }
+  }
+  for (auto& message : messages) target.messages.push_back(std::move(message));
+  messages.clear();
+  appended.clear();
+  return ready;
+}
+
+}  // namespace squall

@@ -1,0 +1,54 @@
+// A graph arriving in chunks (Submission.add / appendData) and its atomic
+// validation and application to a session. Loop thread only.
+#pragma once
+
+#include "graph.h"
+
+#include <kj/string.h>
+#include <squall/wire/service.capnp.h>
+
+namespace squall {
+
+struct SubmitLimits {
+  // Bytes of all messages of one submit, constants included.
+  uint64_t maxBytes = uint64_t(4) << 30;
+  uint64_t maxTasks = 10'000'000;
+  // One constant travels inline in one message to a governor.
+  uint64_t maxConstantBytes = 48 << 20;
+};
+
+class PendingSubmit {
+ public:
+  PendingSubmit(uint64_t session, SubmitLimits limits) : session(session), limits(limits) {}
+
+  // Copies one chunk. Throws FAILED when a limit is exceeded.
+  void add(wire::Submission::AddParams::Reader chunk);
+  // Appends to a constant declared in an earlier add(). Throws FAILED for an
+  // unknown or non-constant object.
+  void appendData(uint64_t object, kj::ArrayPtr<const kj::byte> data);
+
+  // Validates everything against `target` and, only if all of it is valid,
+  // moves the graph in. Returns the tasks that are ready at once. Throws
+  // FAILED naming the first problem; `target` is then untouched.
+  std::vector<TaskNode*> commit(Session& target);
+
+  uint64_t taskCount() const { return tasks; }
+  uint64_t objectCount() const { return objects; }
+
+ private:
+  uint64_t session;
+  SubmitLimits limits;
+  uint64_t bytes = 0;
+  uint64_t tasks = 0;
+  uint64_t objects = 0;
+  std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;
+  // Constants' extra bytes from appendData, by object n.
+  std::unordered_map<uint64_t, std::vector<kj::byte>> appended;
+  std::unordered_map<uint64_t, bool> declaredConstants;
+};
+
+// The problem with an execute/sandbox path, or nullptr when it is fine:
+// relative, non-empty, no ".." component, no NUL.
+kj::Maybe<kj::String> checkSandboxPath(kj::StringPtr path);
+
+}  // namespace squall
