@@ -1,0 +1,191 @@
+#include "session-table.h"
+
+#include "scheduler.h"
+#include "test-graph.h"
+
+#include <gtest/gtest.h>
+#include <kj/async.h>
+#include <spdlog/sinks/null_sink.h>
+
+namespace squall {
+namespace {
+
+using testing::TestGraph;
+
+class SessionTableTest : public ::testing::Test {
+ protected:
+  // Held by pointer: their destructors may throw, gtest's must not.
+  std::unique_ptr<kj::EventLoop> loopHolder = std::make_unique<kj::EventLoop>();
+  std::unique_ptr<kj::WaitScope> scopeHolder = std::make_unique<kj::WaitScope>(*loopHolder);
+  kj::WaitScope& waitScope = *scopeHolder;
+  std::shared_ptr<spdlog::logger> logger =
+      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  SessionTable table{*logger};
+
+  Session& submit(TestGraph& graph, Session* existing = nullptr) {
+    auto& session = existing ? *existing : table.open("s", this);
+    PendingSubmit pending(session.id, SubmitLimits{});
+    pending.add(graph.build());
+    table.submitted(session, pending.commit(session));
+    return session;
+  }
+
+  void report(Id task, bool ok, GovernorId from, std::vector<uint64_t> outputs = {},
+              std::string error = "") {
+    capnp::MallocMessageBuilder message;
+    auto result = message.initRoot<wire::TaskResult>();
+    task.to(result.initId());
+    result.setOk(ok);
+    result.setError(error);
+    auto infos = result.initOutputs(outputs.size());
+    for (size_t i = 0; i < outputs.size(); i++) {
+      Id{task.session, outputs[i]}.to(infos[i].initId());
+      infos[i].setSize(5);
+    }
+    table.taskResult(result.asReader(), from);
+  }
+};
+
+TEST_F(SessionTableTest, FinishedChainReleasesConsumersAndRemovesIntermediates) {
+  TestGraph g(1);
+  g.constant(1, "x").output(2).output(3, true).task({10, {1}, {2}}).task({11, {2}, {3}});
+  auto& s = submit(g);
+  ASSERT_EQ(table.effects().ready.size(), 1u);
+  table.effects().ready.clear();
+  table.assigned(s.tasks.at(10), 5);
+  report({1, 10}, true, 5, {2});
+  ASSERT_EQ(table.effects().ready.size(), 1u);
+  EXPECT_EQ(table.effects().ready[0], (Id{1, 11}));
+  EXPECT_EQ(s.objects.at(1).state, ObjectNode::State::REMOVED);  // constant consumed
+  table.assigned(s.tasks.at(11), 6);
+  auto all = table.wait(s, {}, false);
+  EXPECT_FALSE(all.poll(waitScope));
+  report({1, 11}, true, 6, {3});
+  EXPECT_TRUE(all.poll(waitScope));
+  // Object 2 was read by task 11 on governor 6, which fetched a copy: both
+  // copies are removed; kept object 3 stays.
+  EXPECT_EQ(s.objects.at(2).state, ObjectNode::State::REMOVED);
+  auto& removed = table.effects().remove;
+  EXPECT_NE(std::find(removed.begin(), removed.end(), std::make_pair(GovernorId(5), Id{1, 2})),
+            removed.end());
+  EXPECT_NE(std::find(removed.begin(), removed.end(), std::make_pair(GovernorId(6), Id{1, 2})),
+            removed.end());
+  EXPECT_EQ(s.objects.at(3).state, ObjectNode::State::FINISHED);
+  EXPECT_EQ(s.objects.at(3).locations, std::vector<GovernorId>{6});
+}
+
+TEST_F(SessionTableTest, FailedTaskFailsItsSessionCancelsRunningTasksAndWakesWaiters) {
+  TestGraph g(1);
+  g.output(1).output(2).output(3).task({10, {}, {1}}).task({11, {}, {2}}).task({12, {1}, {3}});
+  auto& s = submit(g);
+  TestGraph other(2);
+  other.output(1).task({5, {}, {1}});
+  auto& bystander = submit(other);
+  table.assigned(s.tasks.at(10), 1);
+  table.assigned(s.tasks.at(11), 2);
+  auto waiting = table.wait(s, {}, false);
+  report({1, 10}, false, 1, {}, "program 'false' exited with status 1");
+  EXPECT_TRUE(waiting.poll(waitScope));
+  EXPECT_EQ(s.state, Session::State::FAILED);
+  EXPECT_NE(s.failureMessage.find("task 10 failed: program 'false'"), std::string::npos);
+  ASSERT_EQ(table.effects().cancel.size(), 1u);
+  EXPECT_EQ(table.effects().cancel[0], std::make_pair(GovernorId(2), Id{1, 11}));
+  EXPECT_EQ(s.tasks.at(12).state, TaskNode::State::CANCELLED);
+  EXPECT_EQ(bystander.state, Session::State::OPEN);
+  // The cancelled task's late result is dropped and its output removed.
+  report({1, 11}, true, 2, {2});
+  EXPECT_EQ(s.tasks.at(11).state, TaskNode::State::CANCELLED);
+}
+
+TEST_F(SessionTableTest, GovernorLossFailsOnlyTheSessionsThatNeededIt) {
+  TestGraph g(1);
+  g.output(1).output(2).task({10, {}, {1}}).task({11, {1}, {2}});
+  auto& hit = submit(g);
+  TestGraph h(2);
+  h.output(1).task({10, {}, {1}});
+  auto& spared = submit(h);
+  table.assigned(hit.tasks.at(10), 3);
+  report({1, 10}, true, 3, {1});  // object 1 lives only on governor 3
+  table.assigned(spared.tasks.at(10), 4);
+  table.governorLost(3, "gov-a", {});
+  EXPECT_EQ(hit.state, Session::State::FAILED);
+  EXPECT_NE(hit.failureMessage.find("lost with governor gov-a"), std::string::npos);
+  EXPECT_EQ(spared.state, Session::State::OPEN);
+  table.governorLost(4, "gov-b", {Id{2, 10}});
+  EXPECT_EQ(spared.state, Session::State::FAILED);
+  EXPECT_NE(spared.failureMessage.find("gov-b disconnected while running task 10"),
+            std::string::npos);
+}
+
+TEST_F(SessionTableTest, WaitSomeCompletesOnFirstAndCloseWakesEveryone) {
+  TestGraph g(1);
+  g.output(1).output(2).task({10, {}, {1}}).task({11, {}, {2}});
+  auto& s = submit(g);
+  capnp::MallocMessageBuilder m;
+  auto ids = m.initRoot<capnp::List<uint64_t>>(2);
+  ids.set(0, 10);
+  ids.set(1, 11);
+  auto some = table.wait(s, ids.asReader(), true);
+  auto both = table.wait(s, ids.asReader(), false);
+  table.assigned(s.tasks.at(10), 1);
+  report({1, 10}, true, 1, {1});
+  EXPECT_TRUE(some.poll(waitScope));
+  EXPECT_FALSE(both.poll(waitScope));
+  table.close(1);
+  EXPECT_TRUE(both.poll(waitScope));
+  EXPECT_TRUE(table.find(1) == nullptr);
+  EXPECT_ANY_THROW(table.get(1));
+}
+
+TEST_F(SessionTableTest, ClosingOwnedSessionsLeavesOthers) {
+  auto& mine = table.open("a", this);
+  auto& theirs = table.open("b", nullptr);
+  auto mineId = mine.id;
+  table.closeOwnedBy(this);
+  EXPECT_TRUE(table.find(mineId) == nullptr);
+  EXPECT_TRUE(table.find(theirs.id) != nullptr);
+}
+
+TEST_F(SessionTableTest, SchedulerPrefersInputBytesThenLoad) {
+  GovernorPool pool;
+  auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
+  auto& b = pool.add("b", "127.0.0.1:2", 2, nullptr);
+  TestGraph g(1);
+  g.output(1).output(2).output(3).task({10, {}, {1}}).task({11, {1}, {2}}).task({12, {}, {3}});
+  auto& s = submit(g);
+  Scheduler scheduler(SchedulerOptions{0});
+  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
+  table.effects().ready.clear();
+  scheduler.place(ready, table, pool);
+  EXPECT_TRUE(ready.empty());
+  // Two independent tasks spread over both governors.
+  EXPECT_NE(s.tasks.at(10).governor, s.tasks.at(12).governor);
+  auto where10 = s.tasks.at(10).governor;
+  pool.release(where10, {1, 10});
+  report({1, 10}, true, where10, {1});
+  ready.assign(table.effects().ready.begin(), table.effects().ready.end());
+  scheduler.place(ready, table, pool);
+  // The consumer follows its input even though both have room.
+  EXPECT_EQ(s.tasks.at(11).governor, where10);
+  EXPECT_EQ(a.load + b.load, 2u);
+}
+
+TEST_F(SessionTableTest, SchedulerLeavesTasksThatDoNotFitInOrder) {
+  GovernorPool pool;
+  pool.add("a", "127.0.0.1:1", 1, nullptr);
+  TestGraph g(1);
+  testing::TestTask big{10, {}, {1}};
+  big.cpus = 4;
+  g.output(1).output(2).output(3).task(big).task({11, {}, {2}}).task({12, {}, {3}});
+  submit(g);
+  Scheduler scheduler(SchedulerOptions{0});
+  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
+  scheduler.place(ready, table, pool);
+  // 11 runs; 12 waits for the cpu; 10 waits for a governor big enough.
+  ASSERT_EQ(ready.size(), 2u);
+  EXPECT_EQ(ready[0], (Id{1, 10}));
+  EXPECT_EQ(ready[1], (Id{1, 12}));
+}
+
+}  // namespace
+}  // namespace squall

@@ -1,0 +1,186 @@
+#include "submit.h"
+
+#include "test-graph.h"
+
+#include <gtest/gtest.h>
+#include <squall/proto/errors.h>
+
+namespace squall {
+namespace {
+
+using testing::TestGraph;
+
+// Submits `graph` to `session`; returns the error text, or "" on success.
+std::string trySubmit(Session& session, TestGraph& graph, size_t* ready = nullptr) {
+  PendingSubmit pending(session.id, SubmitLimits{});
+  try {
+    pending.add(graph.build());
+    auto r = pending.commit(session);
+    if (ready) *ready = r.size();
+    return "";
+  } catch (const kj::Exception& e) {
+    return userMessage(e).cStr();
+  }
+}
+
+Session newSession() {
+  Session s;
+  s.id = 7;
+  return s;
+}
+
+TEST(SubmitTest, HelloWorldGraphIsAppliedWithTheConcatReady) {
+  auto session = newSession();
+  TestGraph g(7);
+  g.constant(1, "hello ").constant(2, "world").output(3, true).task({4, {1, 2}, {3}});
+  size_t ready = 0;
+  EXPECT_EQ(trySubmit(session, g, &ready), "");
+  EXPECT_EQ(ready, 1u);
+  EXPECT_EQ(session.tasks.size(), 1u);
+  EXPECT_EQ(session.objects.at(1).size, 6u);
+  EXPECT_EQ(session.objects.at(3).producer, &session.tasks.at(4));
+  EXPECT_EQ(session.objects.at(1).unfinishedConsumers, 1u);
+}
+
+TEST(SubmitTest, ChainHasOnlyItsFirstTaskReady) {
+  auto session = newSession();
+  TestGraph g(7);
+  g.constant(1, "x").output(2).output(3).task({10, {1}, {2}}).task({11, {2}, {3}});
+  size_t ready = 0;
+  EXPECT_EQ(trySubmit(session, g, &ready), "");
+  EXPECT_EQ(ready, 1u);
+  EXPECT_EQ(session.tasks.at(11).unfinishedInputs, 1u);
+}
+
+struct BadGraphCase {
+  const char* name;
+  std::function<void(TestGraph&)> build;
+  const char* expected;
+};
+
+class BadGraphTest : public ::testing::TestWithParam<BadGraphCase> {};
+
+TEST_P(BadGraphTest, IsRejectedWithAClearErrorAndNothingApplied) {
+  auto session = newSession();
+  TestGraph g(7);
+  GetParam().build(g);
+  auto error = trySubmit(session, g);
+  EXPECT_NE(error.find(GetParam().expected), std::string::npos) << error;
+  EXPECT_TRUE(session.tasks.empty());
+  EXPECT_TRUE(session.objects.empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, BadGraphTest,
+    ::testing::Values(
+        BadGraphCase{"UnknownInput", [](TestGraph& g) { g.output(2).task({3, {99}, {2}}); },
+                     "reads unknown object 99"},
+        BadGraphCase{"DuplicateId",
+                     [](TestGraph& g) { g.constant(1, "a").constant(1, "b"); },
+                     "duplicate id 1"},
+        BadGraphCase{"TaskAndObjectShareId",
+                     [](TestGraph& g) { g.constant(1, "a").output(2).task({1, {}, {2}}); },
+                     "duplicate id 1"},
+        BadGraphCase{"Cycle",
+                     [](TestGraph& g) {
+                       g.output(1).output(2).task({3, {2}, {1}}).task({4, {1}, {2}});
+                     },
+                     "cycle"},
+        BadGraphCase{"SelfLoop", [](TestGraph& g) { g.output(1).task({3, {1}, {1}}); }, "cycle"},
+        BadGraphCase{"TwoProducers",
+                     [](TestGraph& g) { g.output(1).task({2, {}, {1}}).task({3, {}, {1}}); },
+                     "two producers"},
+        BadGraphCase{"OtherSessionInput",
+                     [](TestGraph& g) {
+                       testing::TestTask t{3, {1}, {2}};
+                       t.inputSession = 8;
+                       g.output(2).task(t);
+                     },
+                     "from another session"},
+        BadGraphCase{"OtherSessionObject",
+                     [](TestGraph& g) { g.object({1, "x", true, false, wire::ObjectKind::BLOB, 8}); },
+                     "not this session"},
+        BadGraphCase{"NoProducer", [](TestGraph& g) { g.output(1); }, "no producer"},
+        BadGraphCase{"WritesConstant",
+                     [](TestGraph& g) { g.constant(1, "x").task({2, {}, {1}}); },
+                     "is a constant"},
+        BadGraphCase{"UndeclaredOutput", [](TestGraph& g) { g.task({2, {}, {5}}); },
+                     "not declared"},
+        BadGraphCase{"ZeroId", [](TestGraph& g) { g.constant(0, "x"); }, "reserved"},
+        BadGraphCase{"ConcatWithTwoOutputs",
+                     [](TestGraph& g) { g.output(1).output(2).task({3, {}, {1, 2}}); },
+                     "exactly one output"},
+        BadGraphCase{"EscapingInputPath",
+                     [](TestGraph& g) {
+                       g.constant(1, "x").output(2).task({3, {1}, {2}, {"cat"}, {"../etc/passwd"}});
+                     },
+                     "escape the sandbox"},
+        BadGraphCase{"AbsoluteInputPath",
+                     [](TestGraph& g) {
+                       g.constant(1, "x").output(2).task({3, {1}, {2}, {"cat"}, {"/etc/passwd"}});
+                     },
+                     "absolute"},
+        BadGraphCase{"ZeroCpus",
+                     [](TestGraph& g) {
+                       testing::TestTask t{3, {}, {2}};
+                       t.cpus = 0;
+                       g.output(2).task(t);
+                     },
+                     "0 cpus"},
+        BadGraphCase{"StreamNotYet",
+                     [](TestGraph& g) { g.object({1, "", false, false, wire::ObjectKind::STREAM}); },
+                     "blob objects only"}),
+    [](const ::testing::TestParamInfo<BadGraphCase>& info) { return info.param.name; });
+
+TEST(SubmitTest, LaterSubmitsReuseKeptObjectsButNotRemovedOnes) {
+  auto session = newSession();
+  TestGraph first(7);
+  first.constant(1, "a", true).constant(2, "b");
+  ASSERT_EQ(trySubmit(session, first), "");
+  session.objects.at(2).state = ObjectNode::State::REMOVED;
+  TestGraph second(7);
+  second.output(3).task({4, {1}, {3}});
+  EXPECT_EQ(trySubmit(session, second), "");
+  TestGraph third(7);
+  third.output(5).task({6, {2}, {5}});
+  EXPECT_NE(trySubmit(session, third).find("already removed"), std::string::npos);
+  TestGraph reuse(7);
+  reuse.constant(4, "dup");
+  EXPECT_NE(trySubmit(session, reuse).find("already used"), std::string::npos);
+}
+
+TEST(SubmitTest, ConstantDataArrivesInChunks) {
+  auto session = newSession();
+  PendingSubmit pending(7, SubmitLimits{});
+  TestGraph g(7);
+  g.object({1, "", true});
+  pending.add(g.build());
+  std::string part = "0123456789";
+  for (int i = 0; i < 3; i++) {
+    pending.appendData(1, kj::arrayPtr(reinterpret_cast<const kj::byte*>(part.data()), part.size()));
+  }
+  EXPECT_ANY_THROW(pending.appendData(2, nullptr));
+  pending.commit(session);
+  EXPECT_EQ(session.objects.at(1).size, 30u);
+}
+
+TEST(SubmitTest, LimitsAreEnforced) {
+  SubmitLimits limits;
+  limits.maxTasks = 1;
+  PendingSubmit pending(7, limits);
+  TestGraph g(7);
+  g.output(1).output(2).task({3, {}, {1}}).task({4, {}, {2}});
+  EXPECT_ANY_THROW(pending.add(g.build()));
+}
+
+TEST(SubmitTest, SandboxPathRules) {
+  EXPECT_TRUE(checkSandboxPath("a/b.txt") == nullptr);
+  EXPECT_TRUE(checkSandboxPath("a/..b") == nullptr);
+  EXPECT_FALSE(checkSandboxPath("") == nullptr);
+  EXPECT_FALSE(checkSandboxPath("a/../../b") == nullptr);
+  EXPECT_FALSE(checkSandboxPath("..") == nullptr);
+  EXPECT_FALSE(checkSandboxPath("/tmp/x") == nullptr);
+}
+
+}  // namespace
+}  // namespace squall
