@@ -428,6 +428,11 @@ void DataObject::fetchToFile(const std::string& path) const {
   if (fclose(file) != 0) throw Error("cannot write " + path + ": " + strerror(errno));
 }
 
+void DataObject::fetchTo(std::FILE* file) const {
+  session->fetch(n, nullptr, file);
+  if (fflush(file) != 0) throw Error(std::string("cannot write fetched data: ") + strerror(errno));
+}
+
 void DataObject::wait() const { session->wait({n}, false, nullptr); }
 
 // ------------------------------------------------------------ Program

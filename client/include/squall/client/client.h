@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -57,6 +58,8 @@ class DataObject {
   std::string fetch() const;
   // Like fetch() but writes the bytes to `path` (streamed, any size).
   void fetchToFile(const std::string& path) const;
+  // Like fetch() but writes the bytes to an open stream.
+  void fetchTo(std::FILE* file) const;
   void wait() const;
 
  private:

@@ -1,0 +1,96 @@
+// Starts a squall server and governors as child processes on this machine
+// and stops them again: `squall start`, `squall demo` and the end-to-end
+// tests use it. Plain POSIX; one thread; no event loop.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <sys/types.h>
+#include <vector>
+
+namespace squall {
+
+// A child process whose stdout we read line by line (to learn its address
+// and readiness) and whose stderr goes where ours goes.
+class ChildProcess {
+ public:
+  ChildProcess(const std::string& program, const std::vector<std::string>& args);
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  pid_t pid() const { return childPid; }
+  // Readable (poll) once the child has exited.
+  int exitFd() const { return pidFd; }
+  // The next line of its stdout, or nullopt at EOF or when `timeout` passes.
+  std::optional<std::string> readLine(std::chrono::milliseconds timeout);
+  // Waits for the line starting with `prefix`; throws std::runtime_error
+  // with what the child printed when it exits or the timeout passes first.
+  std::string expectLine(const std::string& prefix, std::chrono::milliseconds timeout);
+  void signal(int signo);
+  // Reaps the child if it has exited; returns its wait status.
+  std::optional<int> poll();
+  // Sends SIGTERM, waits up to `grace`, then SIGKILL; returns the status.
+  int stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
+  bool running() { return !poll().has_value(); }
+  // Blocks until the child exits or `deadline`; true if it exited.
+  bool waitExit(std::chrono::steady_clock::time_point deadline);
+
+ private:
+  std::string name;
+  pid_t childPid = -1;
+  int stdoutFd = -1;
+  int pidFd = -1;
+  std::string buffer;
+  std::optional<int> status;
+};
+
+struct ClusterOptions {
+  int governors = 1;
+  // Where the server listens; port 0 picks a free one.
+  std::string listen = "127.0.0.1:0";
+  // Each governor gets <workDir>/governor-<i>; empty = a new temp dir.
+  std::string workDir;
+  // Cpus each governor announces (0: detected).
+  uint32_t cpus = 0;
+  std::string token;
+  std::string logLevel = "warn";
+  std::vector<std::string> serverArgs;
+  std::vector<std::string> governorArgs;
+  std::chrono::milliseconds startTimeout = std::chrono::seconds(30);
+};
+
+class LocalCluster {
+ public:
+  explicit LocalCluster(ClusterOptions options);
+  ~LocalCluster();
+
+  // Starts the server, then the governors, and returns once all of them
+  // are registered. Throws std::runtime_error naming what failed.
+  void start();
+  // Starts one more governor; returns its index.
+  size_t addGovernor();
+  const std::string& serverAddress() const { return address; }
+  const std::string& workDir() const { return work; }
+  ChildProcess& server() { return *serverProcess; }
+  ChildProcess& governor(size_t i) { return *governorProcesses.at(i); }
+  size_t governorCount() const { return governorProcesses.size(); }
+  // Stops everything (governors first); safe to call twice.
+  void stop();
+
+ private:
+  ClusterOptions options;
+  std::string address;
+  std::string work;
+  bool ownsWorkDir = false;
+  std::unique_ptr<ChildProcess> serverProcess;
+  std::vector<std::unique_ptr<ChildProcess>> governorProcesses;
+};
+
+// Where a squall program lives: $SQUALL_BIN_DIR, beside the running
+// program, in the build tree's server/ or governor/, or on $PATH.
+std::string findProgram(const std::string& name);
+
+}  // namespace squall

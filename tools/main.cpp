@@ -1,0 +1,48 @@
+// squall: the command-line tool (start a local cluster, submit programs).
+#include "src/commands.h"
+
+#include <CLI/CLI.hpp>
+#include <csignal>
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  CLI::App app{"squall: run graphs of tasks on squall governors"};
+  app.require_subcommand(1);
+
+  squall::ClusterOptions cluster;
+  cluster.listen = "127.0.0.1:7210";
+  auto* start = app.add_subcommand("start", "run a server and local governors in the foreground");
+  start->add_option("--governors,-g", cluster.governors, "how many governors")->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  start->add_option("--listen", cluster.listen, "server address (host:port)")->capture_default_str();
+  start->add_option("--work-dir", cluster.workDir, "governors' work dirs go under it (default: temp)");
+  start->add_option("--cpus", cluster.cpus, "cpus each governor offers (default: detected)");
+  start->add_option("--token", cluster.token, "shared secret for every connection");
+  start->add_option("--log-level", cluster.logLevel, "server and governor log level")
+      ->capture_default_str();
+
+  squall::ClusterOptions demoCluster;
+  auto* demo = app.add_subcommand("demo", "start a server and a governor, run a sample pipeline");
+  demo->add_option("--governors,-g", demoCluster.governors, "how many governors")
+      ->capture_default_str()->check(CLI::Range(1, 64));
+  demo->add_option("--log-level", demoCluster.logLevel)->capture_default_str();
+
+  squall::SubmitOptions submit;
+  auto* sub = app.add_subcommand("submit", "run one program as a task and wait for it");
+  sub->add_option("--server", submit.server, "server host:port (default $SQUALL_SERVER or 127.0.0.1:7210)");
+  sub->add_option("--token", submit.token, "shared secret (default $SQUALL_TOKEN)");
+  sub->add_option("--stdin", submit.stdinFile, "local file fed to the program's stdin");
+  sub->add_option("--stdout", submit.stdoutFile, "write the program's stdout here (default: print it)");
+  sub->add_option("--input", submit.inputs, "PATH=FILE: local FILE placed at PATH in the sandbox");
+  sub->add_option("--output", submit.outputs, "PATH=FILE: the sandbox file PATH is written to FILE");
+  sub->add_option("--cpus", submit.cpus, "cpus the task needs")->capture_default_str()->check(CLI::Range(1, 4096));
+  sub->add_option("--name", submit.name, "task name");
+  sub->add_flag("--shell", submit.shell, "run the command line with /bin/sh -c");
+  sub->add_option("command", submit.command, "PROGRAM ARGS... (after --)")->required();
+
+  CLI11_PARSE(app, argc, argv);
+  if (*start) return squall::runStart(cluster);
+  if (*demo) return squall::runDemo(demoCluster);
+  if (*sub) return squall::runSubmit(submit);
+  return 2;
+}

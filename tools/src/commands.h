@@ -1,0 +1,36 @@
+// The `squall` command's subcommands. Each runs on the calling thread and
+// returns the process exit status.
+#pragma once
+
+#include <squall/tools/local-cluster.h>
+#include <string>
+#include <vector>
+
+namespace squall {
+
+// Runs a server and governors in the foreground until SIGINT/SIGTERM (or
+// until one of them dies), then stops them all.
+int runStart(ClusterOptions options);
+
+struct SubmitOptions {
+  std::string server;
+  std::string token;
+  std::string stdinFile;
+  std::string stdoutFile;   // empty: the program's stdout is printed
+  std::vector<std::string> inputs;   // PATH=FILE
+  std::vector<std::string> outputs;  // PATH=FILE
+  uint32_t cpus = 1;
+  std::string name;
+  bool shell = false;
+  std::vector<std::string> command;
+};
+
+// Runs one program as a task, waits, writes its outputs to local files and
+// returns the program's exit status.
+int runSubmit(const SubmitOptions& options);
+
+// Starts a server with one governor, runs a small sample pipeline, prints
+// what it made, and stops.
+int runDemo(ClusterOptions options);
+
+}  // namespace squall

@@ -1,0 +1,237 @@
+#include <squall/tools/local-cluster.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <poll.h>
+#include <spawn.h>
+#include <stdexcept>
+extern "C" {  // glibc 2.36 forgot the C linkage markers in this header
+#include <sys/pidfd.h>
+}
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace squall {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::runtime_error systemError(const std::string& what) {
+  return std::runtime_error(what + ": " + strerror(errno));
+}
+
+int64_t msLeft(std::chrono::steady_clock::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return std::max<int64_t>(0, left.count());
+}
+}  // namespace
+
+std::string findProgram(const std::string& name) {
+  std::vector<fs::path> candidates;
+  if (const char* dir = getenv("SQUALL_BIN_DIR"); dir && *dir) candidates.push_back(fs::path(dir) / name);
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto dir = self.parent_path();
+    for (auto sub : {".", "../server", "../governor", "../tools", "../bin", "../../server",
+                     "../../governor"}) {
+      candidates.push_back(dir / sub / name);
+    }
+  }
+  if (const char* path = getenv("PATH")) {
+    std::string p = path;
+    size_t start = 0;
+    while (start <= p.size()) {
+      size_t end = p.find(':', start);
+      if (end == std::string::npos) end = p.size();
+      if (end > start) candidates.push_back(fs::path(p.substr(start, end - start)) / name);
+      start = end + 1;
+    }
+  }
+  for (auto& c : candidates) {
+    if (access(c.c_str(), X_OK) == 0 && fs::is_regular_file(c, ec)) {
+      return fs::weakly_canonical(c, ec).string();
+    }
+  }
+  throw std::runtime_error("cannot find the program '" + name +
+                           "' (looked beside this program and on PATH; set SQUALL_BIN_DIR)");
+}
+
+ChildProcess::ChildProcess(const std::string& program, const std::vector<std::string>& args)
+    : name(fs::path(program).filename()) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw systemError("pipe");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGINT);
+  sigaddset(&defaults, SIGTERM);
+  sigaddset(&defaults, SIGPIPE);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(program.c_str()));
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  int rc = posix_spawn(&childPid, program.c_str(), &actions, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    errno = rc;
+    throw systemError("cannot start " + program);
+  }
+  stdoutFd = fds[0];
+  pidFd = pidfd_open(childPid, 0);
+  if (pidFd < 0) throw systemError("pidfd_open");
+}
+
+ChildProcess::~ChildProcess() {
+  if (childPid > 0 && !status) stop(std::chrono::seconds(5));
+  if (stdoutFd >= 0) close(stdoutFd);
+  if (pidFd >= 0) close(pidFd);
+}
+
+std::optional<std::string> ChildProcess::readLine(std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    auto nl = buffer.find('\n');
+    if (nl != std::string::npos) {
+      std::string line = buffer.substr(0, nl);
+      buffer.erase(0, nl + 1);
+      return line;
+    }
+    if (stdoutFd < 0) return std::nullopt;
+    struct pollfd p = {stdoutFd, POLLIN, 0};
+    int rc = ::poll(&p, 1, static_cast<int>(msLeft(deadline)));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc < 0) throw systemError("poll");
+    if (rc == 0) return std::nullopt;
+    char chunk[4096];
+    ssize_t n = read(stdoutFd, chunk, sizeof(chunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(stdoutFd);
+      stdoutFd = -1;
+      if (!buffer.empty()) {
+        std::string rest = std::move(buffer);
+        buffer.clear();
+        return rest;
+      }
+      return std::nullopt;
+    }
+    buffer.append(chunk, n);
+  }
+}
+
+std::string ChildProcess::expectLine(const std::string& prefix, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string seen;
+  while (true) {
+    auto line = readLine(std::chrono::milliseconds(msLeft(deadline)));
+    if (!line) break;
+    if (line->rfind(prefix, 0) == 0) return *line;
+    seen += *line + "\n";
+  }
+  std::string why = running() ? "did not say '" + prefix + "' in time"
+                              : "exited before saying '" + prefix + "'";
+  throw std::runtime_error(name + " " + why + (seen.empty() ? "" : "; it printed: " + seen));
+}
+
+bool ChildProcess::waitExit(std::chrono::steady_clock::time_point deadline) {
+  while (!poll()) {
+    int left = static_cast<int>(msLeft(deadline));
+    if (left == 0) return false;
+    struct pollfd p = {pidFd, POLLIN, 0};
+    if (::poll(&p, 1, left) < 0 && errno != EINTR) throw systemError("poll");
+  }
+  return true;
+}
+
+void ChildProcess::signal(int signo) {
+  if (childPid > 0 && !status) ::kill(childPid, signo);
+}
+
+std::optional<int> ChildProcess::poll() {
+  if (status || childPid <= 0) return status;
+  int s;
+  pid_t r = waitpid(childPid, &s, WNOHANG);
+  if (r == childPid) status = s;
+  return status;
+}
+
+int ChildProcess::stop(std::chrono::milliseconds grace) {
+  if (poll()) return *status;
+  ::kill(childPid, SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  waitExit(deadline);
+  if (!poll()) {
+    ::kill(childPid, SIGKILL);
+    int s;
+    waitpid(childPid, &s, 0);
+    status = s;
+  }
+  return *status;
+}
+
+LocalCluster::LocalCluster(ClusterOptions options) : options(std::move(options)) {}
+
+LocalCluster::~LocalCluster() { stop(); }
+
+void LocalCluster::start() {
+  work = options.workDir;
+  if (work.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "squall-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) throw systemError("mkdtemp");
+    work = tmpl;
+    ownsWorkDir = true;
+  }
+  fs::create_directories(work);
+  std::vector<std::string> args = {"--listen", options.listen, "--log-level", options.logLevel};
+  if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
+  args.insert(args.end(), options.serverArgs.begin(), options.serverArgs.end());
+  serverProcess = std::make_unique<ChildProcess>(findProgram("squall-server"), args);
+  auto line = serverProcess->expectLine("listening address=", options.startTimeout);
+  address = line.substr(std::string("listening address=").size());
+  for (int i = 0; i < options.governors; i++) addGovernor();
+}
+
+size_t LocalCluster::addGovernor() {
+  size_t index = governorProcesses.size();
+  auto dir = fs::path(work) / ("governor-" + std::to_string(index));
+  std::vector<std::string> args = {"--server", address, "--work-dir", dir.string(),
+                                   "--log-level", options.logLevel,
+                                   "--name", "governor-" + std::to_string(index)};
+  if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
+  if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
+  args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
+  governorProcesses.push_back(std::make_unique<ChildProcess>(findProgram("squall-governor"), args));
+  governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
+  return index;
+}
+
+void LocalCluster::stop() {
+  for (auto& g : governorProcesses) g->stop();
+  if (serverProcess) serverProcess->stop();
+  if (ownsWorkDir && !work.empty()) {
+    std::error_code ec;
+    fs::remove_all(work, ec);
+    ownsWorkDir = false;
+  }
+}
+
+}  // namespace squall
