@@ -1,0 +1,113 @@
+// The squall command line against real processes.
+#include <gtest/gtest.h>
+#include <squall/tools/local-cluster.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+
+namespace squall {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions options;
+    options.governors = 2;
+    options.cpus = 2;
+    cluster = new LocalCluster(options);
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+  }
+  void SetUp() override {
+    dir = fs::temp_directory_path() / ("squall-cli-" + std::to_string(getpid()) + "-" +
+                                       ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir);
+  }
+  void TearDown() override { fs::remove_all(dir); }
+
+  // Runs `squall ARGS` through sh (stdout/stderr into files); returns the
+  // exit status.
+  int squall(const std::string& args) {
+    std::string command = "cd '" + dir.string() + "' && SQUALL_SERVER=" + cluster->serverAddress() +
+                          " '" + findProgram("squall") + "' " + args + " >stdout.txt 2>stderr.txt";
+    int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  static LocalCluster* cluster;
+  fs::path dir;
+};
+LocalCluster* CliTest::cluster = nullptr;
+
+TEST_F(CliTest, SubmitWritesStdoutToAFile) {
+  EXPECT_EQ(squall("submit --stdout out.txt -- sh -c 'echo hello'"), 0) << slurp(dir / "stderr.txt");
+  EXPECT_EQ(slurp(dir / "out.txt"), "hello\n");
+}
+
+TEST_F(CliTest, SubmitPrintsStdoutAndMapsInputsAndOutputs) {
+  std::ofstream(dir / "words.txt") << "b\na\n";
+  std::ofstream(dir / "extra.txt") << "c\n";
+  EXPECT_EQ(squall("submit --stdin words.txt --input more/extra.txt=extra.txt "
+                   "--output sorted.txt=result.txt --shell -- "
+                   "'cat - more/extra.txt | sort > sorted.txt; echo done'"),
+            0)
+      << slurp(dir / "stderr.txt");
+  EXPECT_EQ(slurp(dir / "stdout.txt"), "done\n");
+  EXPECT_EQ(slurp(dir / "result.txt"), "a\nb\nc\n");
+}
+
+TEST_F(CliTest, FailingProgramGivesItsStatusAndAClearMessage) {
+  EXPECT_EQ(squall("submit -- false"), 1);
+  auto err = slurp(dir / "stderr.txt");
+  EXPECT_NE(err.find("exited with status 1"), std::string::npos) << err;
+  EXPECT_EQ(squall("submit --shell -- 'echo broken >&2; exit 7'"), 7);
+  err = slurp(dir / "stderr.txt");
+  EXPECT_NE(err.find("broken"), std::string::npos) << err;
+}
+
+TEST_F(CliTest, BadArgumentsAreClearErrors) {
+  EXPECT_NE(squall("submit --input nonsense -- true"), 0);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("PATH=FILE"), std::string::npos);
+  EXPECT_NE(squall("submit --stdin /no/such/file -- cat"), 0);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("/no/such/file"), std::string::npos);
+  EXPECT_NE(squall("submit --server 127.0.0.1:1 -- true"), 0);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("cannot connect"), std::string::npos);
+  EXPECT_NE(squall("submit --server nonsense -- true"), 0);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("host:port"), std::string::npos);
+}
+
+TEST(CliStartTest, StartRunsAClusterAndCtrlCStopsEverything) {
+  ChildProcess start(findProgram("squall"),
+                     {"start", "--governors", "2", "--listen", "127.0.0.1:0", "--cpus", "1"});
+  auto line = start.expectLine("squall is running: server=", std::chrono::seconds(30));
+  auto address = line.substr(line.find('=') + 1, line.find(' ', line.find('=')) - line.find('=') - 1);
+  std::string command = "SQUALL_SERVER=" + address + " '" + findProgram("squall") +
+                        "' submit -- sh -c 'echo hi' >/dev/null";
+  EXPECT_EQ(std::system(command.c_str()), 0);
+  start.signal(SIGINT);
+  EXPECT_TRUE(start.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(20)));
+  auto status = start.poll();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+  // Nothing is left listening: the server went with it.
+  EXPECT_NE(std::system(command.c_str()), 0);
+}
+
+}  // namespace
+}  // namespace squall

@@ -1,0 +1,279 @@
+// End-to-end behaviour through the client library against a real server
+// and two real governors.
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <chrono>
+#include <csignal>
+
+namespace squall {
+namespace {
+
+ClusterOptions twoGovernors(uint32_t cpus = 2) {
+  ClusterOptions options;
+  options.governors = 2;
+  options.cpus = cpus;
+  options.logLevel = "warn";
+  return options;
+}
+
+// One cluster for the tests that leave it healthy.
+class E2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    cluster = new LocalCluster(twoGovernors());
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+  }
+  void TearDown() override {
+    // Every test must leave the server and both governors running.
+    EXPECT_TRUE(cluster->server().running());
+    EXPECT_TRUE(cluster->governor(0).running());
+    EXPECT_TRUE(cluster->governor(1).running());
+  }
+  static LocalCluster* cluster;
+};
+LocalCluster* E2eTest::cluster = nullptr;
+
+TEST_F(E2eTest, HelloWorldConcatOfTwoBlobsIsFetched) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("hello");
+  auto task = session.concat({session.blob("Hello "), session.blob("world!")});
+  task.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(task.output().fetch(), "Hello world!");
+  EXPECT_EQ(client.governors().size(), 2u);
+}
+
+TEST_F(E2eTest, ChainOfTasksPassesDataAlong) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("chain");
+  auto current = session.blob("x");
+  for (int i = 0; i < 20; i++) current = session.concat({current, session.blob("y")}).output();
+  current.keep();
+  session.submit();
+  EXPECT_EQ(current.fetch(), "x" + std::string(20, 'y'));
+}
+
+TEST_F(E2eTest, FanInAcrossGovernorsMovesDataBetweenThem) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("fan-in");
+  // Each producer takes every cpu of a governor, so the two run on different
+  // governors at the same time; the concat then needs data from both.
+  std::vector<DataObject> parts;
+  for (int i = 0; i < 2; i++) {
+    auto t = session.execute(Program::shell("sleep 0.3; printf 'part%d-'; hostname >/dev/null")
+                                 .stdoutOutput()
+                                 .cpus(2)
+                                 .name("produce/" + std::to_string(i)));
+    parts.push_back(t.output());
+  }
+  // A 4 MiB payload makes the transfer span several chunks.
+  std::string big(4 << 20, 'z');
+  auto blob = session.blob(big);
+  auto upper = session.execute(Program({"cat"}).stdinFrom(blob).stdoutOutput().cpus(2));
+  parts.push_back(upper.output());
+  auto joined = session.concat(parts);
+  joined.output().keep();
+  session.submit();
+  auto result = joined.output().fetch();
+  ASSERT_EQ(result.size(), 4u * 1024 * 1024 + 12);
+  EXPECT_EQ(result.substr(0, 12), "part%d-part%d-");
+  EXPECT_EQ(result.substr(12), big);
+}
+
+TEST_F(E2eTest, ExecuteMapsFilesStdinAndStdout) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("execute");
+  auto data = session.blob("b\na\nc\n");
+  auto config = session.blob("-r");
+  auto task = session.execute(Program::shell("sort $(cat opts/flags) < in/data.txt > sorted.txt; "
+                                             "wc -l < in/data.txt; cat extra")
+                                  .input(data, "in/data.txt")
+                                  .input(config, "opts/flags")
+                                  .stdinFrom(session.blob("ignored"))
+                                  .input(session.blob("tail\n"), "extra")
+                                  .output("sorted.txt")
+                                  .stdoutOutput());
+  auto viaStdin = session.execute(Program({"tr", "a-z", "A-Z"}).stdinFrom(data).stdoutOutput());
+  auto asArg = session.execute(Program({"wc", "-c"}).inputArg(data, "data.txt").stdoutOutput());
+  for (auto* t : {&task, &viaStdin, &asArg}) {
+    for (size_t i = 0; i < t->outputCount(); i++) t->output(i).keep();
+  }
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(task.output(0).fetch(), "c\nb\na\n");
+  EXPECT_EQ(task.output(1).fetch(), "3\ntail\n");
+  EXPECT_EQ(viaStdin.output().fetch(), "B\nA\nC\n");
+  EXPECT_EQ(asArg.output().fetch(), "6 data.txt\n");
+}
+
+// Runs `program` alone in a session and returns how it failed.
+TaskFailed failureOf(Client& client, const Program& program) {
+  auto session = client.newSession("failure");
+  auto task = session.execute(program);
+  session.submit();
+  try {
+    session.waitAll();
+  } catch (const TaskFailed& failure) {
+    return failure;
+  }
+  ADD_FAILURE() << "the task should have failed";
+  return TaskFailed("", 0, "", -1, "");
+}
+
+TEST_F(E2eTest, NonZeroExitFailsTheSessionWithStatusAndStderr) {
+  Client client(cluster->serverAddress());
+  auto f = failureOf(client, Program::shell("echo doomed >&2; exit 3").name("doomed"));
+  EXPECT_EQ(f.exitStatus, 3);
+  EXPECT_NE(std::string(f.what()).find("exited with status 3"), std::string::npos) << f.what();
+  EXPECT_NE(f.stderrTail.find("doomed"), std::string::npos);
+  EXPECT_EQ(f.taskName, "doomed");
+}
+
+TEST_F(E2eTest, MissingProgramFailsWithItsName) {
+  Client client(cluster->serverAddress());
+  auto f = failureOf(client, Program({"/no/such/program-xyz"}));
+  EXPECT_NE(std::string(f.what()).find("/no/such/program-xyz"), std::string::npos) << f.what();
+}
+
+TEST_F(E2eTest, MissingOutputFileFails) {
+  Client client(cluster->serverAddress());
+  auto f = failureOf(client, Program({"true"}).output("never-written.txt"));
+  EXPECT_NE(std::string(f.what()).find("never-written.txt"), std::string::npos) << f.what();
+}
+
+TEST_F(E2eTest, SignalFailsWithTheSignal) {
+  Client client(cluster->serverAddress());
+  auto f = failureOf(client, Program::shell("kill -9 $$"));
+  EXPECT_NE(std::string(f.what()).find("signal 9"), std::string::npos) << f.what();
+}
+
+TEST_F(E2eTest, FailedSessionCancelsItsRunningTasksAndSparesOthers) {
+  Client client(cluster->serverAddress());
+  auto bystander = client.newSession("bystander");
+  auto slow = bystander.execute(Program::shell("sleep 0.5; echo fine").stdoutOutput());
+  slow.output().keep();
+  bystander.submit();
+
+  auto session = client.newSession("fails");
+  // Would hold a cpu for 10 minutes unless cancelled.
+  session.execute(Program({"sleep", "600"}));
+  session.execute(Program::shell("sleep 0.2; exit 1"));
+  session.submit();
+  EXPECT_THROW(session.waitAll(), TaskFailed);
+  EXPECT_FALSE(session.state().open);
+
+  EXPECT_EQ(slow.output().fetch(), "fine\n");
+  // The cancelled sleep no longer holds its cpu: a task needing every cpu of
+  // a governor, on both governors at once, can run.
+  auto after = client.newSession("after");
+  auto a = after.execute(Program({"true"}).cpus(2));
+  auto b = after.execute(Program({"true"}).cpus(2));
+  after.submit();
+  after.wait({a, b});
+}
+
+TEST_F(E2eTest, InvalidUseThroughTheClientIsAClearError) {
+  Client client(cluster->serverAddress());
+  auto one = client.newSession("one");
+  auto two = client.newSession("two");
+  auto foreign = one.blob("x");
+  try {
+    two.concat({foreign});
+    FAIL() << "cross-session input accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("another session"), std::string::npos);
+  }
+  // Fetching an object that is not kept.
+  auto t = one.concat({one.blob("a")});
+  one.submit();
+  one.waitAll();
+  try {
+    t.output().fetch();
+    FAIL() << "fetch of a removed object";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not kept"), std::string::npos) << e.what();
+  }
+  // A constant over the limit is refused at submit, nothing applied.
+  auto s = client.newSession("big");
+  s.blob(std::string(49 << 20, 'x'));
+  try {
+    s.submit();
+    FAIL() << "oversized constant accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("larger than the limit"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.state().finished + s.state().waiting, 0u);
+}
+
+TEST_F(E2eTest, DisconnectedClientsSessionsAreClosedAndTheirTasksKilled) {
+  {
+    Client doomed(cluster->serverAddress());
+    auto session = doomed.newSession("abandoned");
+    for (int i = 0; i < 4; i++) session.execute(Program({"sleep", "600"}));
+    session.submit();
+    ASSERT_EQ(session.state().running, 4u);  // every cpu of both governors
+    // Leave without closing: Session's destructor would close it politely,
+    // so keep it from running; the connection then just drops with `doomed`.
+    new Session(std::move(session));
+  }
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("after-disconnect");
+  std::vector<Task> all;
+  for (int i = 0; i < 2; i++) all.push_back(session.execute(Program({"true"}).cpus(2)));
+  session.submit();
+  session.wait(all);  // only possible once the sleeps were killed
+}
+
+TEST_F(E2eTest, ManySmallTasksInOneSubmitSpanSeveralMessages) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("many");
+  auto seed = session.blob("s");
+  std::vector<DataObject> leaves;
+  for (int i = 0; i < 50000; i++) leaves.push_back(session.concat({seed}).output());
+  auto tail = session.concat({leaves[0], leaves[49999]});
+  tail.output().keep();
+  session.submit();
+  EXPECT_EQ(tail.output().fetch(), "ss");
+  auto state = session.state();
+  EXPECT_EQ(state.finished, 50001u);
+}
+
+TEST(E2eGovernorDeathTest, GovernorDyingMidTaskFailsTheSessionClearly) {
+  LocalCluster cluster(twoGovernors(1));
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("victim");
+  auto a = session.execute(Program({"sleep", "600"}).name("long-a"));
+  auto b = session.execute(Program({"sleep", "600"}).name("long-b"));
+  session.submit();
+  // Submit's scheduling pass has run before the next call is served: one
+  // task on each governor (1 cpu each).
+  ASSERT_EQ(session.state().running, 2u);
+  cluster.governor(0).signal(SIGKILL);
+  try {
+    session.waitAll();
+    FAIL() << "session should fail";
+  } catch (const TaskFailed& failure) {
+    EXPECT_NE(std::string(failure.what()).find("disconnected while running task"),
+              std::string::npos)
+        << failure.what();
+  }
+  EXPECT_TRUE(cluster.server().running());
+  // The remaining governor still serves new work.
+  auto next = client.newSession("survivor");
+  auto t = next.concat({next.blob("still "), next.blob("alive")});
+  t.output().keep();
+  next.submit();
+  EXPECT_EQ(t.output().fetch(), "still alive");
+  EXPECT_EQ(client.governors().size(), 1u);
+}
+
+}  // namespace
+}  // namespace squall

@@ -1,0 +1,168 @@
+// The server's protocol seen by a client that does not use the client
+// library: malformed graphs, wrong versions and tokens, unknown sessions.
+#include <gtest/gtest.h>
+#include <kj/async-io.h>
+#include <squall/proto/errors.h>
+#include <squall/proto/rpc.h>
+#include <squall/tools/local-cluster.h>
+#include <squall/wire/service.capnp.h>
+
+namespace squall {
+namespace {
+
+class RawRpcTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions options;
+    options.governors = 1;
+    options.cpus = 1;
+    options.token = "sesame";
+    cluster = new LocalCluster(options);
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+  }
+
+  // Registers and returns the error text ("" when accepted).
+  std::string registerWith(uint32_t version, const char* token) {
+    auto req = bootstrap().registerClientRequest();
+    req.setVersion(version);
+    req.setToken(token);
+    try {
+      service = req.send().wait(io.waitScope).getService();
+      return "";
+    } catch (const kj::Exception& e) {
+      return userMessage(e).cStr();
+    }
+  }
+
+  wire::Bootstrap::Client bootstrap() {
+    if (!connection) {
+      connection = connectTo(io.provider->getNetwork(), cluster->serverAddress()).wait(io.waitScope);
+    }
+    return connection->bootstrap<wire::Bootstrap>();
+  }
+
+  // Submits the graph `fill` writes; returns the error text.
+  template <typename Fill>
+  std::string submitGraph(uint64_t session, Fill&& fill) {
+    auto req = service.submitRequest();
+    req.setSession(session);
+    auto submission = req.send().getSubmission();
+    auto add = submission.addRequest();
+    fill(add);
+    try {
+      add.send().wait(io.waitScope);
+      submission.commitRequest().send().wait(io.waitScope);
+      return "";
+    } catch (const kj::Exception& e) {
+      return userMessage(e).cStr();
+    }
+  }
+
+  uint64_t newSession() {
+    return service.newSessionRequest().send().wait(io.waitScope).getSession();
+  }
+
+  // KJ objects' destructors may throw; gtest's fixture's must not, so they
+  // live behind a pointer (members are destroyed in reverse order).
+  struct Rig {
+    kj::AsyncIoContext io = kj::setupAsyncIo();
+    kj::Own<RpcClient> connection;
+    wire::ClientService::Client service = nullptr;
+  };
+  std::unique_ptr<Rig> rig = std::make_unique<Rig>();
+  kj::AsyncIoContext& io = rig->io;
+  kj::Own<RpcClient>& connection = rig->connection;
+  wire::ClientService::Client& service = rig->service;
+
+  static LocalCluster* cluster;
+};
+LocalCluster* RawRpcTest::cluster = nullptr;
+
+void setId(wire::Id::Builder id, uint64_t session, uint64_t n) {
+  id.setSession(session);
+  id.setN(n);
+}
+
+TEST_F(RawRpcTest, WrongVersionAndTokenAreRefusedClearly) {
+  EXPECT_NE(registerWith(999, "sesame").find("protocol version mismatch"), std::string::npos);
+  EXPECT_NE(registerWith(wire::PROTOCOL_VERSION, "guess").find("authentication failed"),
+            std::string::npos);
+  EXPECT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+}
+
+TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  // A cycle through two concats.
+  auto error = submitGraph(s, [&](auto& add) {
+    auto objects = add.initObjects(2);
+    setId(objects[0].initId(), s, 1);
+    setId(objects[1].initId(), s, 2);
+    auto tasks = add.initTasks(2);
+    for (int i = 0; i < 2; i++) {
+      setId(tasks[i].initId(), s, 10 + i);
+      tasks[i].initConfig().setConcat();
+      setId(tasks[i].initInputs(1)[0].initObject(), s, 1 + i);
+      setId(tasks[i].initOutputs(1)[0], s, 2 - i);
+    }
+  });
+  EXPECT_NE(error.find("cycle"), std::string::npos) << error;
+  // An execute with no program and a stdin index out of range.
+  error = submitGraph(s, [&](auto& add) {
+    auto objects = add.initObjects(1);
+    setId(objects[0].initId(), s, 1);
+    auto tasks = add.initTasks(1);
+    setId(tasks[0].initId(), s, 10);
+    setId(tasks[0].initOutputs(1)[0], s, 1);
+    tasks[0].initConfig().initExecute().setStdinInput(3);
+  });
+  EXPECT_NE(error.find("needs a program"), std::string::npos) << error;
+  // After all that, a valid graph with the same ids goes through.
+  error = submitGraph(s, [&](auto& add) {
+    auto objects = add.initObjects(2);
+    setId(objects[0].initId(), s, 1);
+    objects[0].setIsConstant(true);
+    objects[0].setData(kj::StringPtr("abc").asBytes());
+    setId(objects[1].initId(), s, 2);
+    objects[1].setKeep(true);
+    auto tasks = add.initTasks(1);
+    setId(tasks[0].initId(), s, 10);
+    tasks[0].initConfig().setConcat();
+    setId(tasks[0].initInputs(1)[0].initObject(), s, 1);
+    setId(tasks[0].initOutputs(1)[0], s, 2);
+  });
+  EXPECT_EQ(error, "");
+  auto wait = service.waitRequest();
+  wait.setSession(s);
+  EXPECT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
+}
+
+TEST_F(RawRpcTest, UnknownSessionsAndObjectsAreNamed) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto req = service.getStateRequest();
+  req.setSession(424242);
+  try {
+    req.send().wait(io.waitScope);
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_NE(std::string(userMessage(e).cStr()).find("unknown session 424242"), std::string::npos);
+  }
+  auto s = newSession();
+  auto wait = service.waitRequest();
+  wait.setSession(s);
+  wait.initIds(1).set(0, 77);
+  try {
+    wait.send().wait(io.waitScope);
+    FAIL();
+  } catch (const kj::Exception& e) {
+    EXPECT_NE(std::string(userMessage(e).cStr()).find("unknown task or object 77"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace squall

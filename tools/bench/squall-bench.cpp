@@ -1,0 +1,126 @@
+// squall-bench: squall's throughput and latency on standard shapes, against a
+// local cluster it starts itself. Prints `<metric> <value>` lines (the peer
+// scripts' format) on stdout, details on stderr.
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// N independent trivial tasks (concat of nothing) in one submit.
+double trivialTasksPerSecond(squall::Client& client, int n) {
+  auto session = client.newSession("bench-trivial");
+  auto start = Clock::now();
+  for (int i = 0; i < n; i++) session.concat({});
+  session.submit();
+  session.waitAll();
+  return n / seconds(start);
+}
+
+// Rain's FFT-like graph: `layers` layers of 2^layers concat tasks; task j of
+// layer i+1 reads tasks j and j^(2^i) of layer i.
+double fftTasksPerSecond(squall::Client& client, int layers) {
+  auto session = client.newSession("bench-fft");
+  size_t width = size_t(1) << layers;
+  auto start = Clock::now();
+  std::vector<squall::DataObject> current;
+  for (size_t j = 0; j < width; j++) current.push_back(session.blob("x"));
+  for (int i = 0; i < layers; i++) {
+    std::vector<squall::DataObject> next;
+    for (size_t j = 0; j < width; j++) {
+      next.push_back(session.concat({current[j], current[j ^ (size_t(1) << i)]}).output());
+    }
+    current = std::move(next);
+  }
+  session.submit();
+  session.waitAll();
+  return double(width * layers) / seconds(start);
+}
+
+// Median time of submit + wait of one trivial task.
+double roundTripMicros(squall::Client& client, int n) {
+  auto session = client.newSession("bench-latency");
+  std::vector<double> samples;
+  for (int i = 0; i < n; i++) {
+    auto start = Clock::now();
+    auto t = session.concat({});
+    session.submit();
+    t.wait();
+    samples.push_back(seconds(start) * 1e6);
+  }
+  return median(samples);
+}
+
+// N `true` programs through execute.
+double programsPerSecond(squall::Client& client, int n) {
+  auto session = client.newSession("bench-programs");
+  auto start = Clock::now();
+  for (int i = 0; i < n; i++) session.execute(squall::Program({"true"}));
+  session.submit();
+  session.waitAll();
+  return n / seconds(start);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"squall-bench: squall's task throughput and latency"};
+  int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
+  std::string server;
+  app.add_option("--governors", governors)->capture_default_str();
+  app.add_option("--cpus", cpus, "cpus per governor")->capture_default_str();
+  app.add_option("--trivial", n, "tasks in the trivial benchmark")->capture_default_str();
+  app.add_option("--layers", layers, "layers (and log2 width) of the FFT graph")->capture_default_str();
+  app.add_option("--latency", latencyN, "round trips measured")->capture_default_str();
+  app.add_option("--programs", programs, "`true` programs")->capture_default_str();
+  app.add_option("--reps", reps, "repetitions (the median is printed)")->capture_default_str();
+  app.add_option("--server", server, "use a running server instead of starting one");
+  CLI11_PARSE(app, argc, argv);
+
+  std::unique_ptr<squall::LocalCluster> cluster;
+  try {
+    if (server.empty()) {
+      squall::ClusterOptions options;
+      options.governors = governors;
+      options.cpus = cpus;
+      cluster = std::make_unique<squall::LocalCluster>(options);
+      cluster->start();
+      server = cluster->serverAddress();
+    }
+    squall::Client client(server);
+    auto run = [&](const char* metric, auto&& body) {
+      std::vector<double> values;
+      for (int r = 0; r < reps; r++) {
+        values.push_back(body());
+        fprintf(stderr, "# %s run %d: %.1f\n", metric, r + 1, values.back());
+      }
+      printf("%s %.1f\n", metric, median(values));
+      fflush(stdout);
+    };
+    fprintf(stderr, "# squall: %d governors x %d cpus; trivial N=%d, fft %d layers, latency N=%d, "
+                    "programs N=%d\n", governors, cpus, n, layers, latencyN, programs);
+    run("squall_trivial_tasks_per_s", [&]() { return trivialTasksPerSecond(client, n); });
+    run("squall_tree_tasks_per_s", [&]() { return fftTasksPerSecond(client, layers); });
+    run("squall_roundtrip_latency_us", [&]() { return roundTripMicros(client, latencyN); });
+    run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
+  } catch (const std::exception& e) {
+    fprintf(stderr, "squall-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
