@@ -13,7 +13,8 @@ interface DataBootstrap {
 
 interface DataService {
   # Pushes the object's bytes from `offset` into `sink`, in chunks, with flow
-  # control; returns once every chunk has been accepted by the sink.
+  # control, then calls sink.done(); returns once done() has returned, so
+  # the caller has every byte when read() completes.
   read @0 (id :Common.Id, offset :UInt64, sink :ByteSink, compress :Bool)
       -> (size :UInt64, kind :Common.ObjectKind);
 }
@@ -22,4 +23,7 @@ interface ByteSink {
   # rawSize == 0: `chunk` is raw bytes. Otherwise `chunk` is one LZ4 block
   # that decompresses to rawSize bytes.
   write @0 (chunk :Data, rawSize :UInt32) -> stream;
+  # After the last write: returns once every write has been handled (a
+  # streaming call's result alone does not say that).
+  done @1 () -> ();
 }

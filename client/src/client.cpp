@@ -72,6 +72,9 @@ class SinkImpl final : public wire::ByteSink::Server {
     return kj::READY_NOW;
   }
 
+  // Writes are handled synchronously above, so all have landed by now.
+  kj::Promise<void> done(DoneContext) override { return kj::READY_NOW; }
+
  private:
   std::string* text;
   FILE* file;
@@ -131,7 +134,7 @@ struct ClientImpl {
 };
 
 struct LocalObject {
-  uint64_t n;
+  uint64_t n = 0;
   bool keep = false;
   bool constant = false;
   std::string label;
@@ -140,8 +143,8 @@ struct LocalObject {
 };
 
 struct LocalTask {
-  uint64_t n;
-  enum class Type { CONCAT, SLEEP, EXECUTE } type;
+  uint64_t n = 0;
+  enum class Type { CONCAT, SLEEP, EXECUTE } type = Type::CONCAT;
   std::string name;
   uint32_t cpus = 1;
   std::vector<Program::Input> inputs;
@@ -187,13 +190,17 @@ struct SessionImpl {
 
   LocalObject& newObject() {
     objectIndex[nextN] = objects.size();
-    objects.push_back(LocalObject{nextN++});
+    LocalObject object;
+    object.n = nextN++;
+    objects.push_back(std::move(object));
     return objects.back();
   }
 
   LocalTask& newTask(LocalTask::Type type, size_t outputs) {
     checkOpen();
-    LocalTask task{nextN++, type};
+    LocalTask task;
+    task.n = nextN++;
+    task.type = type;
     for (size_t i = 0; i < outputs; i++) task.outputs.push_back(newObject().n);
     outputsOf[task.n] = task.outputs;
     taskIndex[task.n] = tasks.size();

@@ -114,7 +114,7 @@ void ChildProcess::closeAtTeardown(uv_process_t* handle) {
   if (!box->exited) ::kill(-handle->pid, SIGKILL);
   if (auto* owner = box->owner) {
     owner->box = nullptr;
-    owner->exitFulfiller->reject(KJ_EXCEPTION(DISCONNECTED, "governor shutting down"));
+    owner->exitFulfiller->reject(SQUALL_EXCEPTION(DISCONNECTED, "governor shutting down"));
   }
   uv_close(reinterpret_cast<uv_handle_t*>(handle), deleteBox);
 }

@@ -102,8 +102,8 @@ kj::Maybe<kj::Own<ObjectReader>> ObjectStore::openReader(Id id) {
                      kj::str(id).cStr(), path.cStr(), strerror(errno));
         return nullptr;
       }
-      return kj::heap<ObjectReader>(bridge, entry.meta,
-                                    kj::atomicRefcounted<SharedFd>(kj::AutoCloseFd(fd)));
+      kj::Own<const SharedFd> shared = kj::atomicRefcounted<SharedFd>(kj::AutoCloseFd(fd));
+      return kj::heap<ObjectReader>(bridge, entry.meta, kj::mv(shared));
     }
   }
   KJ_UNREACHABLE;
@@ -133,7 +133,7 @@ kj::Promise<ObjectMeta> ObjectStore::putBytes(Id id, wire::ObjectKind kind,
                                               kj::Array<const kj::byte> bytes) {
   if (bytes.size() <= SMALL_OBJECT_SIZE && memoryBytes + bytes.size() <= memoryBudget) {
     ObjectMeta meta{kind, bytes.size(), hashBytes(bytes)};
-    insert(id, Entry{meta, kj::atomicRefcounted<Blob>(kj::mv(bytes))});
+    insert(id, Entry{meta, kj::Own<const Blob>(kj::atomicRefcounted<Blob>(kj::mv(bytes)))});
     return meta;
   }
   auto temp = kj::heap<TempFile>(newTempPath());

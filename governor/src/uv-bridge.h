@@ -21,6 +21,11 @@
     }                                                                      \
   } while (false)
 
+// A KJ exception whose description is exactly the concatenated arguments
+// (KJ_EXCEPTION would add "; name = value" debug text to user-facing errors).
+#define SQUALL_EXCEPTION(type, ...) \
+  ::kj::Exception(::kj::Exception::Type::type, __FILE__, __LINE__, ::kj::str(__VA_ARGS__))
+
 namespace squall {
 
 // "no such file or directory" for UV_ENOENT, etc.
@@ -117,16 +122,16 @@ kj::Promise<T> UvBridge::runOnPool(kj::Function<T()> work) {
     }
     void complete(int status) override {
       if (status == UV_ECANCELED) {
-        fulfiller->reject(KJ_EXCEPTION(DISCONNECTED, "pool job cancelled"));
+        fulfiller->reject(SQUALL_EXCEPTION(DISCONNECTED, "pool job cancelled"));
       } else if (status < 0) {
-        fulfiller->reject(KJ_EXCEPTION(FAILED, "cannot queue work on the libuv thread pool",
-                                       uvErrorText(status)));
+        fulfiller->reject(SQUALL_EXCEPTION(FAILED, "cannot queue work on the libuv thread pool: ",
+                                           uvErrorText(status)));
       } else KJ_IF_MAYBE(e, error) {
         fulfiller->reject(kj::mv(*e));
       } else KJ_IF_MAYBE(r, result) {
         fulfiller->fulfill(kj::mv(*r));
       } else {
-        fulfiller->reject(KJ_EXCEPTION(FAILED, "pool job produced no result"));
+        fulfiller->reject(SQUALL_EXCEPTION(FAILED, "pool job produced no result"));
       }
     }
   };

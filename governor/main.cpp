@@ -1,0 +1,310 @@
+// squall-governor: parses flags, builds the governor's services, registers
+// with the server and runs the loop until a signal or the server goes away.
+// Single-threaded (the KJ loop, with libuv inside); libuv's pool does file work.
+#include "data-service.h"
+#include "governor-control.h"
+#include "object-store.h"
+#include "result-batcher.h"
+#include "task-env.h"
+#include "task-queue.h"
+#include "uv-bridge.h"
+
+#include <CLI/CLI.hpp>
+#include <capnp/rpc.h>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <kj/async-io.h>
+#include <kj/async-unix.h>
+#include <kj/debug.h>
+#include <sched.h>
+#include <squall/proto/logging.h>
+#include <squall/proto/rpc.h>
+#include <squall/proto/token.h>
+#include <squall/wire/service.capnp.h>
+#include <thread>
+#include <unistd.h>
+
+namespace squall {
+namespace {
+
+struct Flags {
+  std::string server;
+  std::string listen = "127.0.0.1:0";
+  std::string workDir;
+  uint32_t cpus = 0;
+  std::string name;
+  std::string token;
+  std::string tokenFile;
+  std::string logLevel = "info";
+  double connectTimeout = 10;
+  uint64_t memoryMb = 256;
+};
+
+uint32_t detectCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  uint32_t n = std::thread::hardware_concurrency();
+  return n > 0 ? n : 1;
+}
+
+kj::String hostName() {
+  char buffer[256];
+  if (gethostname(buffer, sizeof(buffer)) < 0) return kj::str("localhost");
+  buffer[sizeof(buffer) - 1] = '\0';
+  return kj::str(buffer);
+}
+
+// Exits 2 with `message` on stderr (bad flags).
+[[noreturn]] void usageError(kj::StringPtr message) {
+  fprintf(stderr, "squall-governor: %s\n", message.cStr());
+  exit(2);
+}
+
+// Exits 1 with `message` on stderr (a runtime failure).
+[[noreturn]] void fatal(kj::StringPtr message) {
+  fprintf(stderr, "squall-governor: %s\n", message.cStr());
+  fflush(stderr);
+  exit(1);
+}
+
+// Connects, retrying refused connections with backoff until `deadline`.
+kj::Promise<kj::Own<RpcClient>> connectWithRetry(kj::Network& network, kj::Timer& timer,
+                                                 kj::StringPtr address, kj::TimePoint deadline,
+                                                 kj::Duration backoff, spdlog::logger& logger) {
+  return connectTo(network, address)
+      .catch_([&network, &timer, address, deadline, backoff,
+               &logger](kj::Exception&& e) -> kj::Promise<kj::Own<RpcClient>> {
+        if (e.getType() != kj::Exception::Type::DISCONNECTED || timer.now() + backoff > deadline) {
+          return kj::mv(e);
+        }
+        logger.warn("event=connect-retry server={} retry_ms={} error=\"{}\"", address.cStr(),
+                    backoff / kj::MILLISECONDS, e.getDescription().cStr());
+        return timer.afterDelay(backoff).then([&network, &timer, address, deadline, backoff, &logger]() {
+          return connectWithRetry(network, timer, address, deadline,
+                                  kj::min(backoff * 2, 1 * kj::SECONDS), logger);
+        });
+      });
+}
+
+// Why the loop stopped.
+enum class Stop { SIGNAL, SERVER_LOST };
+
+int run(const Flags& flags) {
+  std::shared_ptr<spdlog::logger> loggerPtr;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { loggerPtr = makeLogger("governor", flags.logLevel); })) {
+    usageError(kj::str("bad --log-level '", flags.logLevel.c_str(),
+                       "': use trace, debug, info, warn, error or off"));
+  }
+  spdlog::logger& logger = *loggerPtr;
+  KjLogForwarder forwarder(logger);
+
+  std::string token;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { token = resolveToken(flags.token, flags.tokenFile); })) {
+    usageError(kj::str("cannot read the token: ", e->getDescription()));
+  }
+
+  // Work directory: ours (temporary, removed at exit) unless given.
+  kj::String workDir;
+  bool ownWorkDir = false;
+  if (flags.workDir.empty()) {
+    const char* tmp = getenv("TMPDIR");
+    auto pattern = kj::str(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/squall-governor-XXXXXX");
+    if (mkdtemp(pattern.begin()) == nullptr) {
+      fatal(kj::str("cannot create a work directory ", pattern, ": ", strerror(errno)));
+    }
+    workDir = kj::mv(pattern);
+    ownWorkDir = true;
+  } else {
+    workDir = kj::str(flags.workDir.c_str());
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { makeDirs(workDir); })) {
+      fatal(kj::str("cannot create the work directory ", workDir, ": ", e->getDescription()));
+    }
+  }
+  auto tasksDir = kj::str(workDir, "/tasks");
+  auto objectsDir = kj::str(workDir, "/objects");
+  kj::String name = flags.name.empty() ? kj::str(hostName(), ":", getpid()) : kj::str(flags.name.c_str());
+
+  // Signals KJ watches must be captured before any thread exists (libuv's
+  // pool starts lazily). SIGCHLD stays with libuv.
+  kj::UnixEventPort::captureSignal(SIGINT);
+  kj::UnixEventPort::captureSignal(SIGTERM);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto io = kj::setupAsyncIo();
+  auto& timer = io.provider->getTimer();
+  auto& network = io.provider->getNetwork();
+
+  // Set when the governor stops for a reason the operator must see.
+  kj::Maybe<kj::String> failure;
+  // Builds the services, registers, serves; returns the exit code. Every
+  // object it builds is gone (children killed, handles closed) when it returns.
+  auto serve = [&]() -> int {
+    UvBridge bridge(io.unixEventPort, timer, logger);
+    kj::Maybe<ObjectStore> storeSlot;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  removeTree(tasksDir);
+                  makeDirs(tasksDir);
+                  storeSlot.emplace(bridge, kj::str(objectsDir), logger, flags.memoryMb << 20);
+                })) {
+      failure = kj::str("cannot prepare the work directory ", workDir, ": ", e->getDescription());
+      return 1;
+    }
+    auto& store = KJ_ASSERT_NONNULL(storeSlot);
+    TaskEnv env{bridge, timer, store, logger, kj::str(tasksDir), kj::str(name), captureEnvironment()};
+    DataServiceEnv dataEnv{store, logger, kj::str(token.c_str()), kj::str(name)};
+    DataFetcher fetcher(network, bridge, store, kj::str(token.c_str()), logger);
+
+    // The server may assign (and tasks may finish) before registration
+    // returns: the batcher sends to the upstream capability once it is known.
+    auto upstreamPaf = kj::newPromiseAndFulfiller<wire::GovernorUpstream::Client>();
+    ResultBatcher batcher(wire::GovernorUpstream::Client(kj::mv(upstreamPaf.promise)), timer, logger);
+    TaskQueue queue(env, fetcher, flags.cpus,
+                    [&batcher](TaskOutcome outcome) { batcher.report(kj::mv(outcome)); });
+
+    // Data service.
+    kj::Own<kj::ConnectionReceiver> receiver;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  receiver = listenOn(network, flags.listen.c_str()).wait(io.waitScope);
+                })) {
+      failure = kj::str("cannot listen on ", flags.listen.c_str(), ": ", e->getDescription());
+      return 1;
+    }
+    auto listenHost = kj::str(flags.listen.substr(0, flags.listen.rfind(':')).c_str());
+    if (listenHost == "0.0.0.0" || listenHost == "*" || listenHost == "::" || listenHost == "[::]") {
+      // Listening everywhere: advertise a name other hosts can reach.
+      listenHost = hostName();
+    }
+    auto dataAddress = kj::str(listenHost, ":", receiver->getPort());
+    RpcListener listener(
+        kj::mv(receiver),
+        [&dataEnv](kj::StringPtr) -> capnp::Capability::Client {
+          return kj::heap<DataBootstrapImpl>(dataEnv);
+        },
+        logger);
+    auto listening = listener.run().eagerlyEvaluate([&logger](kj::Exception&& e) {
+      logger.error("event=data-listener-failed error=\"{}\"", e.getDescription().cStr());
+    });
+
+    // Server connection and registration.
+    kj::Own<RpcClient> server;
+    auto deadline =
+        timer.now() + static_cast<int64_t>(flags.connectTimeout * 1000) * kj::MILLISECONDS;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  server = connectWithRetry(network, timer, flags.server.c_str(), deadline,
+                                            100 * kj::MILLISECONDS, logger)
+                               .wait(io.waitScope);
+                })) {
+      failure = kj::str("cannot connect to the server at ", flags.server.c_str(), ": ",
+                        e->getDescription());
+      return 1;
+    }
+    auto request = server->bootstrap<wire::Bootstrap>().registerGovernorRequest();
+    request.setVersion(wire::PROTOCOL_VERSION);
+    request.setToken(token);
+    auto info = request.initInfo();
+    info.setName(name);
+    info.setDataAddress(dataAddress);
+    info.initResources().setCpus(flags.cpus);
+    info.initInventory(0);
+    request.setControl(kj::heap<GovernorControlImpl>(store, queue, logger));
+    uint32_t governorId = 0;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  auto response = request.send().wait(io.waitScope);
+                  governorId = response.getGovernorId();
+                  upstreamPaf.fulfiller->fulfill(response.getUpstream());
+                })) {
+      failure = kj::str("the server at ", flags.server.c_str(), " refused registration: ",
+                        e->getDescription());
+      return 1;
+    }
+    printf("registered governor=%u data=%s\n", governorId, dataAddress.cStr());
+    fflush(stdout);
+    logger.info("event=registered governor={} name={} data={} cpus={} work_dir={}", governorId,
+                name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr());
+
+    auto onSignal = io.unixEventPort.onSignal(SIGINT)
+                        .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
+                        .then([&logger](siginfo_t info) {
+                          logger.info("event=signal signal={}", signalName(info.si_signo).cStr());
+                          return Stop::SIGNAL;
+                        });
+    auto onServerLost = server->onDisconnect().then(
+        []() { return Stop::SERVER_LOST; }, [](kj::Exception&&) { return Stop::SERVER_LOST; });
+    Stop stop = onSignal.exclusiveJoin(kj::mv(onServerLost)).wait(io.waitScope);
+    int exitCode = 0;
+    if (stop == Stop::SERVER_LOST) {
+      // TODO(reconnect): retry with backoff and report the inventory instead.
+      logger.error("event=server-lost server={} action=exit", flags.server.c_str());
+      failure = kj::str("lost the connection to the server at ", flags.server.c_str());
+      exitCode = 1;
+    }
+
+    // Kill running tasks; wait (bounded) for their children and sandboxes.
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  timer.timeoutAfter(10 * kj::SECONDS, queue.shutdown()).wait(io.waitScope);
+                })) {
+      logger.warn("event=shutdown-timeout error=\"{}\"", e->getDescription().cStr());
+    }
+    // Connections go before the services they call into.
+    server = nullptr;
+    listening = nullptr;
+    return exitCode;
+  };
+  int exitCode = serve();
+
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                removeTree(tasksDir);
+                removeTree(objectsDir);
+                if (ownWorkDir) removeTree(workDir);
+              })) {
+    logger.warn("event=cleanup-failed error=\"{}\"", e->getDescription().cStr());
+  }
+  KJ_IF_MAYBE(message, failure) {
+    fprintf(stderr, "squall-governor: %s\n", message->cStr());
+    fflush(stderr);
+  }
+  logger.info("event=exit code={}", exitCode);
+  return exitCode;
+}
+
+}  // namespace
+}  // namespace squall
+
+int main(int argc, char** argv) {
+  squall::Flags flags;
+  const char* envServer = getenv("SQUALL_SERVER");
+  flags.server = envServer != nullptr && *envServer != '\0' ? envServer : "127.0.0.1:7210";
+  flags.cpus = squall::detectCpus();
+
+  CLI::App app{"squall-governor: runs the tasks a squall server assigns to this node"};
+  app.add_option("--server", flags.server, "server address HOST:PORT (default $SQUALL_SERVER or 127.0.0.1:7210)");
+  app.add_option("--listen", flags.listen, "address of the data service HOST:PORT (port 0: any free port)");
+  app.add_option("--work-dir", flags.workDir, "directory for objects and task sandboxes (default: a new temp dir)");
+  app.add_option("--cpus", flags.cpus, "cpus offered to tasks (default: detected)")->check(CLI::Range(1u, 1u << 20));
+  app.add_option("--name", flags.name, "governor name (default HOSTNAME:PID)");
+  app.add_option("--token", flags.token, "shared secret (default $SQUALL_TOKEN)");
+  app.add_option("--token-file", flags.tokenFile, "file holding the shared secret");
+  app.add_option("--log-level", flags.logLevel, "trace, debug, info, warn, error or off");
+  app.add_option("--connect-timeout", flags.connectTimeout, "seconds to keep retrying the server")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--memory-mb", flags.memoryMb, "memory for small in-memory objects, MiB")
+      ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  for (auto* address : {&flags.server, &flags.listen}) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { squall::checkAddress(address->c_str()); })) {
+      squall::usageError(kj::str("bad address '", address->c_str(), "': expected HOST:PORT"));
+    }
+  }
+  return squall::run(flags);
+}

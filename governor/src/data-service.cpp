@@ -1,0 +1,279 @@
+// Serving and fetching object bytes. Loop thread only.
+#include "data-service.h"
+
+#include <fcntl.h>
+#include <squall/proto/chunk-codec.h>
+#include <squall/proto/token.h>
+#include <xxhash.h>
+
+namespace squall {
+
+// ----------------------------------------------------------------- serving
+
+kj::Promise<void> DataBootstrapImpl::open(OpenContext context) {
+  auto params = context.getParams();
+  if (params.getVersion() != wire::PROTOCOL_VERSION) {
+    return SQUALL_EXCEPTION(FAILED, "protocol version mismatch: governor ", env.governorName,
+                        " speaks version ", wire::PROTOCOL_VERSION, ", the peer speaks version ",
+                        params.getVersion());
+  }
+  if (!tokensEqual(params.getToken(), env.token.cStr())) {
+    return SQUALL_EXCEPTION(FAILED, "invalid token for the data service of governor ", env.governorName);
+  }
+  context.getResults().setService(kj::heap<DataServiceImpl>(env));
+  return kj::READY_NOW;
+}
+
+namespace {
+
+struct ReadState {
+  kj::Own<ObjectReader> reader;
+  wire::ByteSink::Client sink;
+  bool compress;
+};
+
+// Sends the chunk `current` covering bytes from `offset`, reading the next
+// chunk while this one is on its way.
+kj::Promise<void> sendChunks(ReadState& state, uint64_t offset,
+                             kj::Promise<ObjectReader::Chunk> current) {
+  return current.then([&state, offset](ObjectReader::Chunk chunk) -> kj::Promise<void> {
+    if (chunk.covers == 0) return state.sink.doneRequest().send().ignoreResult();
+    uint64_t nextOffset = offset + chunk.covers;
+    auto next = nextOffset < state.reader->info().size
+                    ? state.reader->readChunk(nextOffset, CHUNK_SIZE, state.compress)
+                    : kj::Promise<ObjectReader::Chunk>(ObjectReader::Chunk());
+    auto request = state.sink.writeRequest(capnp::MessageSize{chunk.bytes.size() / 8 + 16, 0});
+    request.setChunk(chunk.bytes);
+    request.setRawSize(chunk.rawSize);
+    return request.send().then([&state, nextOffset, next = kj::mv(next)]() mutable {
+      return sendChunks(state, nextOffset, kj::mv(next));
+    });
+  });
+}
+
+}  // namespace
+
+kj::Promise<void> DataServiceImpl::read(ReadContext context) {
+  auto params = context.getParams();
+  Id id = Id::from(params.getId());
+  uint64_t offset = params.getOffset();
+  KJ_IF_MAYBE(reader, env.store.openReader(id)) {
+    auto meta = (*reader)->info();
+    if (offset > meta.size) {
+      return SQUALL_EXCEPTION(FAILED, "offset ", offset, " is beyond the end of object ", id, " (",
+                          meta.size, " bytes)");
+    }
+    env.logger.debug("event=data-read object={} offset={} size={} compress={}", kj::str(id).cStr(),
+                     offset, meta.size, params.getCompress());
+    auto state = kj::heap<ReadState>(ReadState{kj::mv(*reader), params.getSink(), params.getCompress()});
+    auto first = state->reader->readChunk(offset, CHUNK_SIZE, state->compress);
+    context.releaseParams();
+    auto sending = sendChunks(*state, offset, kj::mv(first));
+    return sending.attach(kj::mv(state)).then([context, meta]() mutable {
+      auto results = context.getResults();
+      results.setSize(meta.size);
+      results.setKind(meta.kind);
+    });
+  } else {
+    return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held by governor ", env.governorName);
+  }
+}
+
+// ---------------------------------------------------------------- fetching
+
+namespace {
+
+// Collects one object's bytes: in memory while small, then in a temp file of
+// the store written on the pool. Writes are chained so they land in order.
+class FetchSink final : public kj::Refcounted {
+ public:
+  FetchSink(UvBridge& bridge, ObjectStore& store) : bridge(bridge), store(store) {
+    hashState = XXH3_createState();
+    KJ_ASSERT(hashState != nullptr);
+    XXH3_64bits_reset(hashState);
+  }
+  ~FetchSink() noexcept(false) { XXH3_freeState(hashState); }
+
+  kj::Promise<void> write(kj::Array<const kj::byte> bytes) {
+    KJ_IF_MAYBE(e, failure) { return kj::cp(*e); }
+    XXH3_64bits_update(hashState, bytes.begin(), bytes.size());
+    uint64_t offset = received;
+    received += bytes.size();
+    if (file == nullptr && received <= SMALL_OBJECT_SIZE) {
+      small.addAll(bytes);
+      return kj::READY_NOW;
+    }
+    if (file == nullptr) {
+      // Grew past the in-memory limit: move to a file.
+      auto temp = TempFile(store.newTempPath());
+      fd = kj::atomicRefcounted<SharedFd>(openOrThrow(temp.path(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
+      file = kj::mv(temp);
+      if (small.size() > 0) {
+        auto head = kj::heapArray<const kj::byte>(small.asPtr());
+        small.clear();
+        queueWrite(kj::mv(head), 0);
+      }
+    }
+    queueWrite(kj::mv(bytes), offset);
+    return tail.addBranch();
+  }
+
+  // Resolves once every write landed.
+  kj::Promise<void> drained() { return tail.addBranch(); }
+
+  uint64_t size() const { return received; }
+
+  // Puts the bytes into the store as `id`.
+  kj::Promise<ObjectMeta> commit(Id id, wire::ObjectKind kind) {
+    HashedSize hashed{received, XXH3_64bits_digest(hashState)};
+    KJ_IF_MAYBE(f, file) {
+      fd = nullptr;
+      return store.adoptFile(id, kind, f->release(), hashed);
+    }
+    auto bytes = kj::heapArray<const kj::byte>(small.asPtr());
+    small.clear();
+    return store.putBytes(id, kind, kj::mv(bytes));
+  }
+
+ private:
+  UvBridge& bridge;
+  ObjectStore& store;
+  XXH3_state_t* hashState;
+  uint64_t received = 0;
+  kj::Vector<kj::byte> small;
+  kj::Maybe<TempFile> file;
+  kj::Own<const SharedFd> fd;
+  kj::ForkedPromise<void> tail = kj::Promise<void>(kj::READY_NOW).fork();
+  kj::Maybe<kj::Exception> failure;
+
+  void queueWrite(kj::Array<const kj::byte> bytes, uint64_t offset) {
+    auto job = [this, fd = kj::atomicAddRef(*fd), bytes = kj::mv(bytes), offset]() mutable {
+      return bridge.runOnPool<void>([fd = kj::mv(fd), bytes = kj::mv(bytes), offset]() {
+        pwriteAll(fd->fd, bytes, offset);
+      });
+    };
+    tail = tail.addBranch()
+               .then(kj::mv(job))
+               .catch_([this](kj::Exception&& e) -> kj::Promise<void> {
+                 if (failure == nullptr) failure = kj::cp(e);
+                 return kj::mv(e);
+               })
+               .fork();
+  }
+};
+
+class FetchByteSinkImpl final : public wire::ByteSink::Server {
+ public:
+  explicit FetchByteSinkImpl(kj::Own<FetchSink> sink) : sink(kj::mv(sink)) {}
+
+  kj::Promise<void> write(WriteContext context) override {
+    auto params = context.getParams();
+    auto chunk = params.getChunk();
+    uint32_t rawSize = params.getRawSize();
+    kj::Array<const kj::byte> bytes =
+        rawSize == 0 ? kj::heapArray<const kj::byte>(chunk) : decompressChunk(chunk, rawSize);
+    context.releaseParams();
+    return sink->write(kj::mv(bytes));
+  }
+
+  // The sender's last call: answered once every write has landed.
+  kj::Promise<void> done(DoneContext) override { return sink->drained(); }
+
+ private:
+  kj::Own<FetchSink> sink;
+};
+
+}  // namespace
+
+struct DataFetcher::Peer {
+  kj::Maybe<kj::Own<RpcClient>> client;
+  wire::DataService::Client service = nullptr;
+};
+
+DataFetcher::DataFetcher(kj::Network& network, UvBridge& bridge, ObjectStore& store, kj::String token,
+                         spdlog::logger& logger)
+    : network(network), bridge(bridge), store(store), token(kj::mv(token)), logger(logger), tasks(*this) {}
+
+DataFetcher::~DataFetcher() noexcept(false) {}
+
+void DataFetcher::taskFailed(kj::Exception&& exception) {
+  logger.debug("event=peer-watch-failed error=\"{}\"", exception.getDescription().cStr());
+}
+
+wire::DataService::Client DataFetcher::serviceAt(kj::StringPtr address) {
+  std::string key(address.cStr());
+  auto it = peers.find(key);
+  if (it != peers.end()) return it->second->service;
+
+  auto peer = kj::heap<Peer>();
+  Peer* raw = peer.get();
+  logger.debug("event=peer-connect address={}", key);
+  auto connected = connectTo(network, address).then([this, raw, key](kj::Own<RpcClient> client) {
+    auto bootstrap = client->bootstrap<wire::DataBootstrap>();
+    auto request = bootstrap.openRequest();
+    request.setVersion(wire::PROTOCOL_VERSION);
+    request.setToken(token);
+    auto service = request.send().getService();
+    tasks.add(client->onDisconnect().then([this, raw, key]() {
+      // Later, not from inside the connection's own disconnect callback.
+      return kj::evalLater([this, raw, key]() {
+        auto it = peers.find(key);
+        if (it != peers.end() && it->second.get() == raw) {
+          logger.debug("event=peer-disconnected address={}", key);
+          peers.erase(it);
+        }
+      });
+    }));
+    raw->client = kj::mv(client);
+    return service;
+  });
+  peer->service = wire::DataService::Client(kj::mv(connected));
+  auto service = peer->service;
+  peers.emplace(key, kj::mv(peer));
+  return service;
+}
+
+kj::Promise<void> DataFetcher::fetch(Id id, wire::ObjectKind kind, kj::StringPtr address) {
+  if (store.find(id) != nullptr) return kj::READY_NOW;
+  KJ_IF_MAYBE(arriving, store.whenArrived(id)) { return kj::mv(*arriving); }
+  (void)kind;  // the source reports the kind with the bytes
+  store.expectArrival(id, transfer(id, kj::str(address)));
+  return KJ_ASSERT_NONNULL(store.whenArrived(id));
+}
+
+kj::Promise<void> DataFetcher::transfer(Id id, kj::String address) {
+  auto sink = kj::refcounted<FetchSink>(bridge, store);
+  auto request = serviceAt(address).readRequest();
+  id.to(request.initId());
+  request.setOffset(0);
+  request.setCompress(false);
+  request.setSink(kj::heap<FetchByteSinkImpl>(kj::addRef(*sink)));
+  logger.debug("event=fetch-start object={} source={}", kj::str(id).cStr(), address.cStr());
+  return request.send()
+      .then([this, sink = kj::mv(sink), id](auto response) mutable {
+        uint64_t size = response.getSize();
+        wire::ObjectKind actualKind = response.getKind();
+        // read() returned after our done(): every chunk has landed.
+        return sink->drained().then([this, sink = kj::mv(sink), id, size, actualKind]() mutable {
+          KJ_REQUIRE(sink->size() == size, "received a different number of bytes than announced",
+                     sink->size(), size);
+          return sink->commit(id, actualKind).then([this, id](ObjectMeta meta) {
+            logger.debug("event=fetch-done object={} size={}", kj::str(id).cStr(), meta.size);
+          });
+        });
+      })
+      .catch_([this, id, address = kj::mv(address)](kj::Exception&& e) -> kj::Promise<void> {
+        if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+          // A refused or broken connection is not reused; the next fetch
+          // connects afresh. Dropped later, not from inside its own call.
+          tasks.add(kj::evalLater([this, key = std::string(address.cStr())]() {
+            peers.erase(key);
+          }));
+        }
+        return kj::Exception(e.getType(), __FILE__, __LINE__,
+                             kj::str("cannot fetch object ", id, " from ", address, ": ",
+                                     e.getDescription()));
+      });
+}
+
+}  // namespace squall

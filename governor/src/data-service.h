@@ -1,0 +1,79 @@
+// The data plane of a governor: serving held objects to other governors and
+// clients (DataBootstrapImpl / DataServiceImpl), and fetching inputs from
+// other governors (DataFetcher, with FetchSinkImpl receiving the bytes).
+// Loop thread only; file reads, writes and LZ4 of big chunks on the pool.
+#pragma once
+
+#include "object-store.h"
+#include "uv-bridge.h"
+
+#include <kj/async-io.h>
+#include <map>
+#include <spdlog/logger.h>
+#include <squall/proto/rpc.h>
+#include <squall/wire/data.capnp.h>
+#include <string>
+
+namespace squall {
+
+// What the data service needs; owned by main(), outlives every connection.
+struct DataServiceEnv {
+  ObjectStore& store;
+  spdlog::logger& logger;
+  kj::String token;
+  kj::String governorName;
+};
+
+// One per accepted connection. open() checks the protocol version and the
+// token before handing out the service.
+class DataBootstrapImpl final : public wire::DataBootstrap::Server {
+ public:
+  explicit DataBootstrapImpl(DataServiceEnv& env) : env(env) {}
+  kj::Promise<void> open(OpenContext context) override;
+
+ private:
+  DataServiceEnv& env;
+};
+
+class DataServiceImpl final : public wire::DataService::Server {
+ public:
+  explicit DataServiceImpl(DataServiceEnv& env) : env(env) {}
+  // Streams the object from `offset` in CHUNK_SIZE chunks, awaiting each
+  // send for flow control; the next chunk is read while one is in flight.
+  kj::Promise<void> read(ReadContext context) override;
+
+ private:
+  DataServiceEnv& env;
+};
+
+// Fetches objects from other governors' data services into the store. One
+// connection per remote address, reused; dropped when it breaks.
+class DataFetcher final : private kj::TaskSet::ErrorHandler {
+ public:
+  DataFetcher(kj::Network& network, UvBridge& bridge, ObjectStore& store, kj::String token,
+              spdlog::logger& logger);
+  ~DataFetcher() noexcept(false);
+  KJ_DISALLOW_COPY(DataFetcher);
+
+  // Resolves once `id` is held: at once if it is, joining a transfer already
+  // under way, or fetching it from `address`. Rejects with a message naming
+  // the object and the address.
+  kj::Promise<void> fetch(Id id, wire::ObjectKind kind, kj::StringPtr address);
+
+ private:
+  struct Peer;
+
+  kj::Network& network;
+  UvBridge& bridge;
+  ObjectStore& store;
+  kj::String token;
+  spdlog::logger& logger;
+  std::map<std::string, kj::Own<Peer>> peers;
+  kj::TaskSet tasks;
+
+  wire::DataService::Client serviceAt(kj::StringPtr address);
+  kj::Promise<void> transfer(Id id, kj::String address);
+  void taskFailed(kj::Exception&& exception) override;
+};
+
+}  // namespace squall

@@ -1,0 +1,35 @@
+// The server's handle on this governor. Loop thread only.
+#include "governor-control.h"
+
+namespace squall {
+
+kj::Promise<void> GovernorControlImpl::assign(AssignContext context) {
+  auto params = context.getParams();
+  auto constants = params.getConstants();
+  for (auto constant : constants) {
+    Id id = Id::from(constant.getId());
+    if (store.find(id) != nullptr || store.whenArrived(id) != nullptr) continue;
+    auto bytes = kj::heapArray<const kj::byte>(constant.getData());
+    store.expectArrival(id, store.putBytes(id, constant.getKind(), kj::mv(bytes)).ignoreResult());
+  }
+  auto tasks = params.getTasks();
+  logger.debug("event=assign tasks={} constants={}", tasks.size(), constants.size());
+  for (auto assignment : tasks) queue.assign(assignment);
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> GovernorControlImpl::removeObjects(RemoveObjectsContext context) {
+  auto objects = context.getParams().getObjects();
+  logger.debug("event=remove-objects count={}", objects.size());
+  for (auto object : objects) store.remove(Id::from(object));
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> GovernorControlImpl::cancelTasks(CancelTasksContext context) {
+  auto ids = context.getParams().getTasks();
+  logger.debug("event=cancel-tasks count={}", ids.size());
+  for (auto id : ids) queue.cancel(Id::from(id));
+  return kj::READY_NOW;
+}
+
+}  // namespace squall

@@ -1,0 +1,113 @@
+// Tests of the object store. Test thread only.
+#include "object-store.h"
+
+#include "test-util.h"
+
+#include <squall/proto/chunk-codec.h>
+#include <sys/stat.h>
+
+namespace squall {
+namespace {
+
+struct StoreMembers {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  std::shared_ptr<spdlog::logger> logger = testLogger();
+  TempDir dir;
+  UvBridge bridge{io.unixEventPort, io.provider->getTimer(), *logger};
+};
+
+class ObjectStoreTest : public ::testing::Test {
+ protected:
+  // KJ objects may throw from destructors; gtest fixtures must not.
+  std::unique_ptr<StoreMembers> members = std::make_unique<StoreMembers>();
+  kj::AsyncIoContext& io = members->io;
+  std::shared_ptr<spdlog::logger> logger = members->logger;
+  TempDir& dir = members->dir;
+  UvBridge& bridge = members->bridge;
+};
+
+kj::Array<const kj::byte> pattern(size_t size) {
+  auto bytes = kj::heapArray<kj::byte>(size);
+  for (size_t i = 0; i < size; i++) bytes[i] = static_cast<kj::byte>((i * 7919) >> 3);
+  return kj::mv(bytes);
+}
+
+TEST_F(ObjectStoreTest, SmallObjectsLiveInMemoryAndLargeOnesInFiles) {
+  ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+  auto small = pattern(1000);
+  uint64_t smallHash = hashBytes(small);
+  auto meta = waitWithTimeout(io, store.putBytes(Id{1, 1}, wire::ObjectKind::BLOB, kj::mv(small)));
+  EXPECT_EQ(meta.size, 1000u);
+  EXPECT_EQ(meta.hash, smallHash);
+  EXPECT_EQ(store.memoryUsed(), 1000u);
+  EXPECT_TRUE(KJ_ASSERT_NONNULL(store.data(Id{1, 1})).is<kj::Own<const Blob>>());
+
+  auto large = pattern(3 * CHUNK_SIZE + 5);
+  uint64_t largeHash = hashBytes(large);
+  meta = waitWithTimeout(io, store.putBytes(Id{1, 2}, wire::ObjectKind::BLOB, kj::mv(large)));
+  EXPECT_EQ(meta.size, 3 * CHUNK_SIZE + 5);
+  EXPECT_EQ(meta.hash, largeHash);
+  auto data = KJ_ASSERT_NONNULL(store.data(Id{1, 2}));
+  ASSERT_TRUE(data.is<kj::String>());
+  auto path = kj::mv(data.get<kj::String>());
+  struct stat st;
+  ASSERT_EQ(stat(path.cStr(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0444u);
+  EXPECT_EQ(hashFile(path).hash, largeHash);
+
+  // A reader keeps working after the object is dropped from the store.
+  auto reader = KJ_ASSERT_NONNULL(store.openReader(Id{1, 2}));
+  store.remove(Id{1, 2});
+  store.remove(Id{9, 9});  // unknown: fine
+  EXPECT_TRUE(store.find(Id{1, 2}) == nullptr);
+  auto chunk = waitWithTimeout(io, reader->readChunk(CHUNK_SIZE, CHUNK_SIZE, false));
+  EXPECT_EQ(chunk.covers, CHUNK_SIZE);
+  EXPECT_EQ(chunk.rawSize, 0u);
+  auto expected = pattern(3 * CHUNK_SIZE + 5);
+  EXPECT_EQ(memcmp(chunk.bytes.begin(), expected.begin() + CHUNK_SIZE, CHUNK_SIZE), 0);
+  auto tail = waitWithTimeout(io, reader->readChunk(3 * CHUNK_SIZE, CHUNK_SIZE, false));
+  EXPECT_EQ(tail.covers, 5u);
+
+  store.remove(Id{1, 1});
+  EXPECT_EQ(store.memoryUsed(), 0u);
+  EXPECT_EQ(store.count(), 0u);
+}
+
+TEST_F(ObjectStoreTest, MemoryBudgetSendsSmallObjectsToDisk) {
+  ObjectStore store(bridge, dir.sub("objects"), *logger, 1500);
+  waitWithTimeout(io, store.putBytes(Id{1, 1}, wire::ObjectKind::BLOB, pattern(1000)));
+  waitWithTimeout(io, store.putBytes(Id{1, 2}, wire::ObjectKind::BLOB, pattern(1000)));
+  EXPECT_EQ(store.memoryUsed(), 1000u);
+  EXPECT_TRUE(KJ_ASSERT_NONNULL(store.data(Id{1, 2})).is<kj::String>());
+}
+
+TEST_F(ObjectStoreTest, ArrivalsCanBeAwaitedAndRemovedOnArrival) {
+  ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+  store.expectArrival(Id{2, 1}, store.putBytes(Id{2, 1}, wire::ObjectKind::BLOB, pattern(CHUNK_SIZE)).ignoreResult());
+  auto arrived = KJ_ASSERT_NONNULL(store.whenArrived(Id{2, 1}));
+  waitWithTimeout(io, kj::mv(arrived));
+  EXPECT_TRUE(store.find(Id{2, 1}) != nullptr);
+
+  store.expectArrival(Id{2, 2}, store.putBytes(Id{2, 2}, wire::ObjectKind::BLOB, pattern(CHUNK_SIZE)).ignoreResult());
+  auto second = KJ_ASSERT_NONNULL(store.whenArrived(Id{2, 2}));
+  store.remove(Id{2, 2});
+  waitWithTimeout(io, kj::mv(second));
+  // The removal is applied once the arrival's bookkeeping ran.
+  waitWithTimeout(io, io.provider->getTimer().afterDelay(0 * kj::MILLISECONDS));
+  EXPECT_TRUE(store.find(Id{2, 2}) == nullptr);
+}
+
+TEST(FileOpsTest, SafeRelativePaths) {
+  EXPECT_TRUE(isSafeRelativePath("a"));
+  EXPECT_TRUE(isSafeRelativePath("a/b.txt"));
+  EXPECT_FALSE(isSafeRelativePath(""));
+  EXPECT_FALSE(isSafeRelativePath("/etc/passwd"));
+  EXPECT_FALSE(isSafeRelativePath(".."));
+  EXPECT_FALSE(isSafeRelativePath("a/../b"));
+  EXPECT_FALSE(isSafeRelativePath("a//b"));
+  EXPECT_FALSE(isSafeRelativePath("./a"));
+  EXPECT_FALSE(isSafeRelativePath("a/"));
+}
+
+}  // namespace
+}  // namespace squall

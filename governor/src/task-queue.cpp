@@ -1,0 +1,201 @@
+// The local task queue. Loop thread only.
+#include "task-queue.h"
+
+#include <capnp/message.h>
+
+namespace squall {
+
+TaskQueue::TaskQueue(TaskEnv& env, DataFetcher& fetcher, uint32_t cpus, Reporter report)
+    : env(env), fetcher(fetcher), cpus(cpus), free(cpus), report(kj::mv(report)), work(*this) {}
+
+TaskQueue::~TaskQueue() noexcept(false) {}
+
+void TaskQueue::taskFailed(kj::Exception&& exception) {
+  // Every task chain ends in finish()/failWaiting(); reaching here is a bug.
+  env.logger.error("event=task-chain-failed error=\"{}\"", exception.getDescription().cStr());
+}
+
+kj::Maybe<TaskQueue::Task&> TaskQueue::lookup(Id id, uint64_t serial) {
+  auto it = tasks.find(id);
+  if (it == tasks.end() || it->second->serial != serial) return nullptr;
+  return *it->second;
+}
+
+void TaskQueue::assign(wire::Assignment::Reader assignment) {
+  auto spec = assignment.getTask();
+  Id id = Id::from(spec.getId());
+  if (shuttingDown) {
+    report(TaskOutcome::failure(id, kj::str("governor ", env.governorName, " is shutting down")));
+    return;
+  }
+  if (tasks.find(id) != tasks.end()) {
+    env.logger.warn("event=duplicate-assignment task={}", kj::str(id).cStr());
+    return;
+  }
+  uint32_t needed = spec.getResources().getCpus();
+  if (needed > cpus) {
+    report(TaskOutcome::failure(id, kj::str("task needs ", needed, " cpus but governor ",
+                                            env.governorName, " has only ", cpus)));
+    return;
+  }
+
+  // Inputs not held yet: joining a transfer under way or fetching them.
+  kj::Vector<kj::Promise<void>> waits;
+  auto inputs = spec.getInputs();
+  auto locations = assignment.getInputs();
+  for (uint i = 0; i < inputs.size(); i++) {
+    Id object = Id::from(inputs[i].getObject());
+    if (env.store.find(object) != nullptr) continue;
+    KJ_IF_MAYBE(arriving, env.store.whenArrived(object)) {
+      waits.add(kj::mv(*arriving));
+      continue;
+    }
+    if (i < locations.size() && locations[i].getSources().size() > 0) {
+      auto location = locations[i];
+      waits.add(fetcher.fetch(object, location.getKind(), location.getSources()[0]));
+      continue;
+    }
+    report(TaskOutcome::failure(id, kj::str("input ", object, " is not held by governor ",
+                                            env.governorName, " and no source was given")));
+    return;
+  }
+
+  auto task = kj::heap<Task>();
+  task->id = id;
+  task->serial = nextSerial++;
+  task->spec = capnp::clone(assignment);
+  task->cpus = needed;
+  uint64_t serial = task->serial;
+  tasks.emplace(id, kj::mv(task));
+  env.logger.debug("event=task-assigned task={} cpus={} fetching={}", kj::str(id).cStr(), needed,
+                   waits.size());
+
+  if (waits.empty()) {
+    inputsReady(id, serial);
+  } else {
+    work.add(kj::joinPromises(waits.releaseAsArray())
+                 .then([this, id, serial]() { inputsReady(id, serial); },
+                       [this, id, serial](kj::Exception&& e) {
+                         failWaiting(id, serial, kj::str(e.getDescription()));
+                       }));
+  }
+}
+
+void TaskQueue::inputsReady(Id id, uint64_t serial) {
+  KJ_IF_MAYBE(task, lookup(id, serial)) {
+    // Every input must still be here (an object removed meanwhile is lost).
+    for (auto input : task->spec->getTask().getInputs()) {
+      Id object = Id::from(input.getObject());
+      if (env.store.find(object) == nullptr) {
+        failWaiting(id, serial, kj::str("input ", object, " was removed from governor ",
+                                        env.governorName, " before the task started"));
+        return;
+      }
+    }
+    task->state = State::READY;
+    ready.emplace_back(id, serial);
+    pump();
+  }
+}
+
+void TaskQueue::failWaiting(Id id, uint64_t serial, kj::String error) {
+  KJ_IF_MAYBE(task, lookup(id, serial)) {
+    KJ_ASSERT(task->state != State::RUNNING);
+    tasks.erase(id);
+    report(TaskOutcome::failure(id, kj::mv(error)));
+  }
+}
+
+void TaskQueue::pump() {
+  while (!ready.empty()) {
+    auto [id, serial] = ready.front();
+    KJ_IF_MAYBE(task, lookup(id, serial)) {
+      if (task->state != State::READY) {
+        ready.pop_front();
+        continue;
+      }
+      // Strict FIFO: a big task at the head is not overtaken (no starvation).
+      if (task->cpus > free) return;
+      ready.pop_front();
+      start(*task);
+    } else {
+      ready.pop_front();
+    }
+  }
+}
+
+void TaskQueue::start(Task& task) {
+  task.state = State::RUNNING;
+  free -= task.cpus;
+  running++;
+  task.startWallUs = wallClockUs();
+  task.startMonotonicUs = monotonicUs();
+  Id id = task.id;
+  uint64_t serial = task.serial;
+  env.logger.debug("event=task-started task={} cpus={} free={}", kj::str(id).cStr(), task.cpus, free);
+  work.add(kj::evalNow([this, &task]() { return runTask(env, *task.spec, task.control); })
+               .then([this, id, serial](TaskOutcome outcome) { finish(id, serial, kj::mv(outcome)); },
+                     [this, id, serial](kj::Exception&& e) {
+                       finish(id, serial,
+                              TaskOutcome::failure(id, kj::str("governor ", env.governorName,
+                                                               " failed to run the task: ",
+                                                               e.getDescription())));
+                     }));
+}
+
+void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
+  KJ_IF_MAYBE(task, lookup(id, serial)) {
+    KJ_ASSERT(task->state == State::RUNNING);
+    outcome.id = id;
+    outcome.startTimeUs = task->startWallUs;
+    outcome.durationUs = monotonicUs() - task->startMonotonicUs;
+    if (task->control.isCancelled()) {
+      // Outputs made before the kill landed are not wanted.
+      for (auto& output : outcome.outputs) env.store.remove(output.id);
+      outcome.outputs.clear();
+      outcome.ok = false;
+      outcome.error = kj::str("cancelled");
+    }
+    free += task->cpus;
+    running--;
+    tasks.erase(id);
+    report(kj::mv(outcome));
+    if (running == 0) {
+      KJ_IF_MAYBE(f, idleFulfiller) {
+        (*f)->fulfill();
+        idleFulfiller = nullptr;
+      }
+    }
+    pump();
+  }
+}
+
+void TaskQueue::cancel(Id id) {
+  auto it = tasks.find(id);
+  if (it == tasks.end()) {
+    env.logger.debug("event=cancel-unknown task={}", kj::str(id).cStr());
+    return;
+  }
+  auto& task = *it->second;
+  env.logger.debug("event=task-cancel task={}", kj::str(id).cStr());
+  if (task.state == State::RUNNING) {
+    // finish() reports it once the runner has stopped (child reaped).
+    task.control.cancel();
+  } else {
+    tasks.erase(it);
+    report(TaskOutcome::failure(id, kj::str("cancelled")));
+  }
+}
+
+kj::Promise<void> TaskQueue::shutdown() {
+  shuttingDown = true;
+  kj::Vector<Id> ids;
+  for (auto& entry : tasks) ids.add(entry.first);
+  for (auto id : ids) cancel(id);
+  if (running == 0) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  idleFulfiller = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
+}  // namespace squall

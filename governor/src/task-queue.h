@@ -1,0 +1,79 @@
+// The governor's local queue: assigned tasks wait for their inputs (held,
+// arriving, or fetched from another governor), then for free cpus in FIFO
+// order, run, and report their outcome. Loop thread only.
+#pragma once
+
+#include "data-service.h"
+#include "task-env.h"
+
+#include <deque>
+#include <kj/function.h>
+#include <unordered_map>
+
+namespace squall {
+
+class TaskQueue final : private kj::TaskSet::ErrorHandler {
+ public:
+  using Reporter = kj::Function<void(TaskOutcome)>;
+
+  // `report` receives every outcome exactly once per assigned task.
+  TaskQueue(TaskEnv& env, DataFetcher& fetcher, uint32_t cpus, Reporter report);
+  ~TaskQueue() noexcept(false);
+  KJ_DISALLOW_COPY(TaskQueue);
+
+  // Copies the assignment and queues it. A task needing more cpus than the
+  // governor has, or an input nobody can provide, fails at once.
+  void assign(wire::Assignment::Reader assignment);
+
+  // Drops a waiting task or kills a running one; either way it is reported
+  // failed with "cancelled". Unknown (e.g. already finished) ids are ignored.
+  void cancel(Id id);
+
+  // Cancels everything; resolves once no task runs (every child is reaped
+  // and every sandbox removed). Later assignments are refused.
+  kj::Promise<void> shutdown();
+
+  uint32_t totalCpus() const { return cpus; }
+  uint32_t freeCpus() const { return free; }
+  size_t waitingCount() const { return tasks.size() - running; }
+  size_t runningCount() const { return running; }
+
+ private:
+  enum class State { WAITING_FOR_INPUTS, READY, RUNNING };
+
+  struct Task {
+    Id id;
+    uint64_t serial;
+    kj::Own<wire::Assignment::Reader> spec;
+    uint32_t cpus;
+    State state = State::WAITING_FOR_INPUTS;
+    TaskControl control;
+    uint64_t startWallUs = 0;
+    uint64_t startMonotonicUs = 0;
+  };
+
+  TaskEnv& env;
+  DataFetcher& fetcher;
+  uint32_t cpus;
+  uint32_t free;
+  Reporter report;
+  uint64_t nextSerial = 1;
+  size_t running = 0;
+  bool shuttingDown = false;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> idleFulfiller;
+  std::unordered_map<Id, kj::Own<Task>, IdHash> tasks;
+  // FIFO of (task, serial) whose inputs are present.
+  std::deque<std::pair<Id, uint64_t>> ready;
+  // Declared last: destroyed first, so no running promise outlives a Task.
+  kj::TaskSet work;
+
+  kj::Maybe<Task&> lookup(Id id, uint64_t serial);
+  void inputsReady(Id id, uint64_t serial);
+  void failWaiting(Id id, uint64_t serial, kj::String error);
+  void pump();
+  void start(Task& task);
+  void finish(Id id, uint64_t serial, TaskOutcome outcome);
+  void taskFailed(kj::Exception&& exception) override;
+};
+
+}  // namespace squall

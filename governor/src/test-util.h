@@ -1,0 +1,40 @@
+// Helpers shared by the governor's unit tests. Test thread only.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <kj/async-io.h>
+#include <kj/string.h>
+#include <memory>
+#include <spdlog/logger.h>
+#include <string>
+
+namespace squall {
+
+// A fresh directory under $TMPDIR, removed with everything in it.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  kj::StringPtr path() const { return dirPath; }
+  kj::String sub(kj::StringPtr name) const { return kj::str(dirPath, "/", name); }
+
+ private:
+  kj::String dirPath;
+};
+
+// A logger that prints warnings and errors only (set SQUALL_TEST_LOG=debug
+// for more).
+std::shared_ptr<spdlog::logger> testLogger();
+
+// Waits for `promise` at most `seconds`; fails the test (by exception) on timeout.
+template <typename T>
+T waitWithTimeout(kj::AsyncIoContext& io, kj::Promise<T> promise, int seconds = 20) {
+  return io.provider->getTimer().timeoutAfter(seconds * kj::SECONDS, kj::mv(promise)).wait(io.waitScope);
+}
+
+std::string readWholeFile(kj::StringPtr path);
+
+// Polls /proc until `pid` has exited or is a zombie, for at most `seconds`.
+bool isGoneOrZombie(int pid, int seconds);
+
+}  // namespace squall
