@@ -47,7 +47,11 @@ TEST_F(E2eTest, HelloWorldConcatOfTwoBlobsIsFetched) {
   session.submit();
   session.waitAll();
   EXPECT_EQ(task.output().fetch(), "Hello world!");
-  EXPECT_EQ(client.governors().size(), 2u);
+  auto governors = client.governors();
+  ASSERT_EQ(governors.size(), 2u);
+  EXPECT_EQ(governors[0].objects + governors[1].objects, 1u);  // only the kept result
+  session.close();
+  for (auto& g : client.governors()) EXPECT_EQ(g.objects, 0u) << g.name;
 }
 
 TEST_F(E2eTest, ChainOfTasksPassesDataAlong) {

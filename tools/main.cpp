@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   squall::ClusterOptions demoCluster;
+  demoCluster.logLevel = "error";
   auto* demo = app.add_subcommand("demo", "start a server and a governor, run a sample pipeline");
   demo->add_option("--governors,-g", demoCluster.governors, "how many governors")
       ->capture_default_str()->check(CLI::Range(1, 64));

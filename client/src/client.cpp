@@ -695,7 +695,8 @@ std::vector<GovernorInfo> Client::governors() {
     std::vector<GovernorInfo> result;
     for (auto g : response.getGovernors()) {
       result.push_back(GovernorInfo{g.getId(), g.getName().cStr(), g.getDataAddress().cStr(),
-                                    g.getCpus(), g.getCpusUsed(), g.getTasksAssigned()});
+                                    g.getCpus(), g.getCpusUsed(), g.getTasksAssigned(),
+                                    g.getObjects()});
     }
     return result;
   });

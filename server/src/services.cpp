@@ -196,6 +196,13 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> listGovernors(ListGovernorsContext call) override {
     auto& all = context.governors.all();
+    // Objects held per governor; counted on demand (a rare call).
+    std::map<GovernorId, uint64_t> held;
+    for (auto& [sid, session] : context.sessions.all()) {
+      for (auto& [n, object] : session.objects) {
+        for (auto g : object.locations) held[g]++;
+      }
+    }
     auto list = call.getResults().initGovernors(all.size());
     uint i = 0;
     for (auto& [id, g] : all) {
@@ -206,6 +213,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
       out.setCpus(g.cpus);
       out.setCpusUsed(std::min(g.load, g.cpus));
       out.setTasksAssigned(g.assigned.size());
+      out.setObjects(held[id]);
     }
     return kj::READY_NOW;
   }

@@ -144,6 +144,8 @@ struct GovernorInfo {
   uint32_t cpus;
   uint32_t cpusUsed;
   uint32_t tasksAssigned;
+  // Data objects the server knows the governor holds.
+  uint64_t objects;
 };
 
 class Session {
