@@ -146,6 +146,17 @@ TEST_F(E2eTest, MissingProgramFailsWithItsName) {
   EXPECT_NE(std::string(f.what()).find("/no/such/program-xyz"), std::string::npos) << f.what();
 }
 
+TEST_F(E2eTest, ProgramsAreLookedUpInTheTasksOwnPath) {
+  Client client(cluster->serverAddress());
+  auto f = failureOf(client, Program({"true"}).env("PATH", "/nonexistent"));
+  EXPECT_NE(std::string(f.what()).find("program 'true' not found"), std::string::npos) << f.what();
+  auto session = client.newSession("path");
+  auto t = session.execute(Program({"sh", "-c", "echo $PATH"}).env("PATH", "/bin:/usr/bin").stdoutOutput());
+  t.output().keep();
+  session.submit();
+  EXPECT_EQ(t.output().fetch(), "/bin:/usr/bin\n");
+}
+
 TEST_F(E2eTest, MissingOutputFileFails) {
   Client client(cluster->serverAddress());
   auto f = failureOf(client, Program({"true"}).output("never-written.txt"));

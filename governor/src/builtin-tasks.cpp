@@ -82,11 +82,7 @@ kj::Promise<TaskOutcome> runConcat(TaskEnv& env, wire::Assignment::Reader spec, 
   }
 
   auto finish = [taskId, outputId](ObjectMeta meta) {
-    TaskOutcome outcome;
-    outcome.id = taskId;
-    outcome.ok = true;
-    outcome.outputs.add(OutputInfo{outputId, meta.size, meta.hash});
-    return outcome;
+    return TaskOutcome::success(taskId, outputId, meta.size, meta.hash);
   };
 
   if (allInMemory && total <= SMALL_OBJECT_SIZE) {
@@ -154,11 +150,7 @@ kj::Promise<TaskOutcome> runSleep(TaskEnv& env, wire::Assignment::Reader spec, T
         }
         Id outputId = Id::from(task.getOutputs()[0]);
         auto finish = [taskId, outputId](ObjectMeta meta) {
-          TaskOutcome outcome;
-          outcome.id = taskId;
-          outcome.ok = true;
-          outcome.outputs.add(OutputInfo{outputId, meta.size, meta.hash});
-          return outcome;
+          return TaskOutcome::success(taskId, outputId, meta.size, meta.hash);
         };
         if (task.getInputs().size() == 0) {
           return env.store.putBytes(outputId, wire::ObjectKind::BLOB, kj::Array<const kj::byte>())

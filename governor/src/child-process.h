@@ -1,6 +1,6 @@
-// One child process started through libuv, in its own session and process
-// group so that it and everything it starts can be killed together.
-// Loop thread only.
+// One child process, in its own session and process group so that it and
+// everything it starts can be killed together; its exit is an event of the
+// governor's libuv loop. Loop thread only.
 #pragma once
 
 #include "uv-bridge.h"
@@ -32,8 +32,9 @@ struct SpawnOptions {
 
 class ChildProcess {
  public:
-  // The started child, or the libuv error (negative errno) when it could not
-  // be started (missing program, not executable, ...): an expected outcome.
+  // The started child, or a negative errno (as libuv's UV_E* codes) when it
+  // could not be started (missing program, not executable, ...): an
+  // expected outcome. The program is looked up in the PATH of options.env.
   static kj::OneOf<kj::Own<ChildProcess>, int> spawn(UvBridge& bridge, const SpawnOptions& options);
 
   // Killing the process group with SIGKILL if the child still runs; the
@@ -51,8 +52,8 @@ class ChildProcess {
   void killGroup(int signal);
 
   // For UvBridge teardown: kills the group of a still-running child and
-  // closes its handle.
-  static void closeAtTeardown(uv_process_t* handle);
+  // closes its handle. The governor's only uv_poll handles are children's.
+  static void closeAtTeardown(uv_poll_t* handle);
 
  private:
   struct Box;
@@ -64,7 +65,7 @@ class ChildProcess {
   kj::Own<kj::PromiseFulfiller<ProcessExit>> exitFulfiller;
   kj::Maybe<kj::Promise<ProcessExit>> exitPromise;
 
-  static void onExitCallback(uv_process_t* handle, int64_t exitStatus, int termSignal);
+  static void onPidfdReadable(uv_poll_t* handle, int status, int events);
   static void deleteBox(uv_handle_t* handle);
 };
 

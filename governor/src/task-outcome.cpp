@@ -13,6 +13,14 @@ TaskOutcome TaskOutcome::failure(Id id, kj::String error) {
   return outcome;
 }
 
+TaskOutcome TaskOutcome::success(Id id, Id output, uint64_t size, uint64_t hash) {
+  TaskOutcome outcome;
+  outcome.id = id;
+  outcome.ok = true;
+  outcome.outputs.add(OutputInfo{output, size, hash});
+  return outcome;
+}
+
 void TaskOutcome::toWire(wire::TaskResult::Builder builder) const {
   id.to(builder.initId());
   builder.setOk(ok);

@@ -29,6 +29,8 @@ struct TaskOutcome {
   kj::String stderrTail;
 
   static TaskOutcome failure(Id id, kj::String error);
+  // A finished built-in task with one output.
+  static TaskOutcome success(Id id, Id output, uint64_t size, uint64_t hash);
   void toWire(wire::TaskResult::Builder builder) const;
   // Rough bytes this result takes in a message, for batch limits.
   size_t wireSize() const;

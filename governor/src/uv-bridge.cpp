@@ -42,10 +42,10 @@ UvBridge::~UvBridge() noexcept(false) {
       [](uv_handle_t* handle, void* arg) {
         if (uv_is_closing(handle)) return;
         auto* self = static_cast<UvBridge*>(arg);
-        if (handle->type == UV_PROCESS) {
-          self->logger.warn("event=uv-teardown-kill pid={}",
-                            reinterpret_cast<uv_process_t*>(handle)->pid);
-          ChildProcess::closeAtTeardown(reinterpret_cast<uv_process_t*>(handle));
+        if (handle->type == UV_POLL) {
+          // Poll handles are child processes' pidfds (see child-process.h).
+          self->logger.warn("event=uv-teardown-kill");
+          ChildProcess::closeAtTeardown(reinterpret_cast<uv_poll_t*>(handle));
         } else {
           self->logger.warn("event=uv-teardown-close type={}", uv_handle_type_name(handle->type));
           uv_close(handle, nullptr);
