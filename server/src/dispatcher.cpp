@@ -26,7 +26,10 @@ void Dispatcher::governorLost(GovernorId id) {
     return;
   }
   auto held = governors.remove(id);
-  logger.warn("event=governor-lost governor={} name={} tasks={}", id, name, held.size());
+  // An idle governor leaving is routine (it was stopped); one taking tasks
+  // with it is a degradation.
+  logger.log(held.empty() ? spdlog::level::info : spdlog::level::warn,
+             "event=governor-lost governor={} name={} tasks={}", id, name, held.size());
   sessions.governorLost(id, name, held);
   kick();
 }
