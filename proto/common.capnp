@@ -67,7 +67,36 @@ struct TaskSpec {
     concat @6 :Void;
     sleep @7 :SleepConfig;
     execute @8 :ExecuteConfig;
+    # Output 0 (a dir) holds input i (blob or dir) at inputs[i].path.
+    makeDir @9 :Void;
+    # Output 0 = the file (blob) or, when the path ends in '/', the
+    # directory (dir) at this path inside input 0 (a dir).
+    sliceDir @10 :Text;
+    # Output 0 = the file (blob) / directory (dir) at this absolute path on
+    # the governor; only under roots its operator allowed (--allow-path).
+    load @11 :Text;
+    loadDir @12 :Text;
+    # Writes input 0 (blob or dir) to this absolute path on the governor,
+    # under an allowed root. No outputs.
+    store @13 :StoreConfig;
   }
+  policy @14 :TaskPolicy;
+}
+
+struct StoreConfig {
+  path @0 :Text;
+  # Replace what is at `path` already (otherwise that is an error).
+  overwrite @1 :Bool;
+}
+
+struct TaskPolicy {
+  # Extra attempts after a failure (0: fail at the first).
+  retries @0 :UInt32;
+  # A failure does not fail the session; tasks that need the failed task's
+  # outputs are skipped instead.
+  allowFailure @1 :Bool;
+  # The governor kills the task after this long (0: no limit).
+  timeLimitMs @2 :UInt64;
 }
 
 struct SleepConfig {
@@ -100,8 +129,9 @@ struct ExecuteConfig {
 # What the server learns about an object when it finishes.
 struct ObjectInfo {
   id @0 :Id;
+  # Blob: its bytes. Dir: the sum of its regular files' sizes.
   size @1 :UInt64;
-  # xxh3-64 of the bytes (0 when not computed).
+  # xxh3-64 of a blob's bytes; of a dir's sorted (path, kind, bytes) list.
   hash @2 :UInt64;
 }
 
@@ -119,6 +149,10 @@ struct TaskResult {
   durationUs @7 :UInt64;
   # Bounded tail of the program's stderr.
   stderrTail @8 :Text;
+  # Bounded tail of the program's stdout (when stdout is not an output).
+  stdoutTail @9 :Text;
+  # The task was killed for exceeding its time limit.
+  timedOut @10 :Bool;
 }
 
 # Why a session (or a wait) failed.

@@ -14,7 +14,9 @@ interface DataBootstrap {
 interface DataService {
   # Pushes the object's bytes from `offset` into `sink`, in chunks, with flow
   # control, then calls sink.done(); returns once done() has returned, so
-  # the caller has every byte when read() completes.
+  # the caller has every byte when read() completes. A dir is sent as a tar
+  # archive (pax format, relative paths, symlinks kept as links); `size` is
+  # the number of bytes sent.
   read @0 (id :Common.Id, offset :UInt64, sink :ByteSink, compress :Bool)
       -> (size :UInt64, kind :Common.ObjectKind);
 }

@@ -53,6 +53,43 @@ interface ClientService {
   cancel @7 (session :UInt64);
   getState @8 (session :UInt64) -> (state :SessionState);
   listGovernors @9 () -> (governors :List(GovernorStatus));
+  # The newest session with this name that is not closed.
+  findSession @10 (name :Text) -> (session :UInt64);
+  # Details of tasks: the named ones, or (ids empty) up to `limit` of the
+  # session's tasks in the states asked for (none asked: all states),
+  # failures first.
+  getTasks @11 (session :UInt64, ids :List(UInt64), states :List(TaskInfo.State),
+                limit :UInt32) -> (tasks :List(TaskInfo));
+  listSessions @12 () -> (sessions :List(SessionState));
+}
+
+struct TaskInfo {
+  id @0 :UInt64;
+  name @1 :Text;
+  state @2 :State;
+  governor @3 :Text;
+  startTimeUs @4 :UInt64;
+  durationUs @5 :UInt64;
+  exitStatus @6 :Int32 = -1;
+  error @7 :Text;
+  stdoutTail @8 :Text;
+  stderrTail @9 :Text;
+  # 1 for the first run; more after retries.
+  attempt @10 :UInt32;
+  attributes @11 :Text;
+  outputs @12 :List(ObjectInfo);
+  type @13 :Text;
+
+  enum State {
+    waiting @0;
+    ready @1;
+    running @2;
+    finished @3;
+    failed @4;
+    cancelled @5;
+    # Not run: an input's producer failed and was allowed to.
+    skipped @6;
+  }
 }
 
 interface Submission {
@@ -91,6 +128,7 @@ struct SessionState {
   tasksRunning @6 :UInt64;
   tasksFinished @7 :UInt64;
   tasksFailed @8 :UInt64;
+  tasksSkipped @9 :UInt64;
   enum State {
     open @0;
     failed @1;
@@ -133,6 +171,9 @@ struct Assignment {
   inputs @1 :List(InputLocation);
   # Kinds of task.outputs, same order.
   outputKinds @2 :List(ObjectKind);
+  # 1 for the first run, counting up with retries (SQUALL_ATTEMPT for
+  # programs).
+  attempt @3 :UInt32 = 1;
 }
 
 struct InputLocation {
@@ -146,6 +187,8 @@ struct InputLocation {
 struct ConstantData {
   id @0 :Id;
   kind @1 :ObjectKind;
+  # A dir's data is a tar archive (as fetch gives it), unpacked by the
+  # governor with the same path rules as task outputs.
   data @2 :Data;
 }
 
