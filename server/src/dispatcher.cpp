@@ -89,6 +89,7 @@ void Dispatcher::flush(GovernorState& governor) {
       auto& task = sessions.get(governor.toAssign[k].session).tasks.at(governor.toAssign[k].n);
       auto assignment = list[k - next];
       assignment.setTask(task.spec);
+      assignment.setAttempt(task.attempt);
       auto inputs = assignment.initInputs(task.inputs.size());
       for (uint i = 0; i < task.inputs.size(); i++) {
         auto& object = *task.inputs[i];

@@ -32,7 +32,8 @@ struct Waiter {
 };
 
 struct ObjectNode {
-  enum class State { UNFINISHED, FINISHED, REMOVED };
+  // FAILED: its producer failed (allowed to) or was skipped; never made.
+  enum class State { UNFINISHED, FINISHED, REMOVED, FAILED };
 
   Id id;
   wire::ObjectKind kind = wire::ObjectKind::BLOB;
@@ -56,7 +57,8 @@ struct ObjectNode {
 };
 
 struct TaskNode {
-  enum class State { WAITING, READY, ASSIGNED, FINISHED, FAILED, CANCELLED };
+  // SKIPPED: not run because an input's producer failed and was allowed to.
+  enum class State { WAITING, READY, ASSIGNED, FINISHED, FAILED, CANCELLED, SKIPPED };
 
   Id id;
   State state = State::WAITING;
@@ -68,7 +70,23 @@ struct TaskNode {
   uint32_t cpus = 1;
   // The governor whose capacity the task holds while assigned (0 = none).
   GovernorId governor = 0;
+  // 1 for the first run; counts up with retries.
+  uint32_t attempt = 1;
   std::vector<std::shared_ptr<Waiter>> waiters;
+
+  // Filled from the last result (bounded: tails are at most a few KiB).
+  std::string governorName;
+  uint64_t startTimeUs = 0;
+  uint64_t durationUs = 0;
+  int32_t exitStatus = -1;
+  std::string error;
+  std::string stdoutTail;
+  std::string stderrTail;
+
+  bool done() const {
+    return state == State::FINISHED || state == State::FAILED || state == State::CANCELLED ||
+           state == State::SKIPPED;
+  }
 };
 
 struct Session {
@@ -92,7 +110,7 @@ struct Session {
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;
 
   uint64_t unfinishedTasks = 0;
-  uint64_t counts[6] = {};  // by TaskNode::State
+  uint64_t counts[7] = {};  // by TaskNode::State
   // wait() with no ids: completes when unfinishedTasks reaches 0.
   std::vector<std::shared_ptr<Waiter>> allWaiters;
   // Every pending waiter, so that a failure or close reaches all of them.

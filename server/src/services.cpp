@@ -1,5 +1,6 @@
 #include "services.h"
 
+#include <algorithm>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/token.h>
@@ -95,7 +96,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto id = params.getSession();
     auto& session = context.sessions.get(id);
     return context.sessions.wait(session, params.getIds(), false).then([this, id, call]() mutable {
-      fillWaitResult(id, call.getResults().initResult());
+      fillWaitResult(id, call.getResults().initResult(), call.getParams().getIds());
     });
   }
 
@@ -105,7 +106,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto& session = context.sessions.get(id);
     return context.sessions.wait(session, params.getIds(), true).then([this, id, call]() mutable {
       auto results = call.getResults();
-      fillWaitResult(id, results.initResult());
+      fillWaitResult(id, results.initResult(), call.getParams().getIds());
       std::vector<uint64_t> finished;
       KJ_IF_MAYBE(s, context.sessions.find(id)) {
         for (auto n : call.getParams().getIds()) {
@@ -115,9 +116,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
             continue;
           }
           auto tit = s->tasks.find(n);
-          if (tit != s->tasks.end() && tit->second.state == TaskNode::State::FINISHED) {
-            finished.push_back(n);
-          }
+          if (tit != s->tasks.end() && tit->second.done()) finished.push_back(n);
         }
       }
       auto list = results.initFinished(finished.size());
@@ -178,7 +177,65 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> getState(GetStateContext call) override {
     auto& session = context.sessions.get(call.getParams().getSession());
-    auto state = call.getResults().initState();
+    fillState(call.getResults().initState(), session);
+    return kj::READY_NOW;
+  }
+
+  static int toNodeState(wire::TaskInfo::State s) {
+    using W = wire::TaskInfo::State;
+    using S = TaskNode::State;
+    switch (s) {
+      case W::WAITING: return static_cast<int>(S::WAITING);
+      case W::READY: return static_cast<int>(S::READY);
+      case W::RUNNING: return static_cast<int>(S::ASSIGNED);
+      case W::FINISHED: return static_cast<int>(S::FINISHED);
+      case W::FAILED: return static_cast<int>(S::FAILED);
+      case W::CANCELLED: return static_cast<int>(S::CANCELLED);
+      case W::SKIPPED: return static_cast<int>(S::SKIPPED);
+    }
+    return static_cast<int>(S::WAITING);
+  }
+
+  static void fillTask(wire::TaskInfo::Builder out, const TaskNode& task) {
+    using W = wire::TaskInfo::State;
+    static const W STATES[] = {W::WAITING, W::READY, W::RUNNING, W::FINISHED,
+                               W::FAILED, W::CANCELLED, W::SKIPPED};
+    out.setId(task.id.n);
+    out.setName(task.spec.getName());
+    out.setState(STATES[static_cast<int>(task.state)]);
+    out.setGovernor(task.governorName);
+    out.setStartTimeUs(task.startTimeUs);
+    out.setDurationUs(task.durationUs);
+    out.setExitStatus(task.exitStatus);
+    out.setError(task.error);
+    out.setStdoutTail(task.stdoutTail);
+    out.setStderrTail(task.stderrTail);
+    out.setAttempt(task.attempt);
+    out.setAttributes(task.spec.getAttributes());
+    out.setType(taskType(task.spec));
+    auto outputs = out.initOutputs(task.outputs.size());
+    for (size_t i = 0; i < task.outputs.size(); i++) {
+      task.outputs[i]->id.to(outputs[i].initId());
+      outputs[i].setSize(task.outputs[i]->size);
+      outputs[i].setHash(task.outputs[i]->hash);
+    }
+  }
+
+  static kj::StringPtr taskType(wire::TaskSpec::Reader spec) {
+    switch (spec.getConfig().which()) {
+      case wire::TaskSpec::Config::CONCAT: return "concat";
+      case wire::TaskSpec::Config::SLEEP: return "sleep";
+      case wire::TaskSpec::Config::EXECUTE: return "execute";
+      case wire::TaskSpec::Config::MAKE_DIR: return "make_dir";
+      case wire::TaskSpec::Config::SLICE_DIR: return "slice_dir";
+      case wire::TaskSpec::Config::LOAD: return "load";
+      case wire::TaskSpec::Config::LOAD_DIR: return "load_dir";
+      case wire::TaskSpec::Config::STORE: return "store";
+    }
+    return "unknown";
+  }
+
+  static void fillState(wire::SessionState::Builder state, const Session& session) {
     state.setId(session.id);
     state.setName(session.name);
     state.setState(session.state == Session::State::OPEN ? wire::SessionState::State::OPEN
@@ -191,6 +248,63 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     state.setTasksRunning(count(S::ASSIGNED));
     state.setTasksFinished(count(S::FINISHED));
     state.setTasksFailed(count(S::FAILED) + count(S::CANCELLED));
+    state.setTasksSkipped(count(S::SKIPPED));
+  }
+
+  kj::Promise<void> findSession(FindSessionContext call) override {
+    auto name = call.getParams().getName();
+    uint64_t found = 0;
+    for (auto& [id, session] : context.sessions.all()) {
+      if (session.name == name.cStr()) found = id;  // newest wins
+    }
+    SQUALL_REQUIRE(found != 0, "no open session is named '", name, "'");
+    call.getResults().setSession(found);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> listSessions(ListSessionsContext call) override {
+    auto& all = context.sessions.all();
+    auto list = call.getResults().initSessions(all.size());
+    uint i = 0;
+    for (auto& [id, session] : all) fillState(list[i++], session);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> getTasks(GetTasksContext call) override {
+    auto params = call.getParams();
+    auto& session = context.sessions.get(params.getSession());
+    std::vector<const TaskNode*> chosen;
+    if (params.getIds().size() > 0) {
+      for (auto n : params.getIds()) {
+        auto it = session.tasks.find(n);
+        SQUALL_REQUIRE(it != session.tasks.end(), "unknown task ", n);
+        chosen.push_back(&it->second);
+      }
+    } else {
+      bool wanted[7] = {};
+      bool any = params.getStates().size() == 0;
+      for (auto s : params.getStates()) {
+        auto index = static_cast<int>(s);
+        if (index < 7) wanted[toNodeState(s)] = true;
+      }
+      size_t limit = params.getLimit() == 0 ? 1000 : std::min<size_t>(params.getLimit(), 100000);
+      // Failures first, then the rest in id order.
+      std::vector<const TaskNode*> failures, others;
+      for (auto& [n, task] : session.tasks) {
+        if (!any && !wanted[static_cast<int>(task.state)]) continue;
+        (task.state == TaskNode::State::FAILED ? failures : others).push_back(&task);
+      }
+      auto byId = [](const TaskNode* a, const TaskNode* b) { return a->id.n < b->id.n; };
+      std::sort(failures.begin(), failures.end(), byId);
+      std::sort(others.begin(), others.end(), byId);
+      for (auto* list : {&failures, &others}) {
+        for (auto* t : *list) {
+          if (chosen.size() < limit) chosen.push_back(t);
+        }
+      }
+    }
+    auto out = call.getResults().initTasks(chosen.size());
+    for (size_t i = 0; i < chosen.size(); i++) fillTask(out[i], *chosen[i]);
     return kj::READY_NOW;
   }
 
@@ -222,13 +336,42 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   ServerContext& context;
   kj::String peer;
 
-  void fillWaitResult(uint64_t id, wire::WaitResult::Builder out) {
+  // Ok, unless the session failed or one of `ids` ended without being made
+  // (a failure that was allowed, or skipped because of one).
+  void fillWaitResult(uint64_t id, wire::WaitResult::Builder out,
+                      capnp::List<uint64_t>::Reader ids) {
     KJ_IF_MAYBE(session, context.sessions.find(id)) {
-      if (session->state == Session::State::OPEN) {
-        out.setOk();
-      } else {
+      if (session->state != Session::State::OPEN) {
         fillFailure(out.initFailed(), *session);
+        return;
       }
+      for (auto n : ids) {
+        const TaskNode* task = nullptr;
+        auto oit = session->objects.find(n);
+        if (oit != session->objects.end()) {
+          if (oit->second.state == ObjectNode::State::FAILED) task = oit->second.producer;
+        } else {
+          auto tit = session->tasks.find(n);
+          if (tit != session->tasks.end() && (tit->second.state == TaskNode::State::FAILED ||
+                                              tit->second.state == TaskNode::State::SKIPPED)) {
+            task = &tit->second;
+          }
+        }
+        if (task != nullptr) {
+          auto failed = out.initFailed();
+          failed.setMessage(kj::str("task ", task->id.n,
+                                    task->spec.getName().size() ? kj::str(" (", task->spec.getName(), ")")
+                                                                : kj::str(),
+                                    task->state == TaskNode::State::SKIPPED ? " was " : " failed: ",
+                                    task->error));
+          failed.setTask(task->id.n);
+          failed.setTaskName(task->spec.getName());
+          failed.setExitStatus(task->exitStatus);
+          failed.setStderrTail(task->stderrTail);
+          return;
+        }
+      }
+      out.setOk();
     } else {
       out.initFailed().setMessage(kj::str("session ", id, " was closed"));
     }
@@ -244,9 +387,11 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
 
   kj::Promise<void> update(UpdateContext call) override {
     auto results = call.getParams().getResults();
+    kj::String name = kj::str(id);
+    KJ_IF_MAYBE(governor, context.governors.find(id)) { name = kj::str(governor->name); }
     for (auto result : results) {
       context.governors.release(id, Id::from(result.getId()));
-      context.sessions.taskResult(result, id);
+      context.sessions.taskResult(result, id, name);
     }
     context.dispatcher.kick();
     return kj::READY_NOW;

@@ -42,7 +42,7 @@ class SessionTableTest : public ::testing::Test {
       Id{task.session, outputs[i]}.to(infos[i].initId());
       infos[i].setSize(5);
     }
-    table.taskResult(result.asReader(), from);
+    table.taskResult(result.asReader(), from, "governor");
   }
 };
 
@@ -135,6 +135,48 @@ TEST_F(SessionTableTest, WaitSomeCompletesOnFirstAndCloseWakesEveryone) {
   EXPECT_TRUE(both.poll(waitScope));
   EXPECT_TRUE(table.find(1) == nullptr);
   EXPECT_ANY_THROW(table.get(1));
+}
+
+TEST_F(SessionTableTest, FailedTaskIsRetriedWithItsAttemptCounted) {
+  TestGraph g(1);
+  testing::TestTask flaky{10, {}, {1}};
+  flaky.retries = 2;
+  g.output(1, true).task(flaky);
+  auto& s = submit(g);
+  table.effects().ready.clear();
+  for (uint32_t attempt = 1; attempt <= 2; attempt++) {
+    table.assigned(s.tasks.at(10), 1);
+    report({1, 10}, false, 1, {}, "flaked");
+    EXPECT_EQ(s.state, Session::State::OPEN);
+    ASSERT_EQ(table.effects().ready.size(), 1u);
+    table.effects().ready.clear();
+    EXPECT_EQ(s.tasks.at(10).attempt, attempt + 1);
+  }
+  table.assigned(s.tasks.at(10), 1);
+  report({1, 10}, false, 1, {}, "flaked again");
+  EXPECT_EQ(s.state, Session::State::FAILED);
+  EXPECT_NE(s.failureMessage.find("(attempt 3): flaked again"), std::string::npos) << s.failureMessage;
+}
+
+TEST_F(SessionTableTest, AllowedFailureSkipsDependentsAndTheSessionCarriesOn) {
+  TestGraph g(1);
+  testing::TestTask mayFail{10, {}, {1}};
+  mayFail.allowFailure = true;
+  g.output(1).output(2).output(3).output(4, true);
+  g.task(mayFail).task({11, {1}, {2}}).task({12, {2}, {3}}).task({13, {}, {4}});
+  auto& s = submit(g);
+  auto all = table.wait(s, {}, false);
+  table.assigned(s.tasks.at(10), 1);
+  table.assigned(s.tasks.at(13), 1);
+  report({1, 10}, false, 1, {}, "broken");
+  EXPECT_EQ(s.state, Session::State::OPEN);
+  EXPECT_EQ(s.tasks.at(11).state, TaskNode::State::SKIPPED);
+  EXPECT_EQ(s.tasks.at(12).state, TaskNode::State::SKIPPED);
+  EXPECT_EQ(s.objects.at(3).state, ObjectNode::State::FAILED);
+  EXPECT_FALSE(all.poll(waitScope));
+  report({1, 13}, true, 1, {4});
+  EXPECT_TRUE(all.poll(waitScope));
+  EXPECT_EQ(s.unfinishedTasks, 0u);
 }
 
 TEST_F(SessionTableTest, ClosingOwnedSessionsLeavesOthers) {

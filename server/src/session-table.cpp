@@ -63,7 +63,8 @@ void SessionTable::assigned(TaskNode& task, GovernorId governor) {
   task.governor = governor;
 }
 
-void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from) {
+void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
+                              kj::StringPtr fromName) {
   auto id = Id::from(result.getId());
   auto orphanOutputs = [&]() {
     for (auto output : result.getOutputs()) pending.remove.emplace_back(from, Id::from(output.getId()));
@@ -76,20 +77,67 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from) 
   auto& task = tit->second;
   if (task.state != TaskNode::State::ASSIGNED || task.governor != from) return orphanOutputs();
   task.governor = 0;
+  task.governorName = fromName.cStr();
+  task.startTimeUs = result.getStartTimeUs();
+  task.durationUs = result.getDurationUs();
+  task.exitStatus = result.getExitStatus();
+  task.error = result.getError().cStr();
+  task.stdoutTail = result.getStdoutTail().cStr();
+  task.stderrTail = result.getStderrTail().cStr();
   if (result.getOk()) {
     finishTask(session, task, result, from);
-  } else {
-    session.setTaskState(task, TaskNode::State::FAILED);
-    session.unfinishedTasks--;
-    logger.info("event=task-failed session={} task={} error=\"{}\"", id.session, id.n,
-                result.getError().cStr());
-    fail(session,
-         kj::str(task.spec.getName().size() ? kj::str("task ", id.n, " (", task.spec.getName(), ")")
-                                            : kj::str("task ", id.n),
-                 " failed: ", result.getError())
-             .cStr(),
-         &task, result);
+    return;
   }
+  auto policy = task.spec.getPolicy();
+  logger.info("event=task-failed session={} task={} attempt={} error=\"{}\"", id.session, id.n,
+              task.attempt, result.getError().cStr());
+  if (task.attempt <= policy.getRetries()) {
+    task.attempt++;
+    session.setTaskState(task, TaskNode::State::READY);
+    pending.ready.push_back(task.id);
+    return;
+  }
+  session.setTaskState(task, TaskNode::State::FAILED);
+  session.unfinishedTasks--;
+  if (policy.getAllowFailure()) {
+    abandon(session, task);
+    return;
+  }
+  fail(session,
+       kj::str(task.spec.getName().size() ? kj::str("task ", id.n, " (", task.spec.getName(), ")")
+                                          : kj::str("task ", id.n),
+               " failed", task.attempt > 1 ? kj::str(" (attempt ", task.attempt, ")") : kj::str(),
+               ": ", result.getError())
+           .cStr(),
+       &task, result);
+}
+
+void SessionTable::abandon(Session& session, TaskNode& failed) {
+  std::vector<TaskNode*> stack = {&failed};
+  while (!stack.empty()) {
+    TaskNode* task = stack.back();
+    stack.pop_back();
+    for (auto* output : task->outputs) {
+      output->state = ObjectNode::State::FAILED;
+      notify(output->waiters);
+      for (auto* consumer : output->consumers) {
+        if (consumer->state != TaskNode::State::WAITING) continue;
+        session.setTaskState(*consumer, TaskNode::State::SKIPPED);
+        session.unfinishedTasks--;
+        consumer->error = kj::str("skipped: its input ", output->id.n, " was not made (task ",
+                                  failed.id.n, " failed)")
+                              .cStr();
+        stack.push_back(consumer);
+      }
+    }
+    taskDone(session, *task);
+  }
+}
+
+void SessionTable::taskDone(Session& session, TaskNode& task) {
+  notify(task.waiters);
+  for (auto* input : task.inputs) releaseInput(*input);
+  if (session.unfinishedTasks == 0) notify(session.allWaiters);
 }
 
 void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result,
@@ -117,17 +165,15 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
     }
     notify(object.waiters);
   }
-  notify(task.waiters);
   for (auto* input : task.inputs) {
     if (std::find(input->locations.begin(), input->locations.end(), from) == input->locations.end() &&
         input->state == ObjectNode::State::FINISHED) {
       // The governor fetched a copy to run the task; it holds it now.
       input->locations.push_back(from);
     }
-    releaseInput(*input);
   }
+  taskDone(session, task);
   for (auto* output : task.outputs) maybeRemove(*output);
-  if (session.unfinishedTasks == 0) notify(session.allWaiters);
 }
 
 void SessionTable::releaseInput(ObjectNode& object) {

@@ -38,7 +38,7 @@ class SessionTable {
   // A governor reported a task's outcome. Results for tasks that are no
   // longer assigned (cancelled, session closed) are dropped, and any outputs
   // they made are queued for removal.
-  void taskResult(wire::TaskResult::Reader result, GovernorId from);
+  void taskResult(wire::TaskResult::Reader result, GovernorId from, kj::StringPtr fromName);
   // `assigned`: the tasks it held. Sessions that lose a running task or the
   // only copy of an object they still need fail with a message naming it.
   void governorLost(GovernorId governor, kj::StringPtr name, const std::vector<Id>& assigned);
@@ -62,6 +62,10 @@ class SessionTable {
   Effects pending;
 
   void finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result, GovernorId from);
+  // An allowed failure: the task's outputs will never be made; tasks that
+  // need them are skipped, transitively. The session carries on.
+  void abandon(Session& session, TaskNode& task);
+  void taskDone(Session& session, TaskNode& task);
   void releaseInput(ObjectNode& object);
   void maybeRemove(ObjectNode& object);
   void removeNow(ObjectNode& object);

@@ -129,7 +129,17 @@ INSTANTIATE_TEST_SUITE_P(
                      "0 cpus"},
         BadGraphCase{"StreamNotYet",
                      [](TestGraph& g) { g.object({1, "", false, false, wire::ObjectKind::STREAM}); },
-                     "blob objects only"}),
+                     "stream objects are not supported"},
+        BadGraphCase{"ConcatOfADir",
+                     [](TestGraph& g) {
+                       g.object({1, "tar", true, false, wire::ObjectKind::DIR}).output(2).task({3, {1}, {2}});
+                     },
+                     "input 1 is a dir but must be a blob"},
+        BadGraphCase{"ConcatIntoADir",
+                     [](TestGraph& g) {
+                       g.object({1, "", false, false, wire::ObjectKind::DIR}).task({3, {}, {1}});
+                     },
+                     "output 1 is a dir but must be a blob"}),
     [](const ::testing::TestParamInfo<BadGraphCase>& info) { return info.param.name; });
 
 TEST(SubmitTest, LaterSubmitsReuseKeptObjectsButNotRemovedOnes) {

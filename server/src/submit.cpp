@@ -91,8 +91,9 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
     auto chunk = message->getRoot<wire::Submission::AddParams>().asReader();
     for (auto object : chunk.getObjects()) {
       checkId(object.getId(), "object");
-      SQUALL_REQUIRE(object.getKind() == wire::ObjectKind::BLOB, "object ", object.getId().getN(), " is a ", kindName(object.getKind()),
-                         "; this server supports blob objects only so far");
+      SQUALL_REQUIRE(object.getKind() != wire::ObjectKind::STREAM, "object ",
+                     object.getId().getN(),
+                     " is a stream; stream objects are not supported by this server yet");
       newObjects.emplace(object.getId().getN(), object);
     }
     for (auto task : chunk.getTasks()) {
@@ -127,6 +128,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
     auto inputs = task.getInputs();
     auto outputs = task.getOutputs();
     SQUALL_REQUIRE(task.getResources().getCpus() >= 1, label, " asks for 0 cpus; at least 1 is needed");
+    SQUALL_REQUIRE(task.getPolicy().getRetries() <= 100, label, ": at most 100 retries");
     for (auto input : inputs) {
       findObject(task, input.getObject());
     }
@@ -141,26 +143,95 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
       SQUALL_REQUIRE(inserted, "object ", output.getN(), " has two producers: task ",
                                    prev->second, " and task ", task.getId().getN());
     }
+    auto inputKind = [&](uint i) { return kindOf(inputs[i].getObject().getN()); };
+    auto outputKind = [&](uint i) { return newObjects.at(outputs[i].getN()).getKind(); };
+    auto requireKind = [&](kj::StringPtr what, uint64_t n, wire::ObjectKind actual,
+                           wire::ObjectKind expected) {
+      SQUALL_REQUIRE(actual == expected, label, ": ", what, " ", n, " is a ", kindName(actual),
+                     " but must be a ", kindName(expected));
+    };
+    auto requireCounts = [&](kj::StringPtr type, uint nIn, uint nOut) {
+      SQUALL_REQUIRE(inputs.size() == nIn && outputs.size() == nOut, label, ": ", type, " takes ",
+                     nIn, " input(s) and ", nOut, " output(s), not ", inputs.size(), " and ",
+                     outputs.size());
+    };
+    auto requireAbsolute = [&](kj::StringPtr type, kj::StringPtr path) {
+      SQUALL_REQUIRE(path.size() > 0 && path[0] == '/', label, ": ", type, " path '", path,
+                     "' must be absolute (a path on the governor)");
+      SQUALL_REQUIRE(path.findFirst('\0') == nullptr, label, ": ", type, " path contains a NUL byte");
+    };
     switch (task.getConfig().which()) {
       case wire::TaskSpec::Config::CONCAT:
         SQUALL_REQUIRE(outputs.size() == 1, label, ": concat has exactly one output");
-        for (auto input : inputs) {
-          SQUALL_REQUIRE(kindOf(input.getObject().getN()) == wire::ObjectKind::BLOB, label, ": concat reads blobs only");
+        for (uint i = 0; i < inputs.size(); i++) {
+          requireKind("input", inputs[i].getObject().getN(), inputKind(i), wire::ObjectKind::BLOB);
         }
+        requireKind("output", outputs[0].getN(), outputKind(0), wire::ObjectKind::BLOB);
         break;
       case wire::TaskSpec::Config::SLEEP:
         SQUALL_REQUIRE(outputs.size() <= 1, label, ": sleep has at most one output");
+        if (outputs.size() == 1) {
+          requireKind("output", outputs[0].getN(), outputKind(0),
+                      inputs.size() > 0 ? inputKind(0) : wire::ObjectKind::BLOB);
+        }
+        break;
+      case wire::TaskSpec::Config::MAKE_DIR: {
+        SQUALL_REQUIRE(outputs.size() == 1, label, ": make_dir has exactly one output");
+        requireKind("output", outputs[0].getN(), outputKind(0), wire::ObjectKind::DIR);
+        std::unordered_set<std::string> paths;
+        for (uint i = 0; i < inputs.size(); i++) {
+          KJ_IF_MAYBE(problem, checkSandboxPath(inputs[i].getPath())) {
+            SQUALL_FAIL(label, ": make_dir input ", i, ": ", *problem);
+          }
+          SQUALL_REQUIRE(paths.insert(inputs[i].getPath().cStr()).second, label,
+                         ": two inputs at path '", inputs[i].getPath(), "'");
+        }
+        break;
+      }
+      case wire::TaskSpec::Config::SLICE_DIR: {
+        requireCounts("slice_dir", 1, 1);
+        requireKind("input", inputs[0].getObject().getN(), inputKind(0), wire::ObjectKind::DIR);
+        auto path = task.getConfig().getSliceDir();
+        bool wantsDir = path.size() > 0 && path[path.size() - 1] == '/';
+        auto bare = kj::str(path.slice(0, wantsDir ? path.size() - 1 : path.size()));
+        KJ_IF_MAYBE(problem, checkSandboxPath(bare)) {
+          SQUALL_FAIL(label, ": slice_dir: ", *problem);
+        }
+        requireKind("output", outputs[0].getN(), outputKind(0),
+                    wantsDir ? wire::ObjectKind::DIR : wire::ObjectKind::BLOB);
+        break;
+      }
+      case wire::TaskSpec::Config::LOAD:
+        requireCounts("load", 0, 1);
+        requireAbsolute("load", task.getConfig().getLoad());
+        requireKind("output", outputs[0].getN(), outputKind(0), wire::ObjectKind::BLOB);
+        break;
+      case wire::TaskSpec::Config::LOAD_DIR:
+        requireCounts("load_dir", 0, 1);
+        requireAbsolute("load_dir", task.getConfig().getLoadDir());
+        requireKind("output", outputs[0].getN(), outputKind(0), wire::ObjectKind::DIR);
+        break;
+      case wire::TaskSpec::Config::STORE:
+        requireCounts("store", 1, 0);
+        requireAbsolute("store", task.getConfig().getStore().getPath());
         break;
       case wire::TaskSpec::Config::EXECUTE: {
         auto config = task.getConfig().getExecute();
         auto args = config.getArgs();
         SQUALL_REQUIRE(args.size() > 0, label, ": execute needs a program to run");
         SQUALL_REQUIRE(args[0].size() > 0, label, ": execute's program name is empty");
-        SQUALL_REQUIRE(!config.getShell() || args.size() == 1, label, ": a shell command is one line (got ", args.size(), " args)");
-        SQUALL_REQUIRE(config.getOutputs().size() == outputs.size(), label, ": ", outputs.size(), " outputs but ", config.getOutputs().size(),
-                           " output mappings");
+        SQUALL_REQUIRE(!config.getShell() || args.size() == 1, label,
+                       ": a shell command is one line (got ", args.size(), " args)");
+        SQUALL_REQUIRE(config.getOutputs().size() == outputs.size(), label, ": ", outputs.size(),
+                       " outputs but ", config.getOutputs().size(), " output mappings");
         SQUALL_REQUIRE(config.getStdinInput() >= -1 &&
-                       config.getStdinInput() < static_cast<int32_t>(inputs.size()), label, ": stdin input ", config.getStdinInput(), " is out of range");
+                           config.getStdinInput() < static_cast<int32_t>(inputs.size()),
+                       label, ": stdin input ", config.getStdinInput(), " is out of range");
+        if (config.getStdinInput() >= 0) {
+          auto i = static_cast<uint>(config.getStdinInput());
+          requireKind("stdin input", inputs[i].getObject().getN(), inputKind(i),
+                      wire::ObjectKind::BLOB);
+        }
         std::unordered_set<std::string> paths;
         for (uint i = 0; i < inputs.size(); i++) {
           if (static_cast<int32_t>(i) == config.getStdinInput() && inputs[i].getPath().size() == 0) {
@@ -169,22 +240,27 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
           KJ_IF_MAYBE(problem, checkSandboxPath(inputs[i].getPath())) {
             SQUALL_FAIL(label, ": input ", i, ": ", *problem);
           }
-          SQUALL_REQUIRE(paths.insert(inputs[i].getPath().cStr()).second, label, ": two inputs at path '", inputs[i].getPath(), "'");
+          SQUALL_REQUIRE(paths.insert(inputs[i].getPath().cStr()).second, label,
+                         ": two inputs at path '", inputs[i].getPath(), "'");
         }
         uint stdoutCount = 0;
-        for (auto mapping : config.getOutputs()) {
-          if (mapping.isStdout()) {
+        auto mappings = config.getOutputs();
+        for (uint i = 0; i < mappings.size(); i++) {
+          if (mappings[i].isStdout()) {
             stdoutCount++;
+            requireKind("stdout output", outputs[i].getN(), outputKind(i), wire::ObjectKind::BLOB);
             continue;
           }
-          KJ_IF_MAYBE(problem, checkSandboxPath(mapping.getPath())) {
+          KJ_IF_MAYBE(problem, checkSandboxPath(mappings[i].getPath())) {
             SQUALL_FAIL(label, ": output: ", *problem);
           }
-          SQUALL_REQUIRE(paths.insert(mapping.getPath().cStr()).second, label, ": path '", mapping.getPath(), "' is used twice");
+          SQUALL_REQUIRE(paths.insert(mappings[i].getPath().cStr()).second, label, ": path '",
+                         mappings[i].getPath(), "' is used twice");
         }
         SQUALL_REQUIRE(stdoutCount <= 1, label, ": stdout can be only one output");
         for (auto env : config.getEnv()) {
-          SQUALL_REQUIRE(env.getName().size() > 0 && env.getName().findFirst('=') == nullptr, label, ": bad environment variable name '", env.getName(), "'");
+          SQUALL_REQUIRE(env.getName().size() > 0 && env.getName().findFirst('=') == nullptr, label,
+                         ": bad environment variable name '", env.getName(), "'");
         }
         break;
       }

@@ -26,6 +26,8 @@ struct TestTask {
   std::vector<std::string> inputPaths;
   uint64_t inputSession = 0;
   uint32_t cpus = 1;
+  uint32_t retries = 0;
+  bool allowFailure = false;
 };
 
 class TestGraph {
@@ -63,6 +65,8 @@ class TestGraph {
       ts[i].initId().setSession(session);
       ts[i].getId().setN(t.n);
       ts[i].initResources().setCpus(t.cpus);
+      ts[i].initPolicy().setRetries(t.retries);
+      ts[i].getPolicy().setAllowFailure(t.allowFailure);
       auto in = ts[i].initInputs(t.inputs.size());
       for (size_t k = 0; k < t.inputs.size(); k++) {
         in[k].initObject().setSession(t.inputSession ? t.inputSession : session);
