@@ -39,6 +39,7 @@ struct Flags {
   std::string logLevel = "info";
   double connectTimeout = 10;
   uint64_t memoryMb = 256;
+  std::vector<std::string> allowPaths;
 };
 
 uint32_t detectCpus() {
@@ -124,6 +125,14 @@ int run(const Flags& flags) {
       fatal(kj::str("cannot create the work directory ", workDir, ": ", e->getDescription()));
     }
   }
+  AllowedRoots allowedRoots;
+  {
+    kj::Vector<kj::String> roots;
+    for (auto& path : flags.allowPaths) roots.add(kj::str(path.c_str()));
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { allowedRoots = AllowedRoots(roots); })) {
+      usageError(e->getDescription());
+    }
+  }
   auto tasksDir = kj::str(workDir, "/tasks");
   auto objectsDir = kj::str(workDir, "/objects");
   kj::String name = flags.name.empty() ? kj::str(hostName(), ":", getpid()) : kj::str(flags.name.c_str());
@@ -154,7 +163,8 @@ int run(const Flags& flags) {
       return 1;
     }
     auto& store = KJ_ASSERT_NONNULL(storeSlot);
-    TaskEnv env{bridge, timer, store, logger, kj::str(tasksDir), kj::str(name), captureEnvironment()};
+    TaskEnv env{bridge,        timer,        store, logger, kj::str(tasksDir), kj::str(name),
+                captureEnvironment(), kj::mv(allowedRoots)};
     DataServiceEnv dataEnv{store, logger, kj::str(token.c_str()), kj::str(name)};
     DataFetcher fetcher(network, bridge, store, kj::str(token.c_str()), logger);
 
@@ -223,8 +233,9 @@ int run(const Flags& flags) {
     }
     printf("registered governor=%u data=%s\n", governorId, dataAddress.cStr());
     fflush(stdout);
-    logger.info("event=registered governor={} name={} data={} cpus={} work_dir={}", governorId,
-                name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr());
+    logger.info("event=registered governor={} name={} data={} cpus={} work_dir={} allowed=\"{}\"",
+                governorId, name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr(),
+                env.allowedRoots.describe().cStr());
 
     auto onSignal = io.unixEventPort.onSignal(SIGINT)
                         .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
@@ -293,6 +304,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--memory-mb", flags.memoryMb, "memory for small in-memory objects, MiB")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
+  app.add_option("--allow-path", flags.allowPaths,
+                 "a directory (and everything under it) that load, load_dir and store tasks may "
+                 "read and write; repeatable; none by default")
+      ->type_name("DIR");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -129,6 +129,9 @@ struct SessionState {
   tasksFinished @7 :UInt64;
   tasksFailed @8 :UInt64;
   tasksSkipped @9 :UInt64;
+  # Lowest id never used in the session: where an attached client's new ids
+  # start.
+  nextId @10 :UInt64;
   enum State {
     open @0;
     failed @1;

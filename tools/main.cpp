@@ -1,4 +1,5 @@
-// squall: the command-line tool (start a local cluster, submit programs).
+// squall: the command-line tool (start a local cluster, submit programs,
+// run pipeline files, look at sessions).
 #include "src/commands.h"
 
 #include <CLI/CLI.hpp>
@@ -41,7 +42,42 @@ int main(int argc, char** argv) {
   sub->add_flag("--shell", submit.shell, "run the command line with /bin/sh -c");
   sub->add_option("command", submit.command, "PROGRAM ARGS... (after --)")->required();
 
+  squall::RunOptions run;
+  auto* runCommand = app.add_subcommand("run", "run a pipeline file (see docs/pipelines.md)");
+  runCommand->add_option("--server", run.server, "server host:port (default $SQUALL_SERVER or 127.0.0.1:7210)");
+  runCommand->add_option("--token", run.token, "shared secret (default $SQUALL_TOKEN)");
+  runCommand->add_option("--name", run.name, "session name (default: the pipeline's name)");
+  runCommand->add_flag("--dry-run,-n", run.dryRun, "print the tasks it would run, run nothing");
+  runCommand->add_flag("--keep-going,-k", run.keepGoing,
+                       "after a failure, run everything that does not depend on it");
+  runCommand->add_option("pipeline", run.file, "PIPELINE.toml")->required();
+
+  // status / wait / fetch / cancel / logs share their connection flags.
+  squall::SessionCommandOptions sessionOptions;
+  auto addSessionCommand = [&](const char* name, const char* help, bool sessionRequired) {
+    auto* command = app.add_subcommand(name, help);
+    command->add_option("--server", sessionOptions.server, "server host:port (default $SQUALL_SERVER)");
+    command->add_option("--token", sessionOptions.token, "shared secret (default $SQUALL_TOKEN)");
+    auto* session = command->add_option("session", sessionOptions.session, "SESSION: an id or a name");
+    if (sessionRequired) session->required();
+    return command;
+  };
+  auto* status = addSessionCommand("status", "list sessions, or show one session's tasks and failures", false);
+  auto* waitCommand = addSessionCommand("wait", "wait until a session's tasks are done; exit 1 if it failed", true);
+  auto* fetch = addSessionCommand("fetch", "write a kept object of a session to a file (a dir: unpacked)", true);
+  fetch->add_option("object", sessionOptions.object, "OBJECT id")->required();
+  fetch->add_option("-o,--output", sessionOptions.output, "local path (default: stdout; a dir needs one)");
+  auto* cancel = addSessionCommand("cancel", "cancel a session's unfinished tasks (the session fails)", true);
+  auto* logs = addSessionCommand("logs", "show a task's error, exit status and stdout/stderr tails", true);
+  logs->add_option("task", sessionOptions.task, "TASK: an id or a name")->required();
+
   CLI11_PARSE(app, argc, argv);
+  if (*runCommand) return squall::runPipeline(run);
+  if (*status) return squall::runStatus(sessionOptions);
+  if (*waitCommand) return squall::runWait(sessionOptions);
+  if (*fetch) return squall::runFetch(sessionOptions);
+  if (*cancel) return squall::runCancel(sessionOptions);
+  if (*logs) return squall::runLogs(sessionOptions);
   if (*start) return squall::runStart(cluster);
   if (*demo) return squall::runDemo(demoCluster);
   if (*sub) return squall::runSubmit(submit);

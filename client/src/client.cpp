@@ -15,7 +15,11 @@
 #include <squall/proto/token.h>
 #include <squall/wire/data.capnp.h>
 #include <squall/wire/service.capnp.h>
+#include <filesystem>
+#include <unistd.h>
 #include <unordered_map>
+
+#include "tar.h"
 
 namespace squall {
 namespace client {
@@ -135,6 +139,7 @@ struct ClientImpl {
 
 struct LocalObject {
   uint64_t n = 0;
+  ObjectKind kind = ObjectKind::BLOB;
   bool keep = false;
   bool constant = false;
   std::string label;
@@ -144,7 +149,8 @@ struct LocalObject {
 
 struct LocalTask {
   uint64_t n = 0;
-  enum class Type { CONCAT, SLEEP, EXECUTE } type = Type::CONCAT;
+  enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE } type =
+      Type::CONCAT;
   std::string name;
   uint32_t cpus = 1;
   std::vector<Program::Input> inputs;
@@ -155,20 +161,29 @@ struct LocalTask {
   int stdinIndex = -1;
   std::vector<std::optional<std::string>> outputMappings;
   std::vector<std::pair<std::string, std::string>> env;
+  std::string path;  // slice_dir, load, load_dir, store
+  bool overwrite = false;
+  uint32_t retries = 0;
+  bool allowFailure = false;
+  uint64_t timeLimitMs = 0;
+  std::string attributes;
 };
 
 struct SessionImpl {
   ClientImpl& client;
   uint64_t id;
   bool closed = false;
+  // False for attached sessions: they stay open when this handle goes.
+  bool owned = true;
   uint64_t nextN = 1;
   // Built since the last submit.
   std::vector<LocalObject> objects;
   std::vector<LocalTask> tasks;
   std::unordered_map<uint64_t, size_t> objectIndex;
   std::unordered_map<uint64_t, size_t> taskIndex;
-  // Outputs of every task built in this session.
+  // Outputs of every task built in this session, and kinds of its objects.
   std::unordered_map<uint64_t, std::vector<uint64_t>> outputsOf;
+  std::unordered_map<uint64_t, ObjectKind> kinds;
 
   SessionImpl(ClientImpl& client, uint64_t id) : client(client), id(id) {}
 
@@ -188,20 +203,22 @@ struct SessionImpl {
     return tasks[it->second];
   }
 
-  LocalObject& newObject() {
-    objectIndex[nextN] = objects.size();
+  LocalObject& newObject(ObjectKind kind = ObjectKind::BLOB) {
     LocalObject object;
     object.n = nextN++;
+    object.kind = kind;
+    kinds[object.n] = kind;
+    objectIndex[object.n] = objects.size();
     objects.push_back(std::move(object));
     return objects.back();
   }
 
-  LocalTask& newTask(LocalTask::Type type, size_t outputs) {
+  LocalTask& newTask(LocalTask::Type type, const std::vector<ObjectKind>& outputKinds) {
     checkOpen();
     LocalTask task;
     task.n = nextN++;
     task.type = type;
-    for (size_t i = 0; i < outputs; i++) task.outputs.push_back(newObject().n);
+    for (auto kind : outputKinds) task.outputs.push_back(newObject(kind).n);
     outputsOf[task.n] = task.outputs;
     taskIndex[task.n] = tasks.size();
     tasks.push_back(std::move(task));
@@ -220,7 +237,10 @@ struct SessionImpl {
 
   void submit();
   void wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished);
-  void fetch(uint64_t n, std::string* text, FILE* file);
+  // `expect`: when set, the object must be of this kind.
+  void fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect = {});
+  std::vector<TaskInfo> taskInfos(const std::vector<uint64_t>& ids,
+                                  const std::vector<std::string>& states, uint32_t limit);
 };
 
 namespace {
@@ -234,6 +254,11 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   setId(out.initId(), session, task.n);
   out.setName(task.name);
   out.initResources().setCpus(task.cpus);
+  out.setAttributes(task.attributes);
+  auto policy = out.initPolicy();
+  policy.setRetries(task.retries);
+  policy.setAllowFailure(task.allowFailure);
+  policy.setTimeLimitMs(task.timeLimitMs);
   auto inputs = out.initInputs(task.inputs.size());
   for (size_t i = 0; i < task.inputs.size(); i++) {
     setId(inputs[i].initObject(), session, task.inputs[i].object);
@@ -245,6 +270,16 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   switch (task.type) {
     case LocalTask::Type::CONCAT: config.setConcat(); break;
     case LocalTask::Type::SLEEP: config.initSleep().setMilliseconds(task.sleepMs); break;
+    case LocalTask::Type::MAKE_DIR: config.setMakeDir(); break;
+    case LocalTask::Type::SLICE_DIR: config.setSliceDir(task.path); break;
+    case LocalTask::Type::LOAD: config.setLoad(task.path); break;
+    case LocalTask::Type::LOAD_DIR: config.setLoadDir(task.path); break;
+    case LocalTask::Type::STORE: {
+      auto store = config.initStore();
+      store.setPath(task.path);
+      store.setOverwrite(task.overwrite);
+      break;
+    }
     case LocalTask::Type::EXECUTE: {
       auto exec = config.initExecute();
       auto args = exec.initArgs(task.args.size());
@@ -301,7 +336,7 @@ void SessionImpl::submit() {
         auto& o = objects[i];
         auto out = objectList[i - nextObject];
         setId(out.initId(), id, o.n);
-        out.setKind(wire::ObjectKind::BLOB);
+        out.setKind(o.kind == ObjectKind::DIR ? wire::ObjectKind::DIR : wire::ObjectKind::BLOB);
         out.setKeep(o.keep);
         out.setLabel(o.label);
         out.setContentType(o.contentType);
@@ -367,7 +402,7 @@ void SessionImpl::wait(const std::vector<uint64_t>& ids, bool any, std::vector<u
   });
 }
 
-void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file) {
+void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
   checkOpen();
   client.guard([&]() {
     auto& ws = client.waitScope();
@@ -376,6 +411,11 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file) {
     req.setObject(n);
     auto response = req.send().wait(ws);
     auto location = response.getLocation();
+    if (expect) {
+      bool isDir = location.getKind() == wire::ObjectKind::DIR;
+      SQUALL_REQUIRE(isDir == (*expect == ObjectKind::DIR), "object ", n, " is a ",
+                     isDir ? "dir" : "blob", ", not a ", isDir ? "blob" : "dir");
+    }
     if (location.isData()) {
       auto data = location.getData();
       if (text) text->assign(reinterpret_cast<const char*>(data.begin()), data.size());
@@ -398,9 +438,75 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file) {
   });
 }
 
+std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
+                                             const std::vector<std::string>& states,
+                                             uint32_t limit) {
+  checkOpen();
+  static const char* NAMES[] = {"waiting", "ready", "running", "finished",
+                                "failed", "cancelled", "skipped"};
+  return client.guard([&]() {
+    auto req = client.svc().getTasksRequest();
+    req.setSession(id);
+    auto idList = req.initIds(ids.size());
+    for (size_t i = 0; i < ids.size(); i++) idList.set(i, ids[i]);
+    auto stateList = req.initStates(states.size());
+    for (size_t i = 0; i < states.size(); i++) {
+      bool known = false;
+      for (int k = 0; k < 7; k++) {
+        if (states[i] == NAMES[k]) {
+          stateList.set(i, static_cast<wire::TaskInfo::State>(k));
+          known = true;
+        }
+      }
+      if (!known) throw Error("unknown task state '" + states[i] + "'");
+    }
+    req.setLimit(limit);
+    auto response = req.send().wait(client.waitScope());
+    std::vector<TaskInfo> result;
+    for (auto t : response.getTasks()) {
+      auto state = static_cast<int>(t.getState());
+      result.push_back(TaskInfo{t.getId(), t.getName().cStr(), t.getType().cStr(),
+                                state < 7 ? NAMES[state] : "unknown", t.getGovernor().cStr(),
+                                t.getStartTimeUs(), t.getDurationUs(), t.getExitStatus(),
+                                t.getError().cStr(), t.getStdoutTail().cStr(),
+                                t.getStderrTail().cStr(), t.getAttempt(), t.getAttributes().cStr()});
+    }
+    return result;
+  });
+}
+
 }  // namespace client
 
 // ------------------------------------------------------------ DataObject
+
+namespace {
+constexpr uint64_t MAX_CONSTANT_BYTES = 48 << 20;
+
+std::string readLocalFile(const std::string& path) {
+  FILE* file = fopen(path.c_str(), "rb");
+  if (file == nullptr) throw Error("cannot read '" + path + "': " + strerror(errno));
+  std::string data;
+  char buffer[65536];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), file)) > 0) {
+    data.append(buffer, n);
+    if (data.size() > MAX_CONSTANT_BYTES) {
+      fclose(file);
+      throw Error("'" + path + "' is larger than the limit of " + std::to_string(MAX_CONSTANT_BYTES) +
+                  " bytes for a constant (read it on a governor with load instead)");
+    }
+  }
+  bool failed = ferror(file);
+  fclose(file);
+  if (failed) throw Error("cannot read '" + path + "'");
+  return data;
+}
+}  // namespace
+
+ObjectKind DataObject::kind() const {
+  auto it = session->kinds.find(n);
+  return it == session->kinds.end() ? ObjectKind::BLOB : it->second;
+}
 
 DataObject& DataObject::keep(bool keep) {
   session->pendingObject(n).keep = keep;
@@ -440,6 +546,26 @@ void DataObject::fetchTo(std::FILE* file) const {
   if (fflush(file) != 0) throw Error(std::string("cannot write fetched data: ") + strerror(errno));
 }
 
+void DataObject::fetchDir(const std::string& path) const {
+  // The tar goes through a temporary file: dirs may be far larger than memory.
+  std::string tmpl = (std::filesystem::temp_directory_path() / "squall-fetch-XXXXXX").string();
+  int fd = mkstemp(tmpl.data());
+  if (fd < 0) throw Error(std::string("cannot create a temporary file: ") + strerror(errno));
+  FILE* file = fdopen(fd, "w+b");
+  struct Cleanup {
+    std::string path;
+    ~Cleanup() { unlink(path.c_str()); }
+  } cleanup{tmpl};
+  try {
+    session->fetch(n, nullptr, file, ObjectKind::DIR);
+  } catch (...) {
+    fclose(file);
+    throw;
+  }
+  if (fclose(file) != 0) throw Error(std::string("cannot write fetched data: ") + strerror(errno));
+  client::untarInto(tmpl, path);
+}
+
 void DataObject::wait() const { session->wait({n}, false, nullptr); }
 
 // ------------------------------------------------------------ Program
@@ -456,7 +582,7 @@ Program& Program::arg(std::string value) {
 }
 
 Program& Program::input(const DataObject& object, std::string path) {
-  inputs.push_back({object.id(), std::move(path)});
+  inputs.push_back({object.id(), std::move(path), ""});
   return *this;
 }
 
@@ -467,17 +593,35 @@ Program& Program::inputArg(const DataObject& object, std::string path) {
 
 Program& Program::stdinFrom(const DataObject& object) {
   stdinIndex = static_cast<int>(inputs.size());
-  inputs.push_back({object.id(), ""});
+  inputs.push_back({object.id(), "", ""});
   return *this;
 }
 
-Program& Program::output(std::string path) {
+Program& Program::inputSlot(std::string slot, std::string path) {
+  inputs.push_back({0, std::move(path), std::move(slot)});
+  return *this;
+}
+
+Program& Program::inputArgSlot(std::string slot, std::string path) {
+  args.push_back(path);
+  return inputSlot(std::move(slot), std::move(path));
+}
+
+Program& Program::stdinSlot(std::string slot) {
+  stdinIndex = static_cast<int>(inputs.size());
+  inputs.push_back({0, "", std::move(slot)});
+  return *this;
+}
+
+Program& Program::output(std::string path, ObjectKind kind) {
   outputs.emplace_back(std::move(path));
+  outputKinds.push_back(kind);
   return *this;
 }
 
 Program& Program::stdoutOutput() {
   outputs.emplace_back(std::nullopt);
+  outputKinds.push_back(ObjectKind::BLOB);
   return *this;
 }
 
@@ -499,7 +643,11 @@ Program& Program::name(std::string name) {
 // ------------------------------------------------------------ Task
 
 DataObject Task::output(size_t index) const {
-  auto& outputs = session->outputsOf.at(n);
+  auto it = session->outputsOf.find(n);
+  if (it == session->outputsOf.end()) {
+    throw Error("task " + std::to_string(n) + " was not built by this client; its outputs are unknown");
+  }
+  auto& outputs = it->second;
   if (index >= outputs.size()) {
     throw Error("task " + std::to_string(n) + " has " + std::to_string(outputs.size()) +
                 " outputs; there is no output " + std::to_string(index));
@@ -507,7 +655,10 @@ DataObject Task::output(size_t index) const {
   return DataObject(session, outputs[index]);
 }
 
-size_t Task::outputCount() const { return session->outputsOf.at(n).size(); }
+size_t Task::outputCount() const {
+  auto it = session->outputsOf.find(n);
+  return it == session->outputsOf.end() ? 0 : it->second.size();
+}
 
 Task& Task::name(std::string name) {
   session->pendingTask(n).name = std::move(name);
@@ -519,6 +670,32 @@ Task& Task::cpus(uint32_t count) {
   return *this;
 }
 
+Task& Task::retries(uint32_t count) {
+  session->pendingTask(n).retries = count;
+  return *this;
+}
+
+Task& Task::allowFailure(bool allow) {
+  session->pendingTask(n).allowFailure = allow;
+  return *this;
+}
+
+Task& Task::timeLimit(std::chrono::milliseconds limit) {
+  session->pendingTask(n).timeLimitMs = limit.count() > 0 ? limit.count() : 0;
+  return *this;
+}
+
+Task& Task::attributes(std::string json) {
+  session->pendingTask(n).attributes = std::move(json);
+  return *this;
+}
+
+TaskInfo Task::info() const {
+  auto infos = session->taskInfos({n}, {}, 1);
+  if (infos.empty()) throw Error("task " + std::to_string(n) + " is unknown to the server");
+  return infos[0];
+}
+
 void Task::wait() const { session->wait({n}, false, nullptr); }
 
 // ------------------------------------------------------------ Session
@@ -528,7 +705,7 @@ Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
 Session::~Session() {
-  if (impl && !impl->closed) {
+  if (impl && !impl->closed && impl->owned) {
     try {
       close();
     } catch (const Error&) {
@@ -548,31 +725,104 @@ DataObject Session::blob(std::string data, std::string label) {
   return DataObject(impl.get(), object.n);
 }
 
+DataObject Session::fileBlob(const std::string& path) {
+  return blob(readLocalFile(path), std::filesystem::path(path).filename().string());
+}
+
+DataObject Session::directory(const std::string& path) {
+  impl->checkOpen();
+  auto tar = client::tarDirectory(path, MAX_CONSTANT_BYTES);
+  auto& object = impl->newObject(ObjectKind::DIR);
+  object.constant = true;
+  object.data = std::move(tar);
+  object.label = std::filesystem::path(path).lexically_normal().filename().string();
+  return DataObject(impl.get(), object.n);
+}
+
 Task Session::concat(const std::vector<DataObject>& inputs) {
   for (auto& input : inputs) impl->checkInput(input, input.session);
-  auto& task = impl->newTask(client::LocalTask::Type::CONCAT, 1);
-  for (auto& input : inputs) task.inputs.push_back({input.id(), ""});
+  auto& task = impl->newTask(client::LocalTask::Type::CONCAT, {ObjectKind::BLOB});
+  for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
   return Task(impl.get(), task.n);
 }
 
 Task Session::sleep(std::chrono::milliseconds duration, std::optional<DataObject> input) {
   if (input) impl->checkInput(*input, input->session);
-  auto& task = impl->newTask(client::LocalTask::Type::SLEEP, 1);
+  auto& task = impl->newTask(client::LocalTask::Type::SLEEP,
+                             {input ? input->kind() : ObjectKind::BLOB});
   task.sleepMs = duration.count();
-  if (input) task.inputs.push_back({input->id(), ""});
+  if (input) task.inputs.push_back({input->id(), "", ""});
   return Task(impl.get(), task.n);
 }
 
-Task Session::execute(const Program& program) {
-  auto& task = impl->newTask(client::LocalTask::Type::EXECUTE, program.outputs.size());
+Task Session::execute(const Program& program) { return execute(program, {}); }
+
+Task Session::execute(const Program& program,
+                      const std::vector<std::pair<std::string, DataObject>>& slots) {
+  std::vector<Program::Input> inputs = program.inputs;
+  std::vector<bool> used(slots.size());
+  for (auto& input : inputs) {
+    if (input.slot.empty()) continue;
+    bool bound = false;
+    for (size_t i = 0; i < slots.size(); i++) {
+      if (slots[i].first == input.slot) {
+        impl->checkInput(slots[i].second, slots[i].second.session);
+        input.object = slots[i].second.id();
+        used[i] = bound = true;
+      }
+    }
+    if (!bound) throw Error("program slot '" + input.slot + "' is not bound");
+  }
+  for (size_t i = 0; i < slots.size(); i++) {
+    if (!used[i]) throw Error("the program has no slot '" + slots[i].first + "'");
+  }
+  auto& task = impl->newTask(client::LocalTask::Type::EXECUTE, program.outputKinds);
   task.name = program.taskName;
   task.cpus = program.cpuCount;
-  task.inputs = program.inputs;
+  task.inputs = std::move(inputs);
   task.args = program.args;
   task.shell = program.isShell;
   task.stdinIndex = program.stdinIndex;
   task.outputMappings = program.outputs;
   task.env = program.envVars;
+  return Task(impl.get(), task.n);
+}
+
+Task Session::makeDir(const std::vector<std::pair<std::string, DataObject>>& entries) {
+  for (auto& [path, object] : entries) impl->checkInput(object, object.session);
+  auto& task = impl->newTask(client::LocalTask::Type::MAKE_DIR, {ObjectKind::DIR});
+  for (auto& [path, object] : entries) task.inputs.push_back({object.id(), path, ""});
+  return Task(impl.get(), task.n);
+}
+
+Task Session::sliceDir(const DataObject& dir, const std::string& path) {
+  impl->checkInput(dir, dir.session);
+  bool wantsDir = !path.empty() && path.back() == '/';
+  auto& task = impl->newTask(client::LocalTask::Type::SLICE_DIR,
+                             {wantsDir ? ObjectKind::DIR : ObjectKind::BLOB});
+  task.inputs.push_back({dir.id(), "", ""});
+  task.path = path;
+  return Task(impl.get(), task.n);
+}
+
+Task Session::load(const std::string& path) {
+  auto& task = impl->newTask(client::LocalTask::Type::LOAD, {ObjectKind::BLOB});
+  task.path = path;
+  return Task(impl.get(), task.n);
+}
+
+Task Session::loadDir(const std::string& path) {
+  auto& task = impl->newTask(client::LocalTask::Type::LOAD_DIR, {ObjectKind::DIR});
+  task.path = path;
+  return Task(impl.get(), task.n);
+}
+
+Task Session::store(const DataObject& object, const std::string& path, bool overwrite) {
+  impl->checkInput(object, object.session);
+  auto& task = impl->newTask(client::LocalTask::Type::STORE, {});
+  task.inputs.push_back({object.id(), "", ""});
+  task.path = path;
+  task.overwrite = overwrite;
   return Task(impl.get(), task.n);
 }
 
@@ -621,23 +871,33 @@ void Session::cancel() {
   });
 }
 
+namespace {
+SessionState toState(wire::SessionState::Reader s) {
+  return SessionState{s.getId(),
+                      s.getName().cStr(),
+                      s.getState() == wire::SessionState::State::OPEN,
+                      s.getFailure().getMessage().cStr(),
+                      s.getTasksWaiting(),
+                      s.getTasksReady(),
+                      s.getTasksRunning(),
+                      s.getTasksFinished(),
+                      s.getTasksFailed(),
+                      s.getTasksSkipped()};
+}
+}  // namespace
+
 SessionState Session::state() {
   impl->checkOpen();
   return impl->client.guard([&]() {
     auto req = impl->client.svc().getStateRequest();
     req.setSession(impl->id);
-    auto response = req.send().wait(impl->client.waitScope());
-    auto s = response.getState();
-    return SessionState{s.getId(),
-                        s.getName().cStr(),
-                        s.getState() == wire::SessionState::State::OPEN,
-                        s.getFailure().getMessage().cStr(),
-                        s.getTasksWaiting(),
-                        s.getTasksReady(),
-                        s.getTasksRunning(),
-                        s.getTasksFinished(),
-                        s.getTasksFailed()};
+    return toState(req.send().wait(impl->client.waitScope()).getState());
   });
+}
+
+std::vector<TaskInfo> Session::tasks(const std::vector<uint64_t>& ids,
+                                     const std::vector<std::string>& states, uint32_t limit) {
+  return impl->taskInfos(ids, states, limit);
 }
 
 void Session::close() {
@@ -649,6 +909,10 @@ void Session::close() {
     req.send().wait(impl->client.waitScope());
   });
 }
+
+void Session::detach() { impl->owned = false; }
+
+DataObject Session::object(uint64_t id) { return DataObject(impl.get(), id); }
 
 // ------------------------------------------------------------ Client
 
@@ -686,6 +950,36 @@ Session Client::newSession(const std::string& name) {
     req.setName(name);
     auto response = req.send().wait(impl->waitScope());
     return Session(std::make_unique<client::SessionImpl>(*impl, response.getSession()));
+  });
+}
+
+Session Client::attach(uint64_t id) {
+  return impl->guard([&]() {
+    auto req = impl->svc().getStateRequest();
+    req.setSession(id);
+    auto state = req.send().wait(impl->waitScope()).getState();
+    auto session = std::make_unique<client::SessionImpl>(*impl, id);
+    session->owned = false;
+    session->nextN = state.getNextId();
+    return Session(std::move(session));
+  });
+}
+
+Session Client::attach(const std::string& name) {
+  uint64_t id = impl->guard([&]() {
+    auto req = impl->svc().findSessionRequest();
+    req.setName(name);
+    return req.send().wait(impl->waitScope()).getSession();
+  });
+  return attach(id);
+}
+
+std::vector<SessionState> Client::sessions() {
+  return impl->guard([&]() {
+    auto response = impl->svc().listSessionsRequest().send().wait(impl->waitScope());
+    std::vector<SessionState> result;
+    for (auto s : response.getSessions()) result.push_back(toState(s));
+    return result;
   });
 }
 

@@ -15,9 +15,27 @@ TaskControl::TaskControl() : cancelledPromise(nullptr) {
   cancelledPromise = paf.promise.fork();
 }
 
+void TaskControl::timeOut() {
+  if (cancelled) return;
+  timedOut = true;
+  cancel();
+}
+
+kj::String timeLimitMessage(uint64_t limitMs) {
+  auto seconds = kj::str(limitMs / 1000);
+  if (limitMs % 1000 != 0) {
+    auto fraction = kj::str(1000 + limitMs % 1000);  // "1500" -> "500"
+    size_t end = fraction.size();
+    while (end > 1 && fraction[end - 1] == '0') end--;
+    seconds = kj::str(seconds, ".", fraction.slice(1, end));
+  }
+  return kj::str("time limit of ", seconds, " s exceeded");
+}
+
 void TaskControl::cancel() {
   if (cancelled) return;
   cancelled = true;
+  stop->stopped = true;
   KJ_IF_MAYBE(child, process) { child->killGroup(SIGKILL); }
   fulfiller->fulfill();
 }
@@ -34,6 +52,11 @@ kj::Promise<TaskOutcome> runTask(TaskEnv& env, wire::Assignment::Reader spec, Ta
     case wire::TaskSpec::Config::CONCAT: return runConcat(env, spec, control);
     case wire::TaskSpec::Config::SLEEP: return runSleep(env, spec, control);
     case wire::TaskSpec::Config::EXECUTE: return runExecute(env, spec, control);
+    case wire::TaskSpec::Config::MAKE_DIR: return runMakeDir(env, spec, control);
+    case wire::TaskSpec::Config::SLICE_DIR: return runSliceDir(env, spec, control);
+    case wire::TaskSpec::Config::LOAD:
+    case wire::TaskSpec::Config::LOAD_DIR: return runLoad(env, spec, control);
+    case wire::TaskSpec::Config::STORE: return runStore(env, spec, control);
   }
   return TaskOutcome::failure(Id::from(task.getId()),
                               kj::str("unknown task type (config union ",
@@ -72,6 +95,10 @@ kj::Promise<TaskOutcome> runConcat(TaskEnv& env, wire::Assignment::Reader spec, 
   for (auto input : task.getInputs()) {
     Id inputId = Id::from(input.getObject());
     KJ_IF_MAYBE(data, env.store.data(inputId)) {
+      if (KJ_ASSERT_NONNULL(env.store.find(inputId)).kind != wire::ObjectKind::BLOB) {
+        return TaskOutcome::failure(taskId, kj::str("concat: input ", inputId,
+                                                    " is not a blob; concat joins blobs only"));
+      }
       total += KJ_ASSERT_NONNULL(env.store.find(inputId)).size;
       if (!data->is<kj::Own<const Blob>>()) allInMemory = false;
       parts.add(kj::mv(*data));
@@ -159,6 +186,10 @@ kj::Promise<TaskOutcome> runSleep(TaskEnv& env, wire::Assignment::Reader spec, T
         Id inputId = Id::from(task.getInputs()[0].getObject());
         KJ_IF_MAYBE(data, env.store.data(inputId)) {
           auto meta = KJ_ASSERT_NONNULL(env.store.find(inputId));
+          if (meta.kind != wire::ObjectKind::BLOB) {
+            return TaskOutcome::failure(taskId, kj::str("sleep: input ", inputId,
+                                                        " is not a blob; sleep passes blobs only"));
+          }
           KJ_SWITCH_ONEOF(*data) {
             KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
               return env.store.putBytes(outputId, wire::ObjectKind::BLOB, kj::heapArray(blob->bytes.asPtr()))

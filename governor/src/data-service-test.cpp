@@ -5,6 +5,7 @@
 #include "test-util.h"
 
 #include <squall/proto/chunk-codec.h>
+#include <unistd.h>
 
 namespace squall {
 namespace {
@@ -195,6 +196,71 @@ TEST_F(DataServiceTest, FetchFromAnAddressNobodyListensOnFailsNamingIt) {
                                        .then([]() { return kj::str("no error"); },
                                              [](kj::Exception&& e) { return kj::str(e.getDescription()); }));
   EXPECT_NE(std::string(error.cStr()).find(kj::str(kj::str("cannot fetch object 5/3 from ", where)).cStr()), std::string::npos) << error.cStr();
+}
+
+TEST_F(DataServiceTest, DirTravelsAsATarArchiveAndIsUnpackedIntoAnotherStore) {
+  auto src = dir.sub("src");
+  writeText(kj::str(src, "/a.txt"), "alpha\n");
+  auto big = compressibleBytes(3 * CHUNK_SIZE + 7);
+  makeDirs(kj::str(src, "/deep/er"));
+  writeFile(kj::str(src, "/deep/er/big.bin"), big, 0755);
+  makeDirs(kj::str(src, "/empty"));
+  ASSERT_EQ(::symlink("/", kj::str(src, "/root").cStr()), 0);
+  ASSERT_EQ(::symlink("deep/er/big.bin", kj::str(src, "/rel").cStr()), 0);
+  auto meta = putTree(store, Id{9, 1}, src);
+  EXPECT_EQ(meta.size, 6 + big.size());
+
+  // Read directly: a tar archive in chunks; `size` is the bytes sent.
+  kj::Own<RpcClient> client;
+  auto service = open(client, "secret");
+  for (bool compress : {false, true}) {
+    kj::Vector<kj::byte> received;
+    size_t compressed = 0, chunks = 0;
+    auto request = service.readRequest();
+    Id{9, 1}.to(request.initId());
+    request.setCompress(compress);
+    request.setSink(kj::heap<CollectingSink>(received, compressed, chunks));
+    auto response = waitWithTimeout(io, request.send());
+    EXPECT_EQ(response.getKind(), wire::ObjectKind::DIR);
+    EXPECT_EQ(response.getSize(), received.size());
+    EXPECT_GT(received.size(), big.size());
+    EXPECT_GE(chunks, 4u);
+    EXPECT_EQ(memcmp(received.begin() + 257, "ustar", 5), 0);  // a tar header
+  }
+  auto atOffset = service.readRequest();
+  Id{9, 1}.to(atOffset.initId());
+  atOffset.setOffset(10);
+  kj::Vector<kj::byte> ignored;
+  size_t c1 = 0, c2 = 0;
+  atOffset.setSink(kj::heap<CollectingSink>(ignored, c1, c2));
+  auto error = waitWithTimeout(io, atOffset.send().then([](auto) { return kj::str("no error"); },
+                                                       [](kj::Exception&& e) { return kj::str(e.getDescription()); }));
+  EXPECT_NE(std::string(error.cStr()).find("offset 10 is not allowed for object 9/1: it is a dir"), std::string::npos)
+      << error.cStr();
+
+  // Fetched by another governor's store: the same tree, size and hash.
+  ObjectStore local(bridge, dir.sub("local"), *logger, 1 << 20);
+  DataFetcher fetcher(io.provider->getNetwork(), bridge, local, kj::str("secret"), *logger);
+  waitWithTimeout(io, fetcher.fetch(Id{9, 1}, wire::ObjectKind::DIR, address));
+  auto fetched = KJ_ASSERT_NONNULL(local.find(Id{9, 1}));
+  EXPECT_EQ(fetched.kind, wire::ObjectKind::DIR);
+  EXPECT_EQ(fetched.size, meta.size);
+  EXPECT_EQ(fetched.hash, meta.hash);
+  auto data = KJ_ASSERT_NONNULL(local.data(Id{9, 1}));
+  auto path = kj::mv(data.get<kj::String>());
+  EXPECT_EQ(describeTree(path), describeTree(src));
+  struct stat st;
+  ASSERT_EQ(::stat(kj::str(path, "/deep/er/big.bin").cStr(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0555u);  // mode kept, sealed read-only
+
+  // Asking for the wrong kind is an error, not a silent conversion.
+  ObjectStore other(bridge, dir.sub("other"), *logger, 1 << 20);
+  DataFetcher otherFetcher(io.provider->getNetwork(), bridge, other, kj::str("secret"), *logger);
+  auto wrong = waitWithTimeout(io, otherFetcher.fetch(Id{9, 1}, wire::ObjectKind::BLOB, address)
+                                       .then([]() { return kj::str("no error"); },
+                                             [](kj::Exception&& e) { return kj::str(e.getDescription()); }));
+  EXPECT_NE(std::string(wrong.cStr()).find("holds object 9/1 as a dir, but a blob was expected"), std::string::npos)
+      << wrong.cStr();
 }
 
 }  // namespace

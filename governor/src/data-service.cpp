@@ -39,7 +39,7 @@ kj::Promise<void> sendChunks(ReadState& state, uint64_t offset,
   return current.then([&state, offset](ObjectReader::Chunk chunk) -> kj::Promise<void> {
     if (chunk.covers == 0) return state.sink.doneRequest().send().ignoreResult();
     uint64_t nextOffset = offset + chunk.covers;
-    auto next = nextOffset < state.reader->info().size
+    auto next = state.reader->isStreamed() || nextOffset < state.reader->info().size
                     ? state.reader->readChunk(nextOffset, CHUNK_SIZE, state.compress)
                     : kj::Promise<ObjectReader::Chunk>(ObjectReader::Chunk());
     auto request = state.sink.writeRequest(capnp::MessageSize{chunk.bytes.size() / 8 + 16, 0});
@@ -59,7 +59,11 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
   uint64_t offset = params.getOffset();
   KJ_IF_MAYBE(reader, env.store.openReader(id)) {
     auto meta = (*reader)->info();
-    if (offset > meta.size) {
+    if ((*reader)->isStreamed() && offset != 0) {
+      return SQUALL_EXCEPTION(FAILED, "offset ", offset, " is not allowed for object ", id,
+                              ": it is a dir, sent as a tar archive from offset 0");
+    }
+    if (!(*reader)->isStreamed() && offset > meta.size) {
       return SQUALL_EXCEPTION(FAILED, "offset ", offset, " is beyond the end of object ", id, " (",
                           meta.size, " bytes)");
     }
@@ -69,11 +73,13 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
     auto first = state->reader->readChunk(offset, CHUNK_SIZE, state->compress);
     context.releaseParams();
     auto sending = sendChunks(*state, offset, kj::mv(first));
-    return sending.attach(kj::mv(state)).then([context, meta]() mutable {
+    auto& stateRef = *state;
+    return sending.then([context, meta, &stateRef]() mutable {
       auto results = context.getResults();
-      results.setSize(meta.size);
+      // For a dir: the length of the tar archive, known now that it is sent.
+      results.setSize(stateRef.reader->isStreamed() ? stateRef.reader->position() : meta.size);
       results.setKind(meta.kind);
-    });
+    }).attach(kj::mv(state));
   } else {
     return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held by governor ", env.governorName);
   }
@@ -82,6 +88,15 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
 // ---------------------------------------------------------------- fetching
 
 namespace {
+
+kj::StringPtr kindName(wire::ObjectKind kind) {
+  switch (kind) {
+    case wire::ObjectKind::BLOB: return "blob";
+    case wire::ObjectKind::DIR: return "dir";
+    case wire::ObjectKind::STREAM: return "stream";
+  }
+  return "object of an unknown kind";
+}
 
 // Collects one object's bytes: in memory while small, then in a temp file of
 // the store written on the pool. Writes are chained so they land in order.
@@ -123,9 +138,20 @@ class FetchSink final : public kj::Refcounted {
 
   uint64_t size() const { return received; }
 
-  // Puts the bytes into the store as `id`.
-  kj::Promise<ObjectMeta> commit(Id id, wire::ObjectKind kind) {
+  // Puts the bytes into the store as `id`; a dir's bytes are a tar archive,
+  // unpacked (on the pool) into a tree.
+  kj::Promise<ObjectMeta> commit(Id id, wire::ObjectKind kind, kj::StringPtr source) {
     HashedSize hashed{received, XXH3_64bits_digest(hashState)};
+    if (kind == wire::ObjectKind::DIR) {
+      auto what = kj::str("object ", id, " fetched from ", source);
+      KJ_IF_MAYBE(f, file) {
+        fd = nullptr;
+        return store.putTar(id, f->release(), kj::mv(what));
+      }
+      auto bytes = kj::heapArray<const kj::byte>(small.asPtr());
+      small.clear();
+      return store.putTar(id, kj::mv(bytes), kj::mv(what));
+    }
     KJ_IF_MAYBE(f, file) {
       fd = nullptr;
       return store.adoptFile(id, kind, f->release(), hashed);
@@ -236,12 +262,11 @@ wire::DataService::Client DataFetcher::serviceAt(kj::StringPtr address) {
 kj::Promise<void> DataFetcher::fetch(Id id, wire::ObjectKind kind, kj::StringPtr address) {
   if (store.find(id) != nullptr) return kj::READY_NOW;
   KJ_IF_MAYBE(arriving, store.whenArrived(id)) { return kj::mv(*arriving); }
-  (void)kind;  // the source reports the kind with the bytes
-  store.expectArrival(id, transfer(id, kj::str(address)));
+  store.expectArrival(id, transfer(id, kind, kj::str(address)));
   return KJ_ASSERT_NONNULL(store.whenArrived(id));
 }
 
-kj::Promise<void> DataFetcher::transfer(Id id, kj::String address) {
+kj::Promise<void> DataFetcher::transfer(Id id, wire::ObjectKind expected, kj::String address) {
   auto sink = kj::refcounted<FetchSink>(bridge, store);
   auto request = serviceAt(address).readRequest();
   id.to(request.initId());
@@ -250,14 +275,20 @@ kj::Promise<void> DataFetcher::transfer(Id id, kj::String address) {
   request.setSink(kj::heap<FetchByteSinkImpl>(kj::addRef(*sink)));
   logger.debug("event=fetch-start object={} source={}", kj::str(id).cStr(), address.cStr());
   return request.send()
-      .then([this, sink = kj::mv(sink), id](auto response) mutable {
+      .then([this, sink = kj::mv(sink), id, expected, source = kj::str(address)](auto response) mutable {
         uint64_t size = response.getSize();
         wire::ObjectKind actualKind = response.getKind();
         // read() returned after our done(): every chunk has landed.
-        return sink->drained().then([this, sink = kj::mv(sink), id, size, actualKind]() mutable {
+        return sink->drained().then([this, sink = kj::mv(sink), id, size, actualKind, expected,
+                                     source = kj::mv(source)]() mutable {
           KJ_REQUIRE(sink->size() == size, "received a different number of bytes than announced",
                      sink->size(), size);
-          return sink->commit(id, actualKind).then([this, id](ObjectMeta meta) {
+          if (actualKind != expected) {
+            return kj::Promise<void>(SQUALL_EXCEPTION(
+                FAILED, "the source holds object ", id, " as a ", kindName(actualKind),
+                ", but a ", kindName(expected), " was expected"));
+          }
+          return sink->commit(id, actualKind, source).then([this, id](ObjectMeta meta) {
             logger.debug("event=fetch-done object={} size={}", kj::str(id).cStr(), meta.size);
           });
         });

@@ -72,7 +72,7 @@ class DataFetcher final : private kj::TaskSet::ErrorHandler {
   kj::TaskSet tasks;
 
   wire::DataService::Client serviceAt(kj::StringPtr address);
-  kj::Promise<void> transfer(Id id, kj::String address);
+  kj::Promise<void> transfer(Id id, wire::ObjectKind expected, kj::String address);
   void taskFailed(kj::Exception&& exception) override;
 };
 

@@ -1,7 +1,16 @@
 // The `execute` task: runs a program in a per-task sandbox directory
-// <tasksDir>/<session>-<n>/ with its inputs placed read-only at their paths,
-// takes its outputs into the store and removes the sandbox. Loop thread
-// only; sandbox file work runs on the libuv pool.
+// <tasksDir>/<session>-<n>/ with its inputs placed read-only at their paths
+// (a dir input as a tree of hard links), takes its outputs into the store
+// (a dir output is the tree the program left, moved and sealed) and removes
+// the sandbox. Loop thread only; sandbox file work runs on the libuv pool.
+//
+// The program may do anything inside its sandbox, including planting
+// symbolic links; the governor never follows one there: outputs are taken
+// through directory descriptors with O_NOFOLLOW, an output path that is a
+// link fails the task, and links inside a dir output stay links. stdout and
+// stderr are read back through the descriptors the governor opened, not by
+// name.
+#include "dir-tree.h"
 #include "task-env.h"
 
 #include <cerrno>
@@ -18,21 +27,87 @@ constexpr const char* STDOUT_FILE = ".squall-stdout";
 constexpr const char* STDERR_FILE = ".squall-stderr";
 constexpr const char* STDIN_FILE = ".squall-stdin";
 
+constexpr size_t STDOUT_TAIL_BYTES = 4096;
+
 struct Placement {
-  kj::String dest;  // absolute path in the sandbox
+  kj::String path;  // relative to the sandbox
+  Id id;
+  wire::ObjectKind kind;
   ObjectData data;
 };
 
 // What the program produced, gathered off the loop after it exits.
 struct Harvest {
   kj::String stderrTail;
+  kj::String stdoutTail;
   kj::Maybe<kj::String> error;
   kj::Vector<HashedSize> outputs;
 };
 
-kj::String parentOf(kj::StringPtr path) {
-  KJ_IF_MAYBE(slash, path.findLast('/')) { return kj::heapString(path.slice(0, *slash)); }
-  return kj::str(".");
+// Store paths the outputs are moved to before they are adopted; whatever
+// was not adopted is removed (on the pool) when this goes.
+struct OutputTemps {
+  explicit OutputTemps(ObjectStore& store) : store(store) {}
+  OutputTemps(OutputTemps&&) = default;
+  ~OutputTemps() noexcept(false) {
+    for (auto& path : paths) {
+      KJ_IF_MAYBE(p, path) { store.removeLater(kj::mv(*p)); }
+    }
+  }
+  kj::String release(size_t i) {
+    auto path = kj::mv(KJ_ASSERT_NONNULL(paths[i]));
+    paths[i] = nullptr;
+    return path;
+  }
+  ObjectStore& store;
+  kj::Vector<kj::Maybe<kj::String>> paths;
+};
+
+// Takes the output `rel` of the sandbox into `temp`: checks what is there
+// against the declared kind without following links, then moves it (a dir
+// is then sealed). Returns its size and hash.
+HashedSize takeOutput(int sandboxFd, kj::StringPtr rel, wire::ObjectKind kind, Id outputId,
+                      kj::StringPtr temp) {
+  auto parts = pathComponents(rel);
+  auto what = kj::str("output '", rel, "'");
+  auto parent = openDirChain(sandboxFd, parts, parts.size() - 1, false, what);
+  auto& name = parts.back();
+  struct stat st;
+  if (::fstatat(parent, name.cStr(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+    if (errno == ENOENT) {
+      if (kind == wire::ObjectKind::DIR) SQUALL_FAIL("output directory '", rel, "' was not created");
+      SQUALL_FAIL("output file '", rel, "' was not created");
+    }
+    SQUALL_FAIL("cannot read output '", rel, "': ", strerror(errno));
+  }
+  if (S_ISLNK(st.st_mode)) SQUALL_FAIL("output '", rel, "' is a symbolic link");
+  if (kind == wire::ObjectKind::DIR) {
+    if (!S_ISDIR(st.st_mode)) {
+      SQUALL_FAIL("output '", rel, "' is ", entryKindName(st.st_mode), ", but output ", outputId,
+                  " is declared a dir");
+    }
+    KJ_SYSCALL(::renameat(parent, name.cStr(), AT_FDCWD, temp.cStr()), rel);
+    auto root = openDirectory(temp);
+    return sealTree(root, what);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    SQUALL_FAIL("output '", rel, "' is ", entryKindName(st.st_mode), ", but output ", outputId,
+                " is declared a blob");
+  }
+  int fd;
+  KJ_SYSCALL(fd = ::openat(parent, name.cStr(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), rel);
+  kj::AutoCloseFd file(fd);
+  KJ_SYSCALL(::fstat(file, &st), rel);
+  if (!S_ISREG(st.st_mode)) SQUALL_FAIL("output '", rel, "' changed while it was taken");
+  if (st.st_nlink > 1) {
+    // Shares its inode with another file (maybe outside the sandbox): the
+    // store takes a copy, so making it read-only touches nothing else.
+    auto out = openOrThrow(temp, O_WRONLY | O_CREAT | O_EXCL, 0444);
+    return copyFileFd(file, out, true);
+  }
+  auto hashed = hashFd(file);
+  KJ_SYSCALL(::renameat(parent, name.cStr(), AT_FDCWD, temp.cStr()), rel);
+  return hashed;
 }
 
 kj::String trimTrailingNewlines(kj::StringPtr text) {
@@ -84,10 +159,18 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
                         task.getOutputs().size()));
   }
   auto kinds = spec.getOutputKinds();
+  if (kinds.size() != mappings.size()) {
+    return fail(kj::str("the assignment gives ", kinds.size(), " output kinds for ", mappings.size(),
+                        " outputs"));
+  }
   for (uint i = 0; i < kinds.size(); i++) {
-    if (kinds[i] != wire::ObjectKind::BLOB) {
-      return fail(kj::str("output ", Id::from(task.getOutputs()[i]),
-                          " is not a blob; only blob outputs are supported by this governor"));
+    Id outputId = Id::from(task.getOutputs()[i]);
+    if (kinds[i] == wire::ObjectKind::STREAM) {
+      return fail(kj::str("output ", outputId, " is a stream; this governor runs programs with blob "
+                          "and dir outputs only"));
+    }
+    if (kinds[i] == wire::ObjectKind::DIR && mappings[i].isStdout()) {
+      return fail(kj::str("output ", outputId, " is a dir, so it cannot be the program's stdout"));
     }
   }
   auto inputs = task.getInputs();
@@ -102,20 +185,26 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
   for (uint i = 0; i < inputs.size(); i++) {
     auto path = inputs[i].getPath();
     bool isStdin = static_cast<int32_t>(i) == stdinInput;
-    kj::String dest;
+    kj::String rel;
     if (path.size() == 0 && isStdin) {
       // A stdin-only input needs no name in the sandbox.
-      dest = kj::str(sandbox, "/", STDIN_FILE);
-    } else if (!isSafeRelativePath(path)) {
-      return fail(kj::str("input path '", path,
-                          "' is not allowed: it must be a non-empty relative path without '..'"));
+      rel = kj::str(STDIN_FILE);
+    } else KJ_IF_MAYBE(problem, relativePathProblem(path)) {
+      return fail(kj::str("input path '", path, "' is not allowed: ", *problem));
     } else {
-      dest = kj::str(sandbox, "/", path);
+      auto parts = pathComponents(path);
+      rel = joinPath(parts, parts.size());
     }
     Id inputId = Id::from(inputs[i].getObject());
     KJ_IF_MAYBE(data, env.store.data(inputId)) {
-      if (isStdin) stdinPath = kj::str(dest);
-      placements.add(Placement{kj::mv(dest), kj::mv(*data)});
+      auto kind = KJ_ASSERT_NONNULL(env.store.find(inputId)).kind;
+      if (isStdin) {
+        if (kind == wire::ObjectKind::DIR) {
+          return fail(kj::str("input ", inputId, " is a dir, so it cannot be the program's stdin"));
+        }
+        stdinPath = kj::str(sandbox, "/", rel);
+      }
+      placements.add(Placement{kj::mv(rel), inputId, kind, kj::mv(*data)});
     } else {
       return fail(kj::str("input ", inputId, " is not held by governor ", env.governorName));
     }
@@ -127,11 +216,12 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       wantsStdout = true;
     } else {
       auto path = mapping.getPath();
-      if (!isSafeRelativePath(path)) {
-        return fail(kj::str("output path '", path,
-                            "' is not allowed: it must be a non-empty relative path without '..'"));
+      KJ_IF_MAYBE(problem, relativePathProblem(path)) {
+        return fail(kj::str("output path '", path, "' is not allowed: ", *problem));
       }
-      outputDirs.add(parentOf(kj::str(sandbox, "/", path)));
+      auto parts = pathComponents(path);
+      parts.removeLast();
+      if (parts.size() > 0) outputDirs.add(joinPath(parts, parts.size()));
     }
   }
   kj::Vector<kj::String> environment;
@@ -144,6 +234,8 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       }
       overridden.add(name);
     }
+    // Set by the governor: which run of the task this is (1 = the first).
+    overridden.add("SQUALL_ATTEMPT");
     for (auto& entry : env.baseEnv) {
       bool replaced = false;
       for (auto name : overridden) {
@@ -153,7 +245,10 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       }
       if (!replaced) environment.add(kj::str(entry));
     }
-    for (auto var : config.getEnv()) environment.add(kj::str(var.getName(), "=", var.getValue()));
+    for (auto var : config.getEnv()) {
+      if (var.getName() != "SQUALL_ATTEMPT") environment.add(kj::str(var.getName(), "=", var.getValue()));
+    }
+    environment.add(kj::str("SQUALL_ATTEMPT=", kj::max(spec.getAttempt(), 1u)));
   }
   SpawnOptions options;
   if (config.getShell()) {
@@ -174,19 +269,24 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       [sandbox = kj::str(sandbox), placements = kj::mv(placements), outputDirs = kj::mv(outputDirs)]() {
         removeTree(sandbox);
         makeDirs(sandbox);
+        auto root = openDirectory(sandbox);
+        // Placed one after another without following links: a dir input
+        // holding a link cannot make a later input land outside.
         for (auto& p : placements) {
-          makeDirs(parentOf(p.dest));
-          KJ_SWITCH_ONEOF(p.data) {
-            KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { writeFile(p.dest, blob->bytes, 0444); }
-            KJ_CASE_ONEOF(file, kj::String) {
-              // A hard link shares the store's read-only inode; a copy is made
-              // read-only here.
-              linkOrCopy(file, p.dest);
-              KJ_SYSCALL(::chmod(p.dest.cStr(), 0444), p.dest);
-            }
+          auto parts = pathComponents(p.path);
+          auto label = kj::str("input path '", p.path, "'");
+          auto parent = openDirChain(root, parts, parts.size() - 1, true, label);
+          placeObject(p.kind, p.data, p.id, parent, parts.back(), label);
+          if (p.kind == wire::ObjectKind::DIR) {
+            // Read-only like file inputs (its files are the store's inodes).
+            auto placed = openChildDir(parent, std::string(parts.back().cStr()));
+            sealTree(placed, label, false);
           }
         }
-        for (auto& dir : outputDirs) makeDirs(dir);
+        for (auto& dir : outputDirs) {
+          auto parts = pathComponents(dir);
+          openDirChain(root, parts, parts.size(), true, kj::str("output directory '", dir, "'"));
+        }
       }).catch_([](kj::Exception&& e) -> kj::Promise<void> {
         return SQUALL_EXCEPTION(FAILED, "cannot prepare the task's sandbox: ", e.getDescription());
       });
@@ -200,13 +300,15 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         }
         // Opening files in our own fresh directory is a short metadata call.
         auto stdinFd = openForChild(stdinPath, O_RDONLY);
-        auto stdoutFd = wantsStdout ? openForChild(kj::str(sandbox, "/", STDOUT_FILE),
-                                                   O_WRONLY | O_CREAT | O_TRUNC)
-                                    : openForChild("/dev/null", O_WRONLY);
-        auto stderrFd = openForChild(kj::str(sandbox, "/", STDERR_FILE), O_WRONLY | O_CREAT | O_TRUNC);
+        // Read back through these descriptors after the exit, whatever the
+        // program did to the names meanwhile.
+        kj::Own<const SharedFd> stdoutFd = kj::atomicRefcounted<SharedFd>(openForChild(
+            kj::str(sandbox, "/", STDOUT_FILE), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW));
+        kj::Own<const SharedFd> stderrFd = kj::atomicRefcounted<SharedFd>(openForChild(
+            kj::str(sandbox, "/", STDERR_FILE), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW));
         options.stdinFd = stdinFd;
-        options.stdoutFd = stdoutFd;
-        options.stderrFd = stderrFd;
+        options.stdoutFd = stdoutFd->fd;
+        options.stderrFd = stderrFd->fd;
         auto spawned = ChildProcess::spawn(env.bridge, options);
         if (spawned.is<int>()) {
           return cleanUp(env, sandbox,
@@ -218,66 +320,62 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         auto exited = child->onExit();
         return exited.attach(kj::mv(child))
             .attach(kj::defer([&control]() { control.setProcess(nullptr); }))
-            .then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox),
-                   program = kj::mv(program)](ProcessExit exit) mutable {
+            .then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox), program = kj::mv(program),
+                   stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd),
+                   wantsStdout](ProcessExit exit) mutable {
               control.setProcess(nullptr);
               bool success = exit.termSignal == 0 && exit.exitStatus == 0 && !control.isCancelled();
               auto task = spec.getTask();
               auto mappings = task.getConfig().getExecute().getOutputs();
-              // Where each output goes before it is adopted; deleted if we
+              // Where each output goes before it is adopted; removed if we
               // are dropped before that.
-              kj::Vector<TempFile> temps;
+              OutputTemps temps(env.store);
               kj::Vector<kj::String> tempPaths;
               kj::Vector<kj::Maybe<kj::String>> sources;  // nullptr = stdout
+              kj::Vector<wire::ObjectKind> kinds;
               if (success) {
-                for (auto mapping : mappings) {
-                  temps.add(TempFile(env.store.newTempPath()));
-                  tempPaths.add(kj::str(temps.back().path()));
-                  if (mapping.isStdout()) {
+                for (uint i = 0; i < mappings.size(); i++) {
+                  auto path = env.store.newTempPath();
+                  tempPaths.add(kj::str(path));
+                  temps.paths.add(kj::mv(path));
+                  kinds.add(spec.getOutputKinds()[i]);
+                  if (mappings[i].isStdout()) {
                     sources.add(nullptr);
                   } else {
-                    sources.add(kj::str(mapping.getPath()));
+                    auto parts = pathComponents(mappings[i].getPath());
+                    sources.add(joinPath(parts, parts.size()));
                   }
                 }
               }
+              kj::Vector<Id> outputIds;
+              for (auto output : task.getOutputs()) outputIds.add(Id::from(output));
               auto harvest = env.bridge.runOnPool<Harvest>(
                   [sandbox = kj::str(sandbox), success, tempPaths = kj::mv(tempPaths),
-                   sources = kj::mv(sources)]() {
+                   sources = kj::mv(sources), kinds = kj::mv(kinds), outputIds = kj::mv(outputIds),
+                   stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd), wantsStdout]() {
                     Harvest h;
-                    h.stderrTail = readTail(kj::str(sandbox, "/", STDERR_FILE), STDERR_TAIL_BYTES);
-                    kj::Maybe<size_t> firstStdout;
+                    h.stderrTail = readTailFd(stderrFd->fd, STDERR_TAIL_BYTES);
+                    if (!wantsStdout) h.stdoutTail = readTailFd(stdoutFd->fd, STDOUT_TAIL_BYTES);
                     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                    for (size_t i = 0; success && i < sources.size() && h.error == nullptr; i++) {
-                      KJ_IF_MAYBE(rel, sources[i]) {
-                        auto from = kj::str(sandbox, "/", *rel);
-                        struct stat st;
-                        if (::lstat(from.cStr(), &st) < 0) {
-                          if (errno == ENOENT || errno == ENOTDIR) {
-                            h.error = kj::str("output file '", *rel, "' was not created");
+                      if (!success) return;
+                      auto root = openDirectory(sandbox);
+                      kj::Maybe<HashedSize> stdoutHash;
+                      for (size_t i = 0; i < sources.size(); i++) {
+                        KJ_IF_MAYBE(rel, sources[i]) {
+                          h.outputs.add(takeOutput(root, *rel, kinds[i], outputIds[i], tempPaths[i]));
+                        } else {
+                          linkFdOrCopy(stdoutFd->fd, tempPaths[i]);
+                          KJ_IF_MAYBE(known, stdoutHash) {
+                            h.outputs.add(*known);
                           } else {
-                            h.error = kj::str("cannot read output file '", *rel, "': ", strerror(errno));
+                            auto hashed = hashFd(stdoutFd->fd);
+                            stdoutHash = hashed;
+                            h.outputs.add(hashed);
                           }
-                          break;
                         }
-                        if (!S_ISREG(st.st_mode)) {
-                          h.error = kj::str("output '", *rel, "' is not a regular file",
-                                            S_ISDIR(st.st_mode) ? " (directory outputs are not supported yet)" : "");
-                          break;
-                        }
-                        h.outputs.add(hashFile(from));
-                        KJ_SYSCALL(::rename(from.cStr(), tempPaths[i].cStr()), from);
-                      } else KJ_IF_MAYBE(first, firstStdout) {
-                        h.outputs.add(h.outputs[*first]);
-                        linkOrCopy(tempPaths[*first], tempPaths[i]);
-                      } else {
-                        auto from = kj::str(sandbox, "/", STDOUT_FILE);
-                        h.outputs.add(hashFile(from));
-                        KJ_SYSCALL(::rename(from.cStr(), tempPaths[i].cStr()), from);
-                        firstStdout = i;
                       }
-                    }
                     })) {
-                      h.error = kj::str("cannot take the program's outputs: ", e->getDescription());
+                      h.error = kj::str(e->getDescription());
                     }
                     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeTree(sandbox); })) {
                       KJ_LOG(WARNING, "cannot remove sandbox", sandbox, e->getDescription());
@@ -289,6 +387,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
                 TaskOutcome outcome;
                 outcome.id = taskId;
                 outcome.stderrTail = kj::mv(h.stderrTail);
+                outcome.stdoutTail = kj::mv(h.stdoutTail);
                 outcome.exitStatus = exit.termSignal == 0 ? static_cast<int32_t>(exit.exitStatus) : -1;
                 outcome.signal = exit.termSignal;
                 if (control.isCancelled()) {
@@ -306,10 +405,13 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
                   outcome.error = kj::mv(*error);
                 } else {
                   auto task = spec.getTask();
-                  for (size_t i = 0; i < temps.size(); i++) {
+                  auto kinds = spec.getOutputKinds();
+                  for (size_t i = 0; i < temps.paths.size(); i++) {
                     Id outputId = Id::from(task.getOutputs()[i]);
-                    auto meta = env.store.adoptFile(outputId, wire::ObjectKind::BLOB, temps[i].release(),
-                                                    h.outputs[i]);
+                    auto meta = kinds[i] == wire::ObjectKind::DIR
+                                    ? env.store.adoptDir(outputId, temps.release(i), h.outputs[i])
+                                    : env.store.adoptFile(outputId, wire::ObjectKind::BLOB,
+                                                          temps.release(i), h.outputs[i]);
                     outcome.outputs.add(OutputInfo{outputId, meta.size, meta.hash});
                   }
                   outcome.ok = true;

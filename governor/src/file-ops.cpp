@@ -150,21 +150,6 @@ kj::String readTail(kj::StringPtr path, size_t max) {
   return kj::heapString(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
 }
 
-bool isSafeRelativePath(kj::StringPtr path) {
-  if (path.size() == 0 || path[0] == '/') return false;
-  size_t start = 0;
-  for (size_t i = 0; i <= path.size(); i++) {
-    if (i == path.size() || path[i] == '/') {
-      std::string_view part(path.begin() + start, i - start);
-      if (part.size() == 0 || part == "." || part == "..") return false;
-      start = i + 1;
-    } else if (path[i] == '\0') {
-      return false;
-    }
-  }
-  return true;
-}
-
 TempFile::~TempFile() noexcept(false) {
   if (filePath.size() > 0) ::unlink(filePath.cStr());
 }

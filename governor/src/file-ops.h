@@ -55,10 +55,6 @@ void removeTree(kj::StringPtr path);
 // The last `max` bytes of a file as text (empty when missing).
 kj::String readTail(kj::StringPtr path, size_t max);
 
-// A relative path with no "..", "." or empty components, not absolute. The
-// full safe-path rules (symlinks inside the sandbox) come later.
-bool isSafeRelativePath(kj::StringPtr path);
-
 // Deletes a file when dropped unless released: producers write into one so
 // a cancelled or failed job leaves nothing behind.
 class TempFile {

@@ -1,6 +1,7 @@
 // Tests of the object store. Test thread only.
 #include "object-store.h"
 
+#include "safe-path.h"
 #include "test-util.h"
 
 #include <squall/proto/chunk-codec.h>
@@ -97,16 +98,19 @@ TEST_F(ObjectStoreTest, ArrivalsCanBeAwaitedAndRemovedOnArrival) {
   EXPECT_TRUE(store.find(Id{2, 2}) == nullptr);
 }
 
-TEST(FileOpsTest, SafeRelativePaths) {
-  EXPECT_TRUE(isSafeRelativePath("a"));
-  EXPECT_TRUE(isSafeRelativePath("a/b.txt"));
-  EXPECT_FALSE(isSafeRelativePath(""));
-  EXPECT_FALSE(isSafeRelativePath("/etc/passwd"));
-  EXPECT_FALSE(isSafeRelativePath(".."));
-  EXPECT_FALSE(isSafeRelativePath("a/../b"));
-  EXPECT_FALSE(isSafeRelativePath("a//b"));
-  EXPECT_FALSE(isSafeRelativePath("./a"));
-  EXPECT_FALSE(isSafeRelativePath("a/"));
+TEST(SafePathTest, RelativePathRules) {
+  EXPECT_TRUE(relativePathProblem("a") == nullptr);
+  EXPECT_TRUE(relativePathProblem("a/b.txt") == nullptr);
+  EXPECT_TRUE(relativePathProblem("a//b/./c/") == nullptr);  // normalised
+  EXPECT_EQ(KJ_ASSERT_NONNULL(relativePathProblem("")), "it is empty");
+  EXPECT_EQ(KJ_ASSERT_NONNULL(relativePathProblem("/etc/passwd")), "it is absolute");
+  EXPECT_EQ(KJ_ASSERT_NONNULL(relativePathProblem("..")), "it contains '..'");
+  EXPECT_EQ(KJ_ASSERT_NONNULL(relativePathProblem("a/../b")), "it contains '..'");
+  EXPECT_EQ(KJ_ASSERT_NONNULL(relativePathProblem("./")), "it names no file");
+  EXPECT_EQ(KJ_ASSERT_NONNULL(relativePathProblem(kj::StringPtr("a\0b", 3))), "it contains a NUL byte");
+  auto parts = pathComponents("a//b/./c/");
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(joinPath(parts, 3), "a/b/c");
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // The governor's object store. Loop thread only; big file work on the pool.
 #include "object-store.h"
 
+#include "dir-tree.h"
+#include "safe-path.h"
+
 #include <cerrno>
 #include <squall/proto/chunk-codec.h>
 #include <fcntl.h>
@@ -28,6 +31,18 @@ ObjectReader::Chunk makeChunk(kj::Array<kj::byte> raw, bool compress) {
 kj::Promise<ObjectReader::Chunk> ObjectReader::readChunk(uint64_t offset, size_t max,
                                                          bool compress) {
   KJ_REQUIRE(max <= CHUNK_SIZE, "chunk too large", max);
+  if (source.is<kj::Own<const TarStream>>()) {
+    KJ_REQUIRE(offset == streamed, "a dir's tar archive is read in order", offset, streamed);
+    auto& tar = source.get<kj::Own<const TarStream>>();
+    return bridge
+        .runOnPool<Chunk>([tar = kj::atomicAddRef(*tar), max, compress]() {
+          return makeChunk(tar->writer.next(max), compress);
+        })
+        .then([this](Chunk chunk) {
+          streamed += chunk.covers;
+          return kj::mv(chunk);
+        });
+  }
   if (offset >= meta.size) return Chunk();
   size_t n = kj::min(static_cast<uint64_t>(max), meta.size - offset);
   KJ_SWITCH_ONEOF(source) {
@@ -37,6 +52,7 @@ kj::Promise<ObjectReader::Chunk> ObjectReader::readChunk(uint64_t offset, size_t
       memcpy(raw.begin(), blob->bytes.begin() + offset, n);
       return makeChunk(kj::mv(raw), compress);
     }
+    KJ_CASE_ONEOF(tar, kj::Own<const TarStream>) { KJ_UNREACHABLE; }
     KJ_CASE_ONEOF(fd, kj::Own<const SharedFd>) {
       return bridge.runOnPool<Chunk>([fd = kj::atomicAddRef(*fd), offset, n, compress]() {
         auto raw = preadUpTo(fd->fd, offset, n);
@@ -96,11 +112,16 @@ kj::Maybe<kj::Own<ObjectReader>> ObjectStore::openReader(Id id) {
     }
     KJ_CASE_ONEOF(path, kj::String) {
       // open() of a local file is a short metadata operation.
-      int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
+      int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW |
+                                       (entry.meta.kind == wire::ObjectKind::DIR ? O_DIRECTORY : 0));
       if (fd < 0) {
         logger.error("event=object-file-missing object={} path={} error=\"{}\"",
                      kj::str(id).cStr(), path.cStr(), strerror(errno));
         return nullptr;
+      }
+      if (entry.meta.kind == wire::ObjectKind::DIR) {
+        kj::Own<const TarStream> tar = kj::atomicRefcounted<TarStream>(kj::AutoCloseFd(fd));
+        return kj::heap<ObjectReader>(bridge, entry.meta, kj::mv(tar));
       }
       kj::Own<const SharedFd> shared = kj::atomicRefcounted<SharedFd>(kj::AutoCloseFd(fd));
       return kj::heap<ObjectReader>(bridge, entry.meta, kj::mv(shared));
@@ -163,6 +184,51 @@ ObjectMeta ObjectStore::adoptFile(Id id, wire::ObjectKind kind, kj::String path,
   return meta;
 }
 
+ObjectMeta ObjectStore::adoptDir(Id id, kj::String path, HashedSize sizeAndHash) {
+  auto it = objects.find(id);
+  if (it != objects.end()) {
+    discard(it->second);
+    objects.erase(it);
+  }
+  auto finalPath = pathFor(id);
+  KJ_SYSCALL(::rename(path.cStr(), finalPath.cStr()), path, finalPath);
+  ObjectMeta meta{wire::ObjectKind::DIR, sizeAndHash.size, sizeAndHash.hash};
+  insert(id, Entry{meta, kj::mv(finalPath)});
+  return meta;
+}
+
+kj::Promise<ObjectMeta> ObjectStore::putTar(Id id, TarInput tar, kj::String what) {
+  auto temp = kj::heap<StoreTemp>(*this);
+  auto unpacked = bridge.runOnPool<HashedSize>([temp = kj::str(temp->path()), tar = kj::mv(tar),
+                                                what = kj::mv(what)]() mutable {
+    KJ_DEFER(KJ_IF_MAYBE(file, tar.tryGet<kj::String>()) { ::unlink(file->cStr()); });
+    KJ_SYSCALL(::mkdir(temp.cStr(), 0755), temp);
+    HashedSize result;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+      auto root = openDirectory(temp);
+      KJ_SWITCH_ONEOF(tar) {
+        KJ_CASE_ONEOF(bytes, kj::Array<const kj::byte>) { unpackTar(bytes.asPtr(), root, what); }
+        KJ_CASE_ONEOF(file, kj::String) {
+          auto fd = openOrThrow(file, O_RDONLY);
+          unpackTar(fd.get(), root, what);
+        }
+      }
+      result = sealTree(root, what);
+    })) {
+      removeTree(temp);
+      kj::throwFatalException(kj::mv(*e));
+    }
+    return result;
+  });
+  return unpacked.then([this, id, temp = kj::mv(temp)](HashedSize hashed) mutable {
+    return adoptDir(id, temp->release(), hashed);
+  });
+}
+
+void ObjectStore::removeLater(kj::String path) {
+  background.add(bridge.runOnPool<void>([path = kj::mv(path)]() { removeTree(path); }));
+}
+
 void ObjectStore::insert(Id id, Entry entry) {
   auto it = objects.find(id);
   if (it != objects.end()) {
@@ -196,6 +262,10 @@ void ObjectStore::discard(Entry& entry) {
       auto trash = newTempPath();
       if (::rename(path.cStr(), trash.cStr()) < 0) {
         logger.warn("event=object-unlink-failed path={} error=\"{}\"", path.cStr(), strerror(errno));
+        return;
+      }
+      if (entry.meta.kind == wire::ObjectKind::DIR) {
+        removeLater(kj::mv(trash));
         return;
       }
       background.add(bridge.runOnPool<void>([trash = kj::mv(trash)]() {

@@ -7,9 +7,16 @@
 // the in-memory total stays under the budget; everything else is a file
 // `<dir>/<session>-<n>`, read-only (0444). Files that programs wrote are
 // renamed into the store, never copied.
+//
+// A dir object is a real directory tree `<dir>/<session>-<n>/`, sealed
+// (read-only, see dir-tree.h) before it is adopted; its data() is that path.
+// Trees are built in a fresh `<dir>/.tmp-N` (same parent, so adopting is a
+// rename that needs no write permission on the sealed tree) and removed on
+// the pool. A dir is read as a tar archive produced while it is sent.
 #pragma once
 
 #include "file-ops.h"
+#include "tar-archive.h"
 #include "uv-bridge.h"
 
 #include <kj/async.h>
@@ -31,21 +38,39 @@ struct Blob final : public kj::AtomicRefcounted {
 
 struct ObjectMeta {
   wire::ObjectKind kind = wire::ObjectKind::BLOB;
+  // Blob: its bytes. Dir: the sum of its regular files' sizes.
   uint64_t size = 0;
-  // xxh3-64 of the bytes.
+  // xxh3-64 of the bytes; of a dir, the tree hash (dir-tree.h).
   uint64_t hash = 0;
 };
 
-// Where an object's bytes are: in memory, or the path of its file.
+// Where an object's bytes are: in memory, or the path of its file (of its
+// directory for a dir).
 using ObjectData = kj::OneOf<kj::Own<const Blob>, kj::String>;
 
-// Reads one object's bytes. Keeps them readable while alive even if the
+// A dir's tar archive while it is produced. Pool jobs take turns (each
+// readChunk waits for the previous one), so the writer is never used by
+// two threads at once; the last reference (job or reader) frees it.
+struct TarStream final : public kj::AtomicRefcounted {
+  explicit TarStream(kj::AutoCloseFd root) : writer(kj::mv(root)) {}
+  mutable TarWriter writer;
+};
+
+// Reads one object's bytes. Keeps a blob readable while alive even if the
 // store drops the object meanwhile (holds the blob or an open descriptor).
+// A dir is read as a tar archive produced on the fly: strictly in order from
+// offset 0, its length known only at the end (an empty chunk). A dir
+// removed from the store while it is read fails the read.
 class ObjectReader {
  public:
-  ObjectReader(UvBridge& bridge, ObjectMeta meta, kj::OneOf<kj::Own<const Blob>, kj::Own<const SharedFd>> source)
+  using Source = kj::OneOf<kj::Own<const Blob>, kj::Own<const SharedFd>, kj::Own<const TarStream>>;
+  ObjectReader(UvBridge& bridge, ObjectMeta meta, Source source)
       : bridge(bridge), meta(meta), source(kj::mv(source)) {}
   const ObjectMeta& info() const { return meta; }
+  // True for a dir's tar: read until an empty chunk, not up to info().size.
+  bool isStreamed() const { return source.is<kj::Own<const TarStream>>(); }
+  // Bytes of the tar produced so far (all of it once an empty chunk came).
+  uint64_t position() const { return streamed; }
   struct Chunk {
     // Raw bytes, or one LZ4 block when rawSize > 0.
     kj::Array<kj::byte> bytes;
@@ -61,7 +86,9 @@ class ObjectReader {
  private:
   UvBridge& bridge;
   ObjectMeta meta;
-  kj::OneOf<kj::Own<const Blob>, kj::Own<const SharedFd>> source;
+  Source source;
+  // Bytes of the tar produced so far.
+  uint64_t streamed = 0;
 };
 
 class ObjectStore {
@@ -98,6 +125,18 @@ class ObjectStore {
   kj::String newTempPath();
   // The finished file at `path` (size and hash known) becomes object `id`.
   ObjectMeta adoptFile(Id id, wire::ObjectKind kind, kj::String path, HashedSize sizeAndHash);
+  // The sealed tree at `path` (a newTempPath(), size and tree hash known)
+  // becomes dir object `id`.
+  ObjectMeta adoptDir(Id id, kj::String path, HashedSize sizeAndHash);
+
+  // Unpacks a tar archive (bytes, or a file that is deleted afterwards) on
+  // the pool into dir object `id`, with the safe-path rules of
+  // tar-archive.h; `what` names it in errors ("constant 1/4").
+  using TarInput = kj::OneOf<kj::Array<const kj::byte>, kj::String>;
+  kj::Promise<ObjectMeta> putTar(Id id, TarInput tar, kj::String what);
+
+  // Removes a file or tree at `path` (one of ours) on the pool.
+  void removeLater(kj::String path);
 
   // Drops an object; unknown ids are fine. An object still arriving is
   // dropped when it arrives.
@@ -130,6 +169,24 @@ class ObjectStore {
   kj::String pathFor(Id id) const;
   void insert(Id id, Entry entry);
   void discard(Entry& entry);
+};
+
+// A fresh path in the store (newTempPath()) for a tree or file being built;
+// removed on the pool when dropped unless released (adopted), so an
+// abandoned or failed task leaves nothing behind. Loop thread only.
+class StoreTemp {
+ public:
+  explicit StoreTemp(ObjectStore& store) : store(store), tempPath(store.newTempPath()) {}
+  ~StoreTemp() noexcept(false) {
+    if (tempPath.size() > 0) store.removeLater(kj::mv(tempPath));
+  }
+  KJ_DISALLOW_COPY(StoreTemp);
+  kj::StringPtr path() const { return tempPath; }
+  kj::String release() { return kj::mv(tempPath); }
+
+ private:
+  ObjectStore& store;
+  kj::String tempPath;
 };
 
 }  // namespace squall

@@ -4,9 +4,11 @@
 
 #include "child-process.h"
 #include "object-store.h"
+#include "safe-path.h"
 #include "task-outcome.h"
 #include "uv-bridge.h"
 
+#include <atomic>
 #include <kj/async.h>
 #include <kj/timer.h>
 #include <spdlog/logger.h>
@@ -26,6 +28,15 @@ struct TaskEnv {
   kj::String governorName;
   // The environment programs inherit (NAME=VALUE), captured at startup.
   kj::Vector<kj::String> baseEnv;
+  // Where load / load_dir / store may read and write (--allow-path); none
+  // by default.
+  AllowedRoots allowedRoots;
+};
+
+// Set once a task is cancelled or timed out. Pool jobs, which cannot be
+// interrupted, read it before they commit anything outside the store.
+struct StopFlag final : public kj::AtomicRefcounted {
+  mutable std::atomic<bool> stopped{false};
 };
 
 // Lets a running task be cancelled. Runners check isCancelled() between
@@ -39,12 +50,20 @@ class TaskControl {
   bool isCancelled() const { return cancelled; }
   kj::Promise<void> whenCancelled() { return cancelledPromise.addBranch(); }
   void cancel();
+  // Cancels because the task's time limit passed; the outcome then says so.
+  void timeOut();
+  bool hasTimedOut() const { return timedOut; }
+
+  // For pool jobs: true once cancel() or timeOut() ran.
+  kj::Own<const StopFlag> stopFlag() const { return kj::atomicAddRef(*stop); }
 
   // While set, cancel() SIGKILLs the process group.
   void setProcess(kj::Maybe<ChildProcess&> child) { process = child; }
 
  private:
   bool cancelled = false;
+  bool timedOut = false;
+  kj::Own<const StopFlag> stop = kj::atomicRefcounted<StopFlag>();
   kj::Own<kj::PromiseFulfiller<void>> fulfiller;
   kj::ForkedPromise<void> cancelledPromise;
   kj::Maybe<ChildProcess&> process;
@@ -62,5 +81,21 @@ kj::Promise<TaskOutcome> runTask(TaskEnv& env, wire::Assignment::Reader spec, Ta
 kj::Promise<TaskOutcome> runConcat(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 kj::Promise<TaskOutcome> runSleep(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+// dir-tasks.cpp
+kj::Promise<TaskOutcome> runMakeDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+kj::Promise<TaskOutcome> runSliceDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+kj::Promise<TaskOutcome> runLoad(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+kj::Promise<TaskOutcome> runStore(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+
+// Places a held object (blob bytes, blob file or dir tree) as the new entry
+// `name` of the directory `parentFd`: files hard-linked (read-only inodes of
+// the store) or written 0444, trees copied with hard links. `label` names
+// the place in errors ("... is already taken by an earlier input"). Pool
+// threads.
+void placeObject(wire::ObjectKind kind, const ObjectData& data, Id id, int parentFd,
+                 kj::StringPtr name, kj::StringPtr label);
+
+// "time limit of 1.5 s exceeded"
+kj::String timeLimitMessage(uint64_t limitMs);
 
 }  // namespace squall

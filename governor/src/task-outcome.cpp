@@ -36,10 +36,12 @@ void TaskOutcome::toWire(wire::TaskResult::Builder builder) const {
   builder.setStartTimeUs(startTimeUs);
   builder.setDurationUs(durationUs);
   builder.setStderrTail(stderrTail);
+  builder.setStdoutTail(stdoutTail);
+  builder.setTimedOut(timedOut);
 }
 
 size_t TaskOutcome::wireSize() const {
-  return 128 + error.size() + stderrTail.size() + outputs.size() * 48;
+  return 128 + error.size() + stderrTail.size() + stdoutTail.size() + outputs.size() * 48;
 }
 
 uint64_t wallClockUs() {

@@ -27,6 +27,9 @@ struct TaskOutcome {
   uint64_t startTimeUs = 0;
   uint64_t durationUs = 0;
   kj::String stderrTail;
+  // The program's stdout when it is not one of its outputs.
+  kj::String stdoutTail;
+  bool timedOut = false;
 
   static TaskOutcome failure(Id id, kj::String error);
   // A finished built-in task with one output.

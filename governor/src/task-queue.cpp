@@ -133,7 +133,23 @@ void TaskQueue::start(Task& task) {
   Id id = task.id;
   uint64_t serial = task.serial;
   env.logger.debug("event=task-started task={} cpus={} free={}", kj::str(id).cStr(), task.cpus, free);
-  work.add(kj::evalNow([this, &task]() { return runTask(env, *task.spec, task.control); })
+  uint64_t limitMs = task.spec->getTask().getPolicy().getTimeLimitMs();
+  if (limitMs > 0) {
+    task.deadline = env.timer.afterDelay(limitMs * kj::MILLISECONDS)
+                        .then([&task]() { task.control.timeOut(); })
+                        .eagerlyEvaluate(nullptr);
+  }
+  auto which = task.spec->getTask().getConfig().which();
+  bool abandonable = which != wire::TaskSpec::Config::EXECUTE && which != wire::TaskSpec::Config::SLEEP;
+  auto runner = kj::evalNow([this, &task]() { return runTask(env, *task.spec, task.control); });
+  if (abandonable) {
+    // A built-in's file work on the pool cannot be interrupted: on cancel or
+    // time-out it is abandoned (it runs to the end of its current step, its
+    // result and temporary files are dropped) and the task ends at once.
+    runner = runner.exclusiveJoin(task.control.whenCancelled().then(
+        [id]() { return TaskOutcome::failure(id, kj::str("cancelled")); }));
+  }
+  work.add(kj::mv(runner)
                .then([this, id, serial](TaskOutcome outcome) { finish(id, serial, kj::mv(outcome)); },
                      [this, id, serial](kj::Exception&& e) {
                        finish(id, serial,
@@ -154,7 +170,12 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
       for (auto& output : outcome.outputs) env.store.remove(output.id);
       outcome.outputs.clear();
       outcome.ok = false;
-      outcome.error = kj::str("cancelled");
+      if (task->control.hasTimedOut()) {
+        outcome.timedOut = true;
+        outcome.error = timeLimitMessage(task->spec->getTask().getPolicy().getTimeLimitMs());
+      } else {
+        outcome.error = kj::str("cancelled");
+      }
     }
     free += task->cpus;
     running--;

@@ -50,6 +50,8 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
     TaskControl control;
     uint64_t startWallUs = 0;
     uint64_t startMonotonicUs = 0;
+    // Fires control.timeOut() once the task's time limit passes.
+    kj::Promise<void> deadline = nullptr;
   };
 
   TaskEnv& env;

@@ -1,8 +1,14 @@
 // Test helpers. Test thread only.
 #include "test-util.h"
 
+#include "dir-tree.h"
 #include "file-ops.h"
+#include "safe-path.h"
 
+#include <algorithm>
+#include <fcntl.h>
+#include <filesystem>
+#include <vector>
 #include <cstdlib>
 #include <fstream>
 #include <kj/debug.h>
@@ -34,6 +40,41 @@ std::string readWholeFile(kj::StringPtr path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
+}
+
+void writeText(kj::StringPtr path, const std::string& content) {
+  auto slash = KJ_ASSERT_NONNULL(path.findLast('/'));
+  makeDirs(kj::heapString(path.slice(0, slash)));
+  writeFile(path, kj::arrayPtr(reinterpret_cast<const kj::byte*>(content.data()), content.size()), 0644);
+}
+
+std::string describeTree(kj::StringPtr root) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> lines;
+  for (auto it = fs::recursive_directory_iterator(root.cStr()); it != fs::recursive_directory_iterator(); ++it) {
+    auto rel = it->path().lexically_relative(root.cStr()).string();
+    auto status = it->symlink_status();
+    if (fs::is_symlink(status)) {
+      lines.push_back(rel + " l " + fs::read_symlink(it->path()).string());
+    } else if (fs::is_directory(status)) {
+      lines.push_back(rel + " d");
+    } else {
+      lines.push_back(rel + " f " + readWholeFile(kj::str(it->path().c_str())));
+    }
+  }
+  std::sort(lines.begin(), lines.end());
+  std::string out;
+  for (auto& line : lines) out += line + "\n";
+  return out;
+}
+
+ObjectMeta putTree(ObjectStore& store, Id id, kj::StringPtr path) {
+  auto temp = store.newTempPath();
+  auto source = openDirectory(path);
+  copyTree(source, AT_FDCWD, temp, FileCopy::COPY, "test tree");
+  auto root = openDirectory(temp);
+  auto hashed = sealTree(root, "test tree");
+  return store.adoptDir(id, kj::mv(temp), hashed);
 }
 
 bool isGoneOrZombie(int pid, int seconds) {

@@ -1,6 +1,8 @@
 // Helpers shared by the governor's unit tests. Test thread only.
 #pragma once
 
+#include "object-store.h"
+
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 #include <kj/string.h>
@@ -33,6 +35,16 @@ T waitWithTimeout(kj::AsyncIoContext& io, kj::Promise<T> promise, int seconds = 
 }
 
 std::string readWholeFile(kj::StringPtr path);
+
+// Writes `content` to `path`, creating parent directories.
+void writeText(kj::StringPtr path, const std::string& content);
+
+// Every entry below `root` (links not followed), sorted, one per line:
+// "path d", "path f <bytes>", "path l <target>".
+std::string describeTree(kj::StringPtr root);
+
+// Copies the tree at `path` into `store` as dir object `id` (sealed).
+ObjectMeta putTree(ObjectStore& store, Id id, kj::StringPtr path);
 
 // Polls /proc until `pid` has exited or is a zombie, for at most `seconds`.
 bool isGoneOrZombie(int pid, int seconds);

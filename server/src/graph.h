@@ -110,6 +110,8 @@ struct Session {
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;
 
   uint64_t unfinishedTasks = 0;
+  // Lowest id no task or object of the session has used.
+  uint64_t nextId = 1;
   uint64_t counts[7] = {};  // by TaskNode::State
   // wait() with no ids: completes when unfinishedTasks reaches 0.
   std::vector<std::shared_ptr<Waiter>> allWaiters;

@@ -249,6 +249,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     state.setTasksFinished(count(S::FINISHED));
     state.setTasksFailed(count(S::FAILED) + count(S::CANCELLED));
     state.setTasksSkipped(count(S::SKIPPED));
+    state.setNextId(session.nextId);
   }
 
   kj::Promise<void> findSession(FindSessionContext call) override {

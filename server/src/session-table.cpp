@@ -41,7 +41,10 @@ void SessionTable::close(uint64_t id) {
   session.state = Session::State::CLOSED;
   notifyAll(session);
   logger.info("event=session-close session={} tasks={}", id, session.tasks.size());
-  sessions.erase(it);
+  // Out of the map first, destroyed after: destroying a session's waiters can
+  // release the last reference to a client's service, whose destructor
+  // closes that client's sessions, re-entering this table.
+  auto node = sessions.extract(it);
 }
 
 void SessionTable::closeOwnedBy(const void* owner) {
@@ -285,7 +288,7 @@ kj::Promise<void> SessionTable::wait(Session& session, capnp::List<uint64_t>::Re
     }
     auto tit = session.tasks.find(n);
     SQUALL_REQUIRE(tit != session.tasks.end(), "wait: unknown task or object ", n);
-    if (tit->second.state == TaskNode::State::FINISHED) {
+    if (tit->second.done()) {
       done++;
     } else {
       lists.push_back(&tit->second.waiters);

@@ -1,5 +1,6 @@
 #include "submit.h"
 
+#include <algorithm>
 #include <deque>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
@@ -367,6 +368,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
       ready.push_back(&task);
     }
   }
+  for (auto& [n, spec] : newObjects) target.nextId = std::max(target.nextId, n + 1);
+  for (auto& [n, spec] : newTasks) target.nextId = std::max(target.nextId, n + 1);
   for (auto& message : messages) target.messages.push_back(std::move(message));
   messages.clear();
   appended.clear();

@@ -29,6 +29,36 @@ struct SubmitOptions {
 // returns the program's exit status.
 int runSubmit(const SubmitOptions& options);
 
+struct RunOptions {
+  std::string server;
+  std::string token;
+  std::string file;
+  std::string name;  // session name; empty = the pipeline's
+  bool dryRun = false;
+  bool keepGoing = false;
+};
+
+// `squall run`: runs a pipeline file (docs/pipelines.md). Exit status 0 if
+// every task not allowed to fail finished, 1 if not (or the server could not
+// be used), 2 for a bad pipeline file.
+int runPipeline(const RunOptions& options);
+
+// The session commands: SESSION is an id or a name (the newest open session
+// with that name).
+struct SessionCommandOptions {
+  std::string server;
+  std::string token;
+  std::string session;
+  std::string task;    // logs: an id or a name
+  std::string object;  // fetch: an object id
+  std::string output;  // fetch: local path; empty or "-" = stdout
+};
+int runStatus(const SessionCommandOptions& options);
+int runWait(const SessionCommandOptions& options);
+int runFetch(const SessionCommandOptions& options);
+int runCancel(const SessionCommandOptions& options);
+int runLogs(const SessionCommandOptions& options);
+
 // Starts a server with one governor, runs a small sample pipeline, prints
 // what it made, and stops.
 int runDemo(ClusterOptions options);

@@ -41,6 +41,8 @@ struct ClientImpl;
 struct SessionImpl;
 }  // namespace client
 
+enum class ObjectKind { BLOB, DIR };
+
 class Session;
 class Task;
 
@@ -48,6 +50,7 @@ class Task;
 class DataObject {
  public:
   uint64_t id() const { return n; }
+  ObjectKind kind() const;
   // Keep the object after its consumers finish, so it can be fetched or
   // used in later submits. Set before submit.
   DataObject& keep(bool keep = true);
@@ -60,6 +63,9 @@ class DataObject {
   void fetchToFile(const std::string& path) const;
   // Like fetch() but writes the bytes to an open stream.
   void fetchTo(std::FILE* file) const;
+  // For a dir: unpacks it into the local directory `path` (created; must
+  // not exist or be empty). fetch()/fetchToFile() of a dir give a tar.
+  void fetchDir(const std::string& path) const;
   void wait() const;
 
  private:
@@ -87,17 +93,28 @@ class Program {
   Program& inputArg(const DataObject& object, std::string path);
   // Feeds `object` on the program's stdin.
   Program& stdinFrom(const DataObject& object);
-  // Declares an output read from the file `path` the program writes.
-  Program& output(std::string path);
+  // Declares an output read from the file (or, for ObjectKind::DIR, the
+  // directory) `path` the program writes.
+  Program& output(std::string path, ObjectKind kind = ObjectKind::BLOB);
   // Declares an output made of the program's stdout.
   Program& stdoutOutput();
   Program& env(std::string name, std::string value);
   Program& cpus(uint32_t n);
   Program& name(std::string name);
 
+  // A Program can be a factory: named slots are bound to objects at each
+  // Session::execute(program, {{"slot", object}, ...}) call.
+  // Slot placed at `path` in the sandbox.
+  Program& inputSlot(std::string slot, std::string path);
+  // Slot placed at `path`, and `path` passed as the next argument.
+  Program& inputArgSlot(std::string slot, std::string path);
+  // Slot fed on stdin.
+  Program& stdinSlot(std::string slot);
+
   struct Input {
-    uint64_t object;
+    uint64_t object;  // 0 while a slot is unbound
     std::string path;
+    std::string slot;
   };
 
  private:
@@ -107,9 +124,26 @@ class Program {
   std::vector<Input> inputs;
   int stdinIndex = -1;
   std::vector<std::optional<std::string>> outputs;  // nullopt = stdout
+  std::vector<ObjectKind> outputKinds;
   std::vector<std::pair<std::string, std::string>> envVars;
   uint32_t cpuCount = 1;
   std::string taskName;
+};
+
+struct TaskInfo {
+  uint64_t id;
+  std::string name;
+  std::string type;   // concat, execute, make_dir, ...
+  std::string state;  // waiting, ready, running, finished, failed, cancelled, skipped
+  std::string governor;
+  uint64_t startTimeUs;  // wall clock, µs since the epoch; 0 = not started
+  uint64_t durationUs;
+  int exitStatus;  // -1 when not a process exit
+  std::string error;
+  std::string stdoutTail;  // last KiBs of stdout when it was not an output
+  std::string stderrTail;
+  uint32_t attempt;
+  std::string attributes;
 };
 
 class Task {
@@ -119,6 +153,15 @@ class Task {
   size_t outputCount() const;
   Task& name(std::string name);
   Task& cpus(uint32_t n);
+  // Failure policy (set before submit): extra attempts after a failure; a
+  // failure that does not fail the session (dependents are skipped); a time
+  // limit after which the governor kills the task.
+  Task& retries(uint32_t n);
+  Task& allowFailure(bool allow = true);
+  Task& timeLimit(std::chrono::milliseconds limit);
+  // Free-form user attributes, JSON text, shown with the task.
+  Task& attributes(std::string json);
+  TaskInfo info() const;
   // Blocks until this task is finished.
   void wait() const;
 
@@ -134,7 +177,7 @@ struct SessionState {
   std::string name;
   bool open;
   std::string failure;
-  uint64_t waiting, ready, running, finished, failed;
+  uint64_t waiting, ready, running, finished, failed, skipped;
 };
 
 struct GovernorInfo {
@@ -158,11 +201,28 @@ class Session {
 
   // A constant blob, uploaded with the next submit.
   DataObject blob(std::string data, std::string label = "");
+  // A local file / directory (as a tar) uploaded as a constant (48 MiB at
+  // most; bigger data is read on a governor with load/loadDir).
+  DataObject fileBlob(const std::string& path);
+  DataObject directory(const std::string& path);
   // Output 0 = the inputs' bytes, concatenated in order.
   Task concat(const std::vector<DataObject>& inputs);
   // Sleeps; output 0 = `input`'s bytes (empty without input).
   Task sleep(std::chrono::milliseconds duration, std::optional<DataObject> input = std::nullopt);
   Task execute(const Program& program);
+  // Binds a factory Program's slots (see Program::inputSlot).
+  Task execute(const Program& program,
+               const std::vector<std::pair<std::string, DataObject>>& slots);
+  // Output 0: a dir holding each object at its relative path.
+  Task makeDir(const std::vector<std::pair<std::string, DataObject>>& entries);
+  // Output 0: the file (blob), or with a trailing '/' the directory (dir), at
+  // `path` inside `dir`.
+  Task sliceDir(const DataObject& dir, const std::string& path);
+  // Read a file / directory on the governor (under its --allow-path roots).
+  Task load(const std::string& path);
+  Task loadDir(const std::string& path);
+  // Write a blob or dir to `path` on the governor (under --allow-path).
+  Task store(const DataObject& object, const std::string& path, bool overwrite = false);
 
   // Sends everything built since the last submit, in as many messages as
   // it needs. Throws Error naming the problem if the graph is invalid (then
@@ -178,8 +238,18 @@ class Session {
   void unkeep(const std::vector<DataObject>& objects);
   void cancel();
   SessionState state();
+  // Tasks by id, or (none given) up to `limit` tasks in `states` (empty:
+  // any), failures first.
+  std::vector<TaskInfo> tasks(const std::vector<uint64_t>& ids = {},
+                              const std::vector<std::string>& states = {}, uint32_t limit = 1000);
   // Removes everything of the session on the server; later calls throw.
   void close();
+  // Leave the session open on the server when this object goes (for
+  // sessions attached from another client).
+  void detach();
+  // A handle to an object of this session made elsewhere (e.g. by the client
+  // that built the graph), for fetch/wait.
+  DataObject object(uint64_t id);
 
  private:
   friend class Client;
@@ -197,6 +267,12 @@ class Client {
   Client& operator=(const Client&) = delete;
 
   Session newSession(const std::string& name = "");
+  // An existing session, by id or by name (the newest open one), e.g. one a
+  // running `squall run` made. The returned Session does not close it when
+  // destroyed. New tasks may be added to it.
+  Session attach(uint64_t id);
+  Session attach(const std::string& name);
+  std::vector<SessionState> sessions();
   std::vector<GovernorInfo> governors();
   const std::string& address() const;
 

@@ -1,0 +1,85 @@
+// Directory trees as data objects: copying them (hard links or copies),
+// sealing them (check the entry kinds, make read-only, hash), hashing and
+// removing them. Every walk goes through directory descriptors with
+// O_NOFOLLOW: a symbolic link inside a tree is an entry (kept as a link,
+// its target never read), never a way out of the tree.
+//
+// A tree may hold regular files, directories and symbolic links; anything
+// else (fifo, socket, device) is refused with a message naming the entry.
+//
+// The tree hash (ObjectInfo.hash of a dir) is xxh3-64 over the entries in
+// byte order of their relative paths (the root itself excluded), each fed as
+//   path '\0' kind            with kind 'd', 'f' or 'l'
+//   then for 'f': the size as 8 bytes little-endian, then the bytes;
+//        for 'l': the link target and '\0'.
+// Modes and times are not part of it, so a tree and its tar round trip hash
+// alike. The size is the sum of the regular files' sizes.
+//
+// Blocking; run on the libuv pool (UvBridge::runOnPool). Any thread.
+#pragma once
+
+#include "file-ops.h"
+
+#include <kj/io.h>
+#include <kj/string.h>
+#include <string>
+#include <vector>
+
+namespace squall {
+
+enum class FileCopy {
+  // Hard-link files (sharing the read-only inode of an object), copying only
+  // where linking is impossible (another filesystem, link limits).
+  LINK,
+  // Copy the bytes into new files the owner may write.
+  COPY,
+};
+
+// Names in the directory open at `dirFd` ("." and ".." left out), in byte
+// order.
+std::vector<std::string> listDir(int dirFd);
+// The subdirectory `name`, not following a link.
+kj::AutoCloseFd openChildDir(int dirFd, const std::string& name);
+// The target of the symbolic link `name` in `dirFd`.
+kj::String readLinkAt(int dirFd, const char* name);
+
+// "a fifo", "a socket", ... for a st_mode that is not a file, dir or link.
+kj::StringPtr entryKindName(uint32_t mode);
+
+// Makes a new directory `name` in `dstParentFd` holding a copy of the tree
+// open at `srcDirFd`. `what` names the source in errors ("input 3/4"):
+//   "<what> contains 'x/p', a fifo; only regular files, directories and
+//    symbolic links are allowed"
+void copyTree(int srcDirFd, int dstParentFd, kj::StringPtr name, FileCopy how, kj::StringPtr what);
+
+// Copies the tree open at `srcDirFd` into the (empty) directory `dstDirFd`.
+void copyTreeContents(int srcDirFd, int dstDirFd, FileCopy how, kj::StringPtr what);
+
+// Copies the rest of the open file `from` into `to`; hashes what it copies
+// when `hash` is set (the hash is 0 otherwise).
+HashedSize copyFileFd(int from, int to, bool hash);
+
+// Hard-links the open regular file `fd` at `to` (through /proc/self/fd), or
+// copies it when that is impossible (unlinked, another filesystem).
+void linkFdOrCopy(int fd, kj::StringPtr to);
+
+// Size and xxh3-64 of the bytes of an open file, from offset 0.
+HashedSize hashFd(int fd);
+
+// Checks the kinds of all entries of the tree open at `rootFd`, makes it
+// read-only (files lose their write bits, directories become 0555) and,
+// when `hash` is set, computes its size and tree hash. `what` names the
+// tree in errors.
+HashedSize sealTree(int rootFd, kj::StringPtr what, bool hash = true);
+
+// Size and tree hash, without changing anything.
+HashedSize hashTree(int rootFd);
+
+// rm -rf of the entry `name` in `parentFd`, never following a link; missing
+// is fine. Read-only directories are made writable first.
+void removeTreeAt(int parentFd, kj::StringPtr name);
+
+// The last `max` bytes of an open file as text.
+kj::String readTailFd(int fd, size_t max);
+
+}  // namespace squall

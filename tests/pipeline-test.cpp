@@ -1,0 +1,491 @@
+// Pipeline files: the parser and planner alone (no server), `squall run`'s
+// checks that need no server (bad files, --dry-run), then whole runs against
+// a real server with two governors. The examples in docs/pipelines.md are
+// extracted and run here, so the documentation cannot drift from the code.
+#include "pipeline.h"
+
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace squall {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path SOURCE_DIR = SQUALL_SOURCE_DIR;
+const fs::path FIXTURES = SOURCE_DIR / "tests" / "data" / "pipelines";
+// docs/pipelines.md writes governor paths under this root; tests replace it
+// by a temp dir their governors allow (--allow-path).
+const std::string DOC_GOVERNOR_ROOT = "/srv/squall";
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void writeFile(const fs::path& path, const std::string& text) {
+  fs::create_directories(path.parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string replaceAll(std::string text, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = text.find(from, pos)) != std::string::npos; pos += to.size()) {
+    text.replace(pos, from.size(), to);
+  }
+  return text;
+}
+
+struct DocExample {
+  std::string file;   // from its "# file: NAME" line
+  std::string text;   // the whole block
+  std::string error;  // from "# error: LINE:COL: message", if any
+};
+
+// The ```toml blocks of docs/pipelines.md.
+std::vector<DocExample> docExamples() {
+  auto doc = slurp(SOURCE_DIR / "docs" / "pipelines.md");
+  std::vector<DocExample> examples;
+  const std::string open = "```toml\n";
+  for (size_t pos = 0; (pos = doc.find(open, pos)) != std::string::npos;) {
+    pos += open.size();
+    auto end = doc.find("```\n", pos);
+    DocExample example;
+    example.text = doc.substr(pos, end - pos);
+    std::smatch match;
+    if (std::regex_search(example.text, match, std::regex("^# file: (\\S+)\n"))) example.file = match[1];
+    if (std::regex_search(example.text, match, std::regex("\n# error: ([^\n]+)\n"))) example.error = match[1];
+    examples.push_back(example);
+    pos = end;
+  }
+  return examples;
+}
+
+// A temp dir holding a copy of tests/data/pipelines; removed at the end.
+class Workspace {
+ public:
+  Workspace() {
+    dir = fs::temp_directory_path() /
+          ("squall-pipeline-" + std::to_string(getpid()) + "-" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    fs::copy(FIXTURES, dir, fs::copy_options::recursive);
+  }
+  ~Workspace() { fs::remove_all(dir); }
+  fs::path dir;
+};
+
+struct RunResult {
+  int status;
+  std::string out;
+  std::string err;
+};
+
+// Runs `squall ARGS` in `dir` through /bin/sh, stdout/stderr captured.
+RunResult squall(const fs::path& dir, const std::string& server, const std::string& args) {
+  std::string command = "cd '" + dir.string() + "' && SQUALL_SERVER=" + server + " '" +
+                        findProgram("squall") + "' " + args + " >squall-out.txt 2>squall-err.txt";
+  int status = std::system(command.c_str());
+  RunResult result{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+                   slurp(dir / "squall-out.txt"), slurp(dir / "squall-err.txt")};
+  fs::remove(dir / "squall-out.txt");
+  fs::remove(dir / "squall-err.txt");
+  return result;
+}
+
+// /bin/sh -c `script` in `dir`; returns its exit status.
+int shell(const fs::path& dir, const std::string& script) {
+  std::string command = "cd '" + dir.string() + "' && /bin/sh -c '" + replaceAll(script, "'", "'\\''") + "'";
+  int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+// ---- parser and planner ----
+
+PipelinePlan planText(const fs::path& dir, const std::string& text, const std::string& name = "p.toml") {
+  auto file = dir / name;
+  writeFile(file, text);
+  return planPipeline(parsePipelineFile(file.string()));
+}
+
+// The message planText() fails with, minus the directory.
+std::string planError(const fs::path& dir, const std::string& text) {
+  try {
+    planText(dir, text);
+  } catch (const PipelineError& e) {
+    return replaceAll(e.what(), (dir / "").string(), "");
+  }
+  return "(no error)";
+}
+
+TEST(PipelineParseTest, SubstitutesOnlyItsPlaceholders) {
+  ArrayItem item{"data/a.txt", "a.txt", "a"};
+  EXPECT_EQ(substitutePlaceholders("awk '{print $1}' {item} {index} {name} {stem} {{item}} {nope}", &item, 7),
+            "awk '{print $1}' data/a.txt 7 a.txt a {item} {nope}");
+  EXPECT_TRUE(hasPlaceholder("x/{index}"));
+  EXPECT_FALSE(hasPlaceholder("awk '{print $1}'"));
+}
+
+TEST(PipelineParseTest, PlansArraysSlicesAndGathers) {
+  Workspace ws;
+  std::string text;
+  for (auto& example : docExamples()) {
+    if (example.file == "wordfreq.toml") text = example.text;
+  }
+  ASSERT_FALSE(text.empty());
+  auto plan = planText(ws.dir, text, "wordfreq.toml");
+  EXPECT_EQ(plan.name, "wordfreq");
+  EXPECT_EQ(plan.steps, 6u);
+  std::vector<std::string> names;
+  for (auto& task : plan.tasks) names.push_back(task.name);
+  // split, 4 slices of its parts dir, 4 counts, merge, report, top, save.
+  ASSERT_EQ(plan.tasks.size(), 13u) << describePlan(plan);
+  EXPECT_EQ(names[0], "split");
+  EXPECT_NE(std::find(names.begin(), names.end(), "split.parts/part-03"), names.end());
+  EXPECT_NE(std::find(names.begin(), names.end(), "count[3]"), names.end());
+  auto& merge = *std::find_if(plan.tasks.begin(), plan.tasks.end(), [](auto& t) { return t.name == "merge"; });
+  ASSERT_EQ(merge.inputs.size(), 4u);
+  EXPECT_EQ(merge.inputs[2].path, "counts/2");
+  EXPECT_EQ(plan.tasks[merge.inputs[2].task].name, "count[2]");
+  auto& report = *std::find_if(plan.tasks.begin(), plan.tasks.end(), [](auto& t) { return t.name == "report"; });
+  EXPECT_EQ(report.inputs.size(), 5u);
+  EXPECT_EQ(report.outputs[0].collect, (ws.dir / "out/report").string());
+  // Producers always come before their consumers.
+  for (size_t i = 0; i < plan.tasks.size(); i++) {
+    for (auto& in : plan.tasks[i].inputs) {
+      if (in.task != SIZE_MAX) {
+        EXPECT_LT(in.task, i) << plan.tasks[i].name;
+      }
+    }
+  }
+}
+
+TEST(PipelineParseTest, DocumentedErrorsAreTheOnesGiven) {
+  Workspace ws;
+  size_t checked = 0;
+  for (auto& example : docExamples()) {
+    if (example.error.empty()) continue;
+    checked++;
+    EXPECT_EQ(planError(ws.dir, example.text), "p.toml:" + example.error) << example.file;
+  }
+  EXPECT_GE(checked, 4u);
+}
+
+TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
+  Workspace ws;
+  struct Case {
+    const char* text;
+    const char* error;
+  };
+  const Case cases[] = {
+      {"[step.a]\ncommand = [\"x\"\n", "p.toml:2:16: Error while parsing array"},  // TOML syntax (toml++'s words)
+      {"nme = \"x\"\n[step.a]\nshell = \"true\"\n",
+       "p.toml:1:1: unknown key 'nme' (did you mean 'name'?); a pipeline has 'name' and [step.NAME] tables"},
+      {"[[step]]\nshell = \"true\"\n", "p.toml:1:1: 'step' must hold one table per step, written [step.NAME]"},
+      {"[step.a]\nshell = \"true\"\ncpus = \"two\"\n", "p.toml:3:8: 'step.a.cpus' must be an integer, not a string"},
+      {"[step.a]\nshell = \"true\"\ncpus = 0\n", "p.toml:3:8: 'step.a.cpus' must be between 1 and 4096 (got 0)"},
+      {"[step.a]\ncommand = [\"true\"]\nshell = \"true\"\n",
+       "p.toml:3:1: step 'a' has both 'command' and 'shell'; a step does one thing"},
+      {"[step.a]\nstdout = true\n", "p.toml:1:7: step 'a' has nothing to do"},
+      {"[step.a]\ncommand = [\"cat\"]\nstdin = \"no/such.txt\"\n",
+       "p.toml:3:9: no such local file or directory '"},
+      {"[step.a]\ncommand = [\"true\"]\nstdout = true\n[step.b]\ncommand = [\"cat\"]\nstdin = \"@a.out\"\n",
+       "p.toml:6:9: step 'a' has no output 'out' (its outputs: stdout)"},
+      {"[step.a]\nshell = \"echo {item}\"\n", "p.toml:2:9: shell line 'echo {item}' uses a placeholder, but step 'a' is not an array step"},
+      {"[step.a]\nrange = \"1-3\"\nshell = \"true\"\nstdout = true\ncollect = \"out.txt\"\n",
+       "p.toml:5:11: step 'a' has 3 items; put {index}"},
+      {"[step.a]\nrange = \"1-3\"\nshell = \"true\"\nstdout = true\n[step.b]\nrange = \"1-2\"\nshell = \"cat\"\nstdin = \"@a\"\n",
+       "p.toml:8:9: step 'b' has 2 items but reads array step 'a', which has 3"},
+      {"[step.a]\nrange = \"3-1\"\nshell = \"true\"\n", "p.toml:2:9: 'range' must be \"FIRST-LAST\""},
+      {"[step.a]\nfiles = \"data/*.nothing\"\nshell = \"true\"\n",
+       "p.toml:2:9: 'files' gives no items, so step 'a' would run nothing"},
+      {"[step.a]\nload = \"relative.txt\"\n", "p.toml:2:8: load path 'relative.txt' must be absolute"},
+      {"[step.a]\nshell = \"true\"\nstdout = true\n[step.b]\nslice = \"@a/x.txt\"\n",
+       "p.toml:5:9: '@a/x.txt' takes a path inside output 'a.stdout', which is a file, not a directory"},
+      {"[step.a]\nshell = \"true\"\ntime_limit = \"soon\"\n", "p.toml:3:14: 'step.a.time_limit' must be a duration"},
+      {"[step.a]\nshell = \"true\"\ninputs = { \"../x\" = \"data/words.txt\" }\n",
+       "p.toml:3:12: '../x' must be a relative path inside the task's sandbox"},
+      {"[step.a]\nstore = { from = \"data/words.txt\" }\n", "p.toml:2:9: store needs 'path'"},
+      {"[step.a]\nshell = \"true\"\nstdout = true\ncollect = \".\"\n", "p.toml:4:11: collect path '"},
+  };
+  for (auto& c : cases) {
+    auto error = planError(ws.dir, c.text);
+    EXPECT_EQ(error.rfind(c.error, 0), 0u) << "file:\n" << c.text << "\nerror: " << error;
+  }
+}
+
+// ---- squall run without a server ----
+
+TEST(PipelineCliTest, BadFileExitsWith2BeforeConnecting) {
+  Workspace ws;
+  writeFile(ws.dir / "bad.toml", "[step.a]\ncommand = [\"true\"]\nretries = -1\n");
+  // Port 1: nothing listens, so a connect attempt would say so instead.
+  auto run = squall(ws.dir, "127.0.0.1:1", "run bad.toml");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("bad.toml:3:11: 'step.a.retries' must be between 0 and 100 (got -1)"),
+            std::string::npos) << run.err;
+  run = squall(ws.dir, "127.0.0.1:1", "run missing.toml");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("missing.toml: cannot read"), std::string::npos) << run.err;
+}
+
+TEST(PipelineCliTest, DryRunPrintsTheTasksAndRunsNothing) {
+  Workspace ws;
+  for (auto& example : docExamples()) {
+    if (example.file != "arrays.toml") continue;
+    writeFile(ws.dir / example.file, example.text);
+  }
+  auto run = squall(ws.dir, "127.0.0.1:1", "run --dry-run arrays.toml");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.out.rfind("pipeline arrays: 7 steps, ", 0), 0u) << run.out;
+  EXPECT_NE(run.out.find("greet[2] (execute)\n  run     sh -c 'echo hello cy'\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("all-greetings (execute)\n  run     cat greetings/0 greetings/1 greetings/2\n"),
+            std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("  input   greetings/1 <- greet[1].stdout\n"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("sum.stdin (concat)"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("=> " + (ws.dir / "out/squares/4.txt").string()), std::string::npos) << run.out;
+  EXPECT_FALSE(fs::exists(ws.dir / "out"));
+}
+
+// ---- squall run against a cluster ----
+
+class PipelineRunTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    governorRoot = new fs::path(fs::temp_directory_path() / ("squall-pipeline-root-" + std::to_string(getpid())));
+    fs::create_directories(*governorRoot);
+    ClusterOptions options;
+    options.governors = 2;
+    options.cpus = 2;
+    options.governorArgs = {"--allow-path", governorRoot->string()};
+    cluster = new LocalCluster(options);
+    cluster->start();
+    // A session of someone else, which no run may disturb.
+    client = new Client(cluster->serverAddress());
+    bystander = new Session(client->newSession("bystander"));
+    auto data = bystander->blob("still here");
+    data.keep();
+    bystanderObject = data.id();
+    bystander->submit();
+  }
+  static void TearDownTestSuite() {
+    delete bystander;
+    delete client;
+    delete cluster;
+    fs::remove_all(*governorRoot);
+    delete governorRoot;
+  }
+  void TearDown() override {
+    EXPECT_TRUE(cluster->server().running());
+    EXPECT_TRUE(cluster->governor(0).running());
+    EXPECT_TRUE(cluster->governor(1).running());
+    EXPECT_EQ(bystander->object(bystanderObject).fetch(), "still here");
+  }
+
+  RunResult run(const fs::path& dir, const std::string& args) {
+    return squall(dir, cluster->serverAddress(), args);
+  }
+  // Writes a doc example into `dir`, governor paths moved to governorRoot.
+  static void writeExample(const fs::path& dir, const DocExample& example) {
+    writeFile(dir / example.file, replaceAll(example.text, DOC_GOVERNOR_ROOT, governorRoot->string()));
+  }
+
+  static LocalCluster* cluster;
+  static Client* client;
+  static Session* bystander;
+  static uint64_t bystanderObject;
+  static fs::path* governorRoot;
+};
+LocalCluster* PipelineRunTest::cluster = nullptr;
+Client* PipelineRunTest::client = nullptr;
+Session* PipelineRunTest::bystander = nullptr;
+uint64_t PipelineRunTest::bystanderObject = 0;
+fs::path* PipelineRunTest::governorRoot = nullptr;
+
+TEST_F(PipelineRunTest, DocumentedExamplesRun) {
+  Workspace ws;
+  writeFile(*governorRoot / "incoming" / "words.txt", "pear\napple\nfig\n");
+  size_t ran = 0;
+  for (auto& example : docExamples()) {
+    if (!example.error.empty()) continue;
+    ran++;
+    writeExample(ws.dir, example);
+    auto result = run(ws.dir, "run " + example.file);
+    EXPECT_EQ(result.status, 0) << example.file << "\n" << result.out << result.err;
+    EXPECT_NE(result.out.find("done "), std::string::npos) << result.out;
+  }
+  EXPECT_EQ(ran, 6u);
+  auto out = ws.dir / "out";
+  EXPECT_EQ(slurp(out / "hello.txt"), "hello, squall\n");
+  EXPECT_EQ(slurp(out / "count.txt"), "4\n");
+  EXPECT_EQ(slurp(out / "shouted.txt"), "APPLE\nBANANA\nFIG\nPEAR\n");
+  EXPECT_EQ(slurp(out / "listing.txt"), "ch1.txt\nch2.txt\nch3.txt\n");
+  EXPECT_EQ(slurp(out / "greetings.txt"), "hello ann\nhello bob\nhello cy\n");
+  EXPECT_EQ(slurp(out / "squares" / "3.txt"), "9\n");
+  EXPECT_EQ(slurp(out / "sum.txt"), "30\n");
+  EXPECT_EQ(slurp(out / "sizes" / "ch2.txt"), "35\n");
+  EXPECT_EQ(slurp(out / "labels" / "ch1.txt"), "ch1.txt: 17 bytes\n");
+  EXPECT_EQ(slurp(out / "cities" / "2-Oslo.txt"), "Oslo has 4 letters\n");
+  EXPECT_EQ(slurp(*governorRoot / "archive" / "sorted.txt"), "apple\nfig\npear\n");
+  EXPECT_TRUE(fs::exists(out / "report" / "totals.txt"));
+}
+
+// The acceptance test: split, count the parts in parallel, merge, make a
+// dir, slice, store; the result must be what plain shell tools make.
+TEST_F(PipelineRunTest, WordFrequencyMatchesPlainShellByteForByte) {
+  Workspace ws;
+  for (auto& example : docExamples()) {
+    if (example.file == "wordfreq.toml") writeExample(ws.dir, example);
+  }
+  auto result = run(ws.dir, "run wordfreq.toml");
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("[13/13] finished"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("collected report -> " + (ws.dir / "out/report").string()), std::string::npos);
+
+  // The same job with the same tools, by hand.
+  ASSERT_EQ(shell(ws.dir,
+                  "export LC_ALL=C; mkdir expected && cd expected && "
+                  "tr -cs 'A-Za-z' '\\n' < ../data/book.txt | tr 'A-Z' 'a-z' | awk 'NF' | sort | uniq -c "
+                  "| awk '{n[$2] += $1} END {for (w in n) print n[w], w}' | sort -k1,1nr -k2,2 > totals.txt && "
+                  "split -n l/4 -d ../data/book.txt part- && "
+                  "for i in 0 1 2 3; do tr -cs 'A-Za-z' '\\n' < part-0$i | tr 'A-Z' 'a-z' | awk 'NF' "
+                  "| sort | uniq -c > $i.txt; done"),
+            0);
+  auto expected = slurp(ws.dir / "expected" / "totals.txt");
+  ASSERT_GT(expected.size(), 100u);
+  EXPECT_EQ(slurp(ws.dir / "out" / "report" / "totals.txt"), expected);
+  EXPECT_EQ(slurp(*governorRoot / "results" / "totals.txt"), expected);
+  for (int i = 0; i < 4; i++) {
+    auto part = std::to_string(i) + ".txt";
+    EXPECT_EQ(slurp(ws.dir / "out" / "report" / "parts" / part), slurp(ws.dir / "expected" / part)) << part;
+  }
+  size_t entries = 0;
+  for (auto& entry : fs::recursive_directory_iterator(ws.dir / "out" / "report")) entries += entry.is_regular_file();
+  EXPECT_EQ(entries, 5u);
+
+  // Run again: collected dirs and stored files are replaced, not merged.
+  writeFile(ws.dir / "out" / "report" / "stale.txt", "old");
+  result = run(ws.dir, "run wordfreq.toml");
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_FALSE(fs::exists(ws.dir / "out" / "report" / "stale.txt"));
+  EXPECT_EQ(slurp(ws.dir / "out" / "report" / "totals.txt"), expected);
+}
+
+TEST_F(PipelineRunTest, AFailingArrayItemFailsTheRunWithItsStderr) {
+  Workspace ws;
+  writeFile(ws.dir / "fail.toml",
+            "[step.check]\n"
+            "range = \"0-3\"\n"
+            "shell = \"echo checking {item} >&2; test {item} != 2\"\n"
+            "stdout = true\n"
+            "[step.all]\n"
+            "command = [\"cat\"]\n"
+            "inputs = { \"r/{index}\" = { from = \"@check\", arg = true } }\n"
+            "stdout = true\n"
+            "collect = \"all.txt\"\n");
+  auto result = run(ws.dir, "run fail.toml");
+  EXPECT_EQ(result.status, 1) << result.out << result.err;
+  EXPECT_NE(result.out.find("FAILED check[2]"), std::string::npos) << result.out;
+  EXPECT_NE(result.err.find("check[2]"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("exited with status 1"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("checking 2"), std::string::npos) << result.err;
+  EXPECT_NE(result.out.find("FAILED fail:"), std::string::npos) << result.out;
+  EXPECT_FALSE(fs::exists(ws.dir / "all.txt"));
+}
+
+TEST_F(PipelineRunTest, RetriesRerunAFailedItem) {
+  Workspace ws;
+  // Each item fails on its first attempt (it leaves a mark outside its
+  // sandbox) and succeeds on the second.
+  auto marks = ws.dir / "marks";
+  fs::create_directories(marks);
+  auto pipeline = [&](int retries) {
+    return "[step.flaky]\n"
+           "range = \"1-3\"\n"
+           "shell = \"if [ -e " + marks.string() + "/{item} ]; then echo ok {item}; else touch " +
+           marks.string() + "/{item}; echo first try >&2; exit 3; fi\"\n"
+           "stdout = true\n"
+           "retries = " + std::to_string(retries) + "\n"
+           "collect = \"out/{item}.txt\"\n";
+  };
+  writeFile(ws.dir / "retry.toml", pipeline(1));
+  auto result = run(ws.dir, "run retry.toml");
+  EXPECT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_EQ(slurp(ws.dir / "out" / "2.txt"), "ok 2\n");
+  EXPECT_TRUE(fs::exists(marks / "3"));
+
+  // Without retries, the same first failure ends the run.
+  fs::remove_all(marks);
+  fs::create_directories(marks);
+  fs::remove_all(ws.dir / "out");
+  writeFile(ws.dir / "retry.toml", pipeline(0));
+  result = run(ws.dir, "run retry.toml");
+  EXPECT_EQ(result.status, 1) << result.out << result.err;
+  EXPECT_NE(result.err.find("exited with status 3"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("first try"), std::string::npos) << result.err;
+}
+
+TEST_F(PipelineRunTest, KeepGoingFinishesIndependentStepsAndSkipsDependents) {
+  Workspace ws;
+  writeFile(ws.dir / "k.toml",
+            "[step.broken]\nshell = \"exit 5\"\nstdout = true\n"
+            "[step.after]\ncommand = [\"cat\"]\nstdin = \"@broken\"\nstdout = true\ncollect = \"after.txt\"\n"
+            "[step.fine]\nshell = \"echo fine\"\nstdout = true\ncollect = \"fine.txt\"\n"
+            "[step.optional]\nshell = \"exit 1\"\nallow_failure = true\n");
+  auto result = run(ws.dir, "run --keep-going k.toml");
+  EXPECT_EQ(result.status, 1) << result.out << result.err;
+  EXPECT_EQ(slurp(ws.dir / "fine.txt"), "fine\n");
+  EXPECT_FALSE(fs::exists(ws.dir / "after.txt"));
+  EXPECT_NE(result.out.find("skipped after"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("1 finished, 2 failed, 1 skipped"), std::string::npos) << result.out;
+
+  // Only an allowed failure left: success.
+  writeFile(ws.dir / "ok.toml",
+            "[step.fine]\nshell = \"echo fine\"\nstdout = true\n"
+            "[step.optional]\nshell = \"exit 1\"\nallow_failure = true\n");
+  result = run(ws.dir, "run ok.toml");
+  EXPECT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("FAILED optional"), std::string::npos) << result.out;
+}
+
+TEST_F(PipelineRunTest, ATerminalGetsALiveProgressBar) {
+  Workspace ws;
+  writeFile(ws.dir / "bar.toml", "[step.n]\nrange = \"1-3\"\nshell = \"echo {item}\"\nstdout = true\n");
+  // script(1) gives squall a pseudo-terminal as stdout.
+  std::string command = "cd '" + ws.dir.string() + "' && SQUALL_SERVER=" + cluster->serverAddress() +
+                        " script -qec \"'" + findProgram("squall") + "' run bar.toml\" /dev/null > tty.txt";
+  int status = std::system(command.c_str());
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << slurp(ws.dir / "tty.txt");
+  auto tty = slurp(ws.dir / "tty.txt");
+  EXPECT_NE(tty.find("\r\033[Kbar (session "), std::string::npos) << tty;
+  EXPECT_NE(tty.find("[##############################] 3/3"), std::string::npos) << tty;
+  EXPECT_EQ(tty.find("[1/3] finished"), std::string::npos) << tty;  // no plain lines
+  EXPECT_NE(tty.find("done bar: 3 finished"), std::string::npos) << tty;
+}
+
+TEST_F(PipelineRunTest, ServerProblemsAreClearErrors) {
+  Workspace ws;
+  writeFile(ws.dir / "p.toml", "[step.a]\nshell = \"true\"\n");
+  auto result = squall(ws.dir, "127.0.0.1:1", "run p.toml");
+  EXPECT_EQ(result.status, 1);
+  EXPECT_NE(result.err.find("cannot connect"), std::string::npos) << result.err;
+  // A store outside the governors' allowed roots fails on the governor.
+  writeFile(ws.dir / "s.toml", "[step.s]\nstore = { from = \"data/words.txt\", path = \"/etc/squall-nope\" }\n");
+  result = run(ws.dir, "run s.toml");
+  EXPECT_EQ(result.status, 1) << result.out << result.err;
+  EXPECT_NE(result.err.find("allow"), std::string::npos) << result.err;
+}
+
+}  // namespace
+}  // namespace squall

@@ -1,0 +1,149 @@
+// Failure policy and task information through the client library, against
+// real processes: retries, allowed failures, time limits, attach by name.
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <filesystem>
+
+namespace squall {
+namespace {
+
+namespace fs = std::filesystem;
+
+class PolicyTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions options;
+    options.governors = 2;
+    options.cpus = 2;
+    cluster = new LocalCluster(options);
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+  }
+  void SetUp() override {
+    scratch = fs::temp_directory_path() /
+              ("squall-policy-" + std::to_string(getpid()) + "-" +
+               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(scratch);
+  }
+  void TearDown() override { fs::remove_all(scratch); }
+
+  // A shell line that fails until it has run `failures` times, counting in
+  // a file outside the sandbox (each attempt gets a fresh sandbox).
+  std::string flaky(int failures) {
+    auto counter = (scratch / "count").string();
+    return "n=$(cat " + counter + " 2>/dev/null || echo 0); echo $((n+1)) > " + counter +
+           "; echo attempt $((n+1)) >&2; [ $n -ge " + std::to_string(failures) + " ]";
+  }
+
+  static LocalCluster* cluster;
+  fs::path scratch;
+};
+LocalCluster* PolicyTest::cluster = nullptr;
+
+TEST_F(PolicyTest, RetriesRunAFailingTaskAgainAndCountAttempts) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("retries");
+  auto task = session.execute(Program::shell(flaky(2) + " && echo done").stdoutOutput().name("flaky"));
+  task.retries(2);
+  task.output().keep();
+  session.submit();
+  EXPECT_EQ(task.output().fetch(), "done\n");
+  auto info = task.info();
+  EXPECT_EQ(info.attempt, 3u);
+  EXPECT_EQ(info.state, "finished");
+  EXPECT_EQ(info.type, "execute");
+  EXPECT_EQ(info.name, "flaky");
+  EXPECT_NE(info.governor.find("governor-"), std::string::npos);
+  EXPECT_GT(info.startTimeUs, 0u);
+}
+
+TEST_F(PolicyTest, RetriesRunOutAndTheLastErrorIsReported) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("retries-exhausted");
+  auto task = session.execute(Program::shell(flaky(5)).name("hopeless"));
+  task.retries(1);
+  session.submit();
+  try {
+    session.waitAll();
+    FAIL() << "should fail";
+  } catch (const TaskFailed& f) {
+    EXPECT_NE(std::string(f.what()).find("(attempt 2)"), std::string::npos) << f.what();
+    EXPECT_NE(f.stderrTail.find("attempt 2"), std::string::npos) << f.stderrTail;
+  }
+}
+
+TEST_F(PolicyTest, AllowedFailureSkipsDependentsAndTheRestFinishes) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("allowed");
+  auto broken = session.execute(
+      Program::shell("echo 'cannot parse line 7' >&2; exit 4").stdoutOutput().name("parse/bad"));
+  broken.allowFailure();
+  auto dependent = session.execute(Program({"cat"}).stdinFrom(broken.output()).stdoutOutput());
+  auto fine = session.execute(Program::shell("echo ok").stdoutOutput().name("parse/good"));
+  fine.output().keep();
+  session.submit();
+  session.waitAll();  // the session carries on
+  EXPECT_EQ(fine.output().fetch(), "ok\n");
+  auto state = session.state();
+  EXPECT_TRUE(state.open);
+  EXPECT_EQ(state.finished, 1u);
+  EXPECT_EQ(state.failed, 1u);
+  EXPECT_EQ(state.skipped, 1u);
+  // Failures come first, with what a user needs to act on them.
+  auto infos = session.tasks();
+  ASSERT_EQ(infos.size(), 3u);
+  EXPECT_EQ(infos[0].id, broken.id());
+  EXPECT_EQ(infos[0].state, "failed");
+  EXPECT_EQ(infos[0].exitStatus, 4);
+  EXPECT_NE(infos[0].stderrTail.find("cannot parse line 7"), std::string::npos);
+  auto skipped = session.tasks({dependent.id()});
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].state, "skipped");
+  EXPECT_NE(skipped[0].error.find("failed"), std::string::npos);
+  // Waiting for the failed one says why.
+  try {
+    session.wait({dependent});
+    FAIL() << "wait on a skipped task should throw";
+  } catch (const TaskFailed& f) {
+    EXPECT_NE(std::string(f.what()).find("skipped"), std::string::npos) << f.what();
+  }
+  auto onlyFailed = session.tasks({}, {"failed"});
+  ASSERT_EQ(onlyFailed.size(), 1u);
+  EXPECT_THROW(session.tasks({}, {"exploded"}), Error);
+}
+
+TEST_F(PolicyTest, AnotherClientAttachesByNameAndSeesTheSameSession) {
+  Client owner(cluster->serverAddress());
+  auto session = owner.newSession("attach-me");
+  auto task = session.execute(Program::shell("echo shared").stdoutOutput().name("share"));
+  task.output().keep();
+  session.submit();
+  session.waitAll();
+
+  Client other(cluster->serverAddress());
+  {
+    auto attached = other.attach("attach-me");
+    EXPECT_EQ(attached.id(), session.id());
+    EXPECT_EQ(attached.object(task.output().id()).fetch(), "shared\n");
+    // New work from the attached client does not collide with existing ids.
+    auto more = attached.concat({attached.blob("more")});
+    more.output().keep();
+    attached.submit();
+    EXPECT_EQ(more.output().fetch(), "more");
+    EXPECT_EQ(attached.state().finished, 2u);
+  }
+  // Dropping the attached handle did not close the session.
+  EXPECT_TRUE(session.state().open);
+  bool listed = false;
+  for (auto& s : other.sessions()) listed |= s.name == "attach-me";
+  EXPECT_TRUE(listed);
+  EXPECT_THROW(other.attach("no-such-session"), Error);
+}
+
+}  // namespace
+}  // namespace squall

@@ -1,0 +1,89 @@
+// PipelineBuilder: plan -> Session calls.
+#include "pipeline-builder.h"
+
+#include <algorithm>
+
+namespace squall {
+
+DataObject PipelineBuilder::objectFor(const PlannedInput& input, const BuiltPipeline& built) {
+  if (input.task != SIZE_MAX) return built.tasks.at(input.task).output(input.output);
+  auto it = uploads.find(input.localPath);
+  if (it != uploads.end()) return it->second;
+  auto object = input.localIsDir ? session.directory(input.localPath) : session.fileBlob(input.localPath);
+  uploads.emplace(input.localPath, object);
+  return object;
+}
+
+Task PipelineBuilder::makeTask(const PlannedTask& planned, const BuiltPipeline& built) {
+  switch (planned.kind) {
+    case PlannedTask::Kind::EXECUTE: {
+      bool argInputs = std::any_of(planned.inputs.begin(), planned.inputs.end(),
+                                   [](const PlannedInput& in) { return in.arg; });
+      // A shell line with argument inputs gets them as "$@": sh -c LINE NAME ARGS...
+      Program program = !planned.shell ? Program(planned.args)
+                        : argInputs   ? Program({"/bin/sh", "-c", planned.args[0], planned.step})
+                                      : Program::shell(planned.args[0]);
+      for (auto& in : planned.inputs) {
+        auto object = objectFor(in, built);
+        if (in.isStdin) {
+          program.stdinFrom(object);
+        } else if (in.arg) {
+          program.inputArg(object, in.path);
+        } else {
+          program.input(object, in.path);
+        }
+      }
+      for (auto& out : planned.outputs) {
+        if (out.path.empty()) {
+          program.stdoutOutput();
+        } else {
+          program.output(out.path, out.kind);
+        }
+      }
+      for (auto& [name, value] : planned.env) program.env(name, value);
+      program.cpus(planned.cpus).name(planned.name);
+      return session.execute(program);
+    }
+    case PlannedTask::Kind::MAKE_DIR: {
+      std::vector<std::pair<std::string, DataObject>> entries;
+      for (auto& in : planned.inputs) entries.emplace_back(in.path, objectFor(in, built));
+      return session.makeDir(entries);
+    }
+    case PlannedTask::Kind::SLICE:
+      return session.sliceDir(objectFor(planned.inputs.at(0), built), planned.path);
+    case PlannedTask::Kind::LOAD:
+      return planned.outputs.at(0).kind == ObjectKind::DIR ? session.loadDir(planned.path)
+                                                           : session.load(planned.path);
+    case PlannedTask::Kind::STORE:
+      return session.store(objectFor(planned.inputs.at(0), built), planned.path, planned.overwrite);
+    case PlannedTask::Kind::CONCAT: {
+      std::vector<DataObject> parts;
+      for (auto& in : planned.inputs) parts.push_back(objectFor(in, built));
+      return session.concat(parts);
+    }
+  }
+  throw Error("unknown planned task kind");
+}
+
+BuiltPipeline PipelineBuilder::build(const PipelinePlan& plan) {
+  BuiltPipeline built;
+  built.tasks.reserve(plan.tasks.size());
+  for (size_t i = 0; i < plan.tasks.size(); i++) {
+    auto& planned = plan.tasks[i];
+    auto task = makeTask(planned, built);
+    task.name(planned.name);
+    if (planned.retries) task.retries(planned.retries);
+    if (planned.allowFailure || keepGoing) task.allowFailure(true);
+    if (planned.timeLimit.count()) task.timeLimit(planned.timeLimit);
+    for (size_t o = 0; o < planned.outputs.size(); o++) {
+      if (planned.outputs[o].collect.empty()) continue;
+      auto object = task.output(o);
+      object.keep();
+      built.collect.push_back({i, object, planned.outputs[o].kind, planned.outputs[o].collect});
+    }
+    built.tasks.push_back(task);
+  }
+  return built;
+}
+
+}  // namespace squall

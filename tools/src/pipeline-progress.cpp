@@ -1,0 +1,150 @@
+// Progress output and the completion loop of `squall run`.
+#include "pipeline-progress.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+namespace squall {
+
+namespace {
+
+// One line per event; for files, pipes and CI logs.
+class PlainProgress final : public ProgressReporter {
+ public:
+  explicit PlainProgress(std::FILE* out) : out(out) {}
+  void start(const std::string& pipeline, size_t tasks) override {
+    total = tasks;
+    fprintf(out, "running %s: %zu tasks\n", pipeline.c_str(), tasks);
+    fflush(out);
+  }
+  void finished(const std::string& task) override {
+    done++;
+    fprintf(out, "[%zu/%zu] finished %s\n", done, total, task.c_str());
+    fflush(out);
+  }
+  void failed(const std::string& task, const std::string& error, bool skipped) override {
+    done++;
+    fprintf(out, "[%zu/%zu] %s %s: %s\n", done, total, skipped ? "skipped" : "FAILED", task.c_str(),
+            error.c_str());
+    fflush(out);
+  }
+  void end() override {}
+
+ private:
+  std::FILE* out;
+  size_t total = 0;
+  size_t done = 0;
+};
+
+// A bar redrawn in place; failures are printed above it as they happen.
+class TerminalProgress final : public ProgressReporter {
+ public:
+  explicit TerminalProgress(std::FILE* out) : out(out), began(std::chrono::steady_clock::now()) {}
+  void start(const std::string& pipeline, size_t tasks) override {
+    name = pipeline;
+    total = tasks;
+    draw();
+  }
+  void finished(const std::string& task) override {
+    ok++;
+    last = task;
+    draw();
+  }
+  void failed(const std::string& task, const std::string& error, bool skipped) override {
+    (skipped ? skippedCount : failedCount)++;
+    fprintf(out, "\r\033[K%s %s: %s\n", skipped ? "skipped" : "FAILED", task.c_str(), error.c_str());
+    draw();
+  }
+  void end() override {
+    fprintf(out, "\r\033[K");
+    fflush(out);
+  }
+
+ private:
+  std::FILE* out;
+  std::chrono::steady_clock::time_point began;
+  std::string name;
+  std::string last;
+  size_t total = 0, ok = 0, failedCount = 0, skippedCount = 0;
+
+  void draw() {
+    constexpr size_t WIDTH = 30;
+    size_t done = ok + failedCount + skippedCount;
+    size_t filled = total == 0 ? WIDTH : done * WIDTH / total;
+    std::string bar(filled, '#');
+    bar.resize(WIDTH, '.');
+    auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    fprintf(out, "\r\033[K%s [%s] %zu/%zu", name.c_str(), bar.c_str(), done, total);
+    if (failedCount) fprintf(out, " %zu failed", failedCount);
+    if (skippedCount) fprintf(out, " %zu skipped", skippedCount);
+    fprintf(out, " %.1fs", seconds);
+    if (!last.empty()) fprintf(out, "  %s", last.substr(0, 40).c_str());
+    fflush(out);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<ProgressReporter> makeProgressReporter(std::FILE* out, bool terminal) {
+  if (terminal) return std::make_unique<TerminalProgress>(out);
+  return std::make_unique<PlainProgress>(out);
+}
+
+WatchResult watchTasks(Session& session, const std::vector<WatchedTask>& tasks,
+                       ProgressReporter& reporter) {
+  WatchResult result;
+  result.outcomes.resize(tasks.size());
+  std::map<uint64_t, size_t> byId;
+  std::vector<Task> remaining;
+  for (size_t i = 0; i < tasks.size(); i++) {
+    byId.emplace(tasks[i].task.id(), i);
+    remaining.push_back(tasks[i].task);
+  }
+  auto drop = [&](uint64_t id) {
+    remaining.erase(std::remove_if(remaining.begin(), remaining.end(),
+                                   [id](const Task& t) { return t.id() == id; }),
+                    remaining.end());
+  };
+  // TODO(perf): each round sends every unfinished id; fine for thousands of
+  // tasks, a server-side cursor would suit millions.
+  while (!remaining.empty()) {
+    std::vector<uint64_t> finished;
+    try {
+      finished = session.waitSome(remaining);
+    } catch (const TaskFailed& failure) {
+      // waitSome reports the first of our tasks that ended without its
+      // outputs: either a failure the session survives (allowed, or skipped
+      // because of one) or the one that failed the session.
+      auto it = byId.find(failure.task);
+      bool open = session.state().open;
+      if (!open || it == byId.end()) {
+        result.sessionFailure = failure;
+        if (it != byId.end()) {
+          result.outcomes[it->second] = {TaskOutcome::State::FAILED, failure.what()};
+          reporter.failed(tasks[it->second].name, failure.what(), false);
+        }
+        break;
+      }
+      auto info = session.tasks({failure.task});
+      bool skipped = !info.empty() && info[0].state == "skipped";
+      std::string error = info.empty() || info[0].error.empty() ? failure.what() : info[0].error;
+      result.outcomes[it->second] = {skipped ? TaskOutcome::State::SKIPPED : TaskOutcome::State::FAILED,
+                                     error};
+      reporter.failed(tasks[it->second].name, error, skipped);
+      drop(failure.task);
+      continue;
+    }
+    for (auto id : finished) {
+      auto it = byId.find(id);
+      if (it == byId.end() || result.outcomes[it->second].state != TaskOutcome::State::UNFINISHED) continue;
+      result.outcomes[it->second].state = TaskOutcome::State::FINISHED;
+      reporter.finished(tasks[it->second].name);
+      drop(id);
+    }
+  }
+  reporter.end();
+  return result;
+}
+
+}  // namespace squall

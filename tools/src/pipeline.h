@@ -1,0 +1,183 @@
+// The pipeline file of `squall run`: a TOML description of steps (programs
+// and built-ins) joined by the data they pass each other.
+//
+// Two stages, both pure (no server, no I/O beyond reading local files to
+// expand arrays and check inputs exist), so they are unit-tested alone:
+//   parsePipeline()  TOML text -> Pipeline (steps as templates, with the
+//                    source position of every value for error messages);
+//   planPipeline()   Pipeline -> PipelinePlan (one PlannedTask per step and
+//                    array item, implicit slice/concat tasks added, every
+//                    reference resolved to a task output, placeholders
+//                    substituted, local files checked).
+// Every problem is a PipelineError whose message starts with FILE:LINE:COL.
+// The format itself is documented in docs/pipelines.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <squall/client/client.h>
+#include <string>
+#include <vector>
+
+namespace squall {
+
+// A bad pipeline file. The message names the place: "p.toml:12:5: ...".
+class PipelineError : public Error {
+ public:
+  explicit PipelineError(const std::string& message) : Error(message) {}
+};
+
+struct SourcePos {
+  uint32_t line = 0;  // 1-based; 0 = unknown (the file as a whole)
+  uint32_t column = 0;
+};
+
+// Where an input's data comes from, as written (placeholders not yet
+// substituted).
+struct SourceRef {
+  // "@step", "@step.output", "@step.output/path/in/dir" or a local path.
+  std::string text;
+  bool isStep = false;
+  std::string step;     // isStep: the step named
+  std::string output;   // isStep: empty = the step's only output
+  std::string subPath;  // isStep: a path inside a dir output (sliced); '/' at the end = a dir
+  std::string local;    // !isStep: a local path, relative to the pipeline file's dir
+  SourcePos pos;
+};
+
+struct StepInput {
+  std::string path;  // sandbox path (execute) or entry path (make_dir); may hold placeholders
+  SourceRef from;
+  bool arg = false;  // the path is also appended to the program's arguments
+  SourcePos pos;
+};
+
+struct StepOutput {
+  std::string name;
+  std::string path;  // sandbox path; empty = the program's stdout
+  ObjectKind kind = ObjectKind::BLOB;
+  SourcePos pos;
+};
+
+struct CollectRule {
+  std::string output;  // output name; empty = the step's only output
+  std::string path;    // local path (placeholders allowed), relative to the pipeline file's dir
+  SourcePos pos;
+};
+
+// One value an array step runs for.
+struct ArrayItem {
+  std::string item;  // the line, the file path, the number or the value
+  std::string name;  // for files: the file name; otherwise = item
+  std::string stem;  // name without its last extension
+};
+
+struct Step {
+  enum class Kind { EXECUTE, MAKE_DIR, SLICE, LOAD, STORE };
+  std::string name;
+  Kind kind = Kind::EXECUTE;
+  SourcePos pos;        // the [step.NAME] header
+  SourcePos actionPos;  // the command/shell/make_dir/... value
+
+  // execute
+  std::vector<std::string> command;  // argv, or {line} when shell
+  bool shell = false;
+  std::optional<SourceRef> stdinFrom;
+  std::vector<std::pair<std::string, std::string>> env;
+  uint32_t cpus = 1;
+
+  std::vector<StepInput> inputs;    // execute inputs or make_dir entries, in file order
+  std::vector<StepOutput> outputs;  // in file order
+  std::optional<SourceRef> from;    // slice (with subPath) and store
+  std::string path;                 // load / store: absolute path on the governor
+  bool overwrite = false;           // store
+
+  // failure policy
+  uint32_t retries = 0;
+  bool allowFailure = false;
+  std::chrono::milliseconds timeLimit{0};
+
+  // An array step has items (possibly after expansion from a file, a
+  // directory, a glob or a range); a plain step has none.
+  bool isArray = false;
+  std::vector<ArrayItem> items;
+  SourcePos arrayPos;
+
+  std::vector<CollectRule> collect;
+
+  // The steps this one reads from (for ordering and cycle checks).
+  std::vector<std::string> dependencies() const;
+};
+
+struct Pipeline {
+  std::string file;  // as given, for messages
+  std::string dir;   // the directory local paths are relative to
+  std::string name;  // session name
+  std::vector<Step> steps;  // in file order
+  const Step* find(const std::string& name) const;
+};
+
+// Parses TOML text; `file` names it in messages and sets Pipeline::dir.
+Pipeline parsePipeline(const std::string& text, const std::string& file);
+Pipeline parsePipelineFile(const std::string& file);
+
+// ---- the plan ----
+
+struct PlannedInput {
+  std::string path;  // sandbox / entry path; empty for stdin
+  bool arg = false;
+  bool isStdin = false;
+  // The data: a local file or dir to upload, or a planned task's output.
+  std::string localPath;  // non-empty: upload this
+  bool localIsDir = false;
+  size_t task = SIZE_MAX;  // index in PipelinePlan::tasks
+  size_t output = 0;
+};
+
+struct PlannedOutput {
+  std::string name;
+  std::string path;  // sandbox path; empty = stdout (execute only)
+  ObjectKind kind = ObjectKind::BLOB;
+  std::string collect;  // local path to write it to when done; empty = not collected
+};
+
+struct PlannedTask {
+  enum class Kind { EXECUTE, MAKE_DIR, SLICE, LOAD, STORE, CONCAT };
+  Kind kind = Kind::EXECUTE;
+  std::string step;  // the step it comes from ("" for none)
+  std::string name;  // "count[3]", "split.parts/part-00" for an implicit slice
+  std::vector<std::string> args;
+  bool shell = false;
+  std::vector<std::pair<std::string, std::string>> env;
+  uint32_t cpus = 1;
+  std::vector<PlannedInput> inputs;
+  std::vector<PlannedOutput> outputs;
+  std::string path;  // slice: path inside input 0; load/store: path on the governor
+  bool overwrite = false;
+  uint32_t retries = 0;
+  bool allowFailure = false;
+  std::chrono::milliseconds timeLimit{0};
+};
+
+struct PipelinePlan {
+  std::string name;
+  size_t steps = 0;
+  // Topologically ordered: every input's task comes before its consumer.
+  std::vector<PlannedTask> tasks;
+};
+
+PipelinePlan planPipeline(const Pipeline& pipeline);
+
+// The plan as `squall run --dry-run` prints it.
+std::string describePlan(const PipelinePlan& plan);
+
+// Replaces {item}, {index}, {name} and {stem} (and `{{item}}` by a literal
+// `{item}`); other braces are left alone so shell and awk code need no
+// escaping. Exposed for tests.
+std::string substitutePlaceholders(const std::string& text, const ArrayItem* item, size_t index);
+// True if `text` holds one of the placeholders.
+bool hasPlaceholder(const std::string& text);
+
+}  // namespace squall
