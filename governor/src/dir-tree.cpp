@@ -237,24 +237,6 @@ void linkFdOrCopy(int fd, kj::StringPtr to) {
   copyFileFd(fd, out, false);
 }
 
-HashedSize hashFd(int fd) {
-  XXH3_state_t* state = XXH3_createState();
-  KJ_ASSERT(state != nullptr);
-  KJ_DEFER(XXH3_freeState(state));
-  XXH3_64bits_reset(state);
-  auto buffer = kj::heapArray<kj::byte>(IO_PIECE);
-  HashedSize result;
-  for (;;) {
-    ssize_t n;
-    KJ_SYSCALL(n = ::pread(fd, buffer.begin(), buffer.size(), result.size));
-    if (n == 0) break;
-    XXH3_64bits_update(state, buffer.begin(), n);
-    result.size += n;
-  }
-  result.hash = XXH3_64bits_digest(state);
-  return result;
-}
-
 namespace {
 
 HashedSize walkTree(int rootFd, kj::StringPtr what, bool seal, bool hash) {

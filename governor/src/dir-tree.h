@@ -63,8 +63,6 @@ HashedSize copyFileFd(int from, int to, bool hash);
 // copies it when that is impossible (unlinked, another filesystem).
 void linkFdOrCopy(int fd, kj::StringPtr to);
 
-// Size and xxh3-64 of the bytes of an open file, from offset 0.
-HashedSize hashFd(int fd);
 
 // Checks the kinds of all entries of the tree open at `rootFd`, makes it
 // read-only (files lose their write bits, directories become 0555) and,

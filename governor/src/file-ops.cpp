@@ -20,8 +20,7 @@ uint64_t hashBytes(kj::ArrayPtr<const kj::byte> bytes) {
   return XXH3_64bits(bytes.begin(), bytes.size());
 }
 
-HashedSize hashFile(kj::StringPtr path) {
-  auto fd = openOrThrow(path, O_RDONLY);
+HashedSize hashFd(int fd) {
   XXH3_state_t* state = XXH3_createState();
   KJ_ASSERT(state != nullptr);
   KJ_DEFER(XXH3_freeState(state));
@@ -30,13 +29,18 @@ HashedSize hashFile(kj::StringPtr path) {
   HashedSize result;
   for (;;) {
     ssize_t n;
-    KJ_SYSCALL(n = ::read(fd, buffer.begin(), buffer.size()), path);
+    KJ_SYSCALL(n = ::pread(fd, buffer.begin(), buffer.size(), result.size));
     if (n == 0) break;
     XXH3_64bits_update(state, buffer.begin(), n);
     result.size += n;
   }
   result.hash = XXH3_64bits_digest(state);
   return result;
+}
+
+HashedSize hashFile(kj::StringPtr path) {
+  auto fd = openOrThrow(path, O_RDONLY);
+  return hashFd(fd);
 }
 
 kj::AutoCloseFd openOrThrow(kj::StringPtr path, int flags, int mode) {

@@ -28,6 +28,8 @@ uint64_t hashBytes(kj::ArrayPtr<const kj::byte> bytes);
 
 // Size and xxh3-64 of a whole file, read in 1 MiB pieces.
 HashedSize hashFile(kj::StringPtr path);
+// The same for an open file, read from offset 0 (its position is untouched).
+HashedSize hashFd(int fd);
 
 kj::AutoCloseFd openOrThrow(kj::StringPtr path, int flags, int mode = 0644);
 void writeAll(int fd, kj::ArrayPtr<const kj::byte> bytes);
