@@ -61,6 +61,34 @@ interface ClientService {
   getTasks @11 (session :UInt64, ids :List(UInt64), states :List(TaskInfo.State),
                 limit :UInt32) -> (tasks :List(TaskInfo));
   listSessions @12 () -> (sessions :List(SessionState));
+  # Details of the session's objects with these ids (unknown ids throw).
+  getObjects @13 (session :UInt64, ids :List(UInt64)) -> (objects :List(ObjectStatus));
+}
+
+# What the server knows of a data object.
+struct ObjectStatus {
+  id @0 :UInt64;
+  kind @1 :Common.ObjectKind;
+  label @2 :Text;
+  contentType @3 :Text;
+  keep @4 :Bool;
+  state @5 :State;
+  # Filled once finished: blob bytes / a dir's regular files' total, and
+  # the xxh3-64 content hash (see Common.ObjectInfo).
+  size @6 :UInt64;
+  hash @7 :UInt64;
+  # The task that makes it; 0 for a constant.
+  producer @8 :UInt64;
+  # Names of the governors holding a copy.
+  locations @9 :List(Text);
+
+  enum State {
+    unfinished @0;
+    finished @1;
+    removed @2;
+    # Never made: its producer failed (allowed to) or was skipped.
+    failed @3;
+  }
 }
 
 struct TaskInfo {
@@ -77,8 +105,10 @@ struct TaskInfo {
   # 1 for the first run; more after retries.
   attempt @10 :UInt32;
   attributes @11 :Text;
-  outputs @12 :List(ObjectInfo);
+  outputs @12 :List(ObjectStatus);
   type @13 :Text;
+  # Input object ids, in order.
+  inputs @14 :List(UInt64);
 
   enum State {
     waiting @0;

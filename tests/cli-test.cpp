@@ -24,11 +24,7 @@ std::string slurp(const fs::path& path) {
 class CliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ClusterOptions options;
-    options.governors = 2;
-    options.cpus = 2;
-    cluster = new LocalCluster(options);
-    cluster->start();
+    cluster = startCluster(2, 2);
   }
   static void TearDownTestSuite() {
     delete cluster;

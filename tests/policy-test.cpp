@@ -1,10 +1,12 @@
 // Failure policy and task information through the client library, against
-// real processes: retries, allowed failures, time limits, attach by name.
+// real processes: retries, allowed failures, time limits, attach by name,
+// object and task metadata.
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
 
 #include <filesystem>
+#include <xxhash.h>
 
 namespace squall {
 namespace {
@@ -14,11 +16,7 @@ namespace fs = std::filesystem;
 class PolicyTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ClusterOptions options;
-    options.governors = 2;
-    options.cpus = 2;
-    cluster = new LocalCluster(options);
-    cluster->start();
+    cluster = startCluster(2, 2);
   }
   static void TearDownTestSuite() {
     delete cluster;
@@ -143,6 +141,54 @@ TEST_F(PolicyTest, AnotherClientAttachesByNameAndSeesTheSameSession) {
   for (auto& s : other.sessions()) listed |= s.name == "attach-me";
   EXPECT_TRUE(listed);
   EXPECT_THROW(other.attach("no-such-session"), Error);
+}
+
+TEST_F(PolicyTest, ObjectsAndTasksCarryTheirMetadataAndFinishInfo) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("metadata");
+  auto text = session.blob("b\na\n");
+  text.label("letters").contentType("text/plain");
+  auto sorted = session.execute(Program({"sort"}).stdinFrom(text).stdoutOutput().name("tidy/sort"));
+  sorted.attributes(R"({"owner":"qa"})");
+  sorted.output().keep().label("sorted").contentType("text/plain");
+  auto tree = session.makeDir({{"x/letters.txt", sorted.output()}});
+  tree.output().keep();
+  session.submit();
+  session.waitAll();
+
+  auto info = sorted.info();
+  EXPECT_EQ(info.name, "tidy/sort");
+  EXPECT_EQ(info.attributes, R"({"owner":"qa"})");
+  ASSERT_EQ(info.inputs.size(), 1u);
+  EXPECT_EQ(info.inputs[0], text.id());
+  ASSERT_EQ(info.outputs.size(), 1u);
+  auto out = info.outputs[0];
+  EXPECT_EQ(out.id, sorted.output().id());
+  EXPECT_EQ(out.label, "sorted");
+  EXPECT_EQ(out.contentType, "text/plain");
+  EXPECT_EQ(out.state, "finished");
+  EXPECT_TRUE(out.keep);
+  EXPECT_EQ(out.size, 4u);
+  EXPECT_EQ(out.hash, XXH3_64bits("a\nb\n", 4));
+  ASSERT_EQ(out.locations.size(), 1u);
+  EXPECT_EQ(out.locations[0], info.governor);
+  EXPECT_EQ(out.producer, sorted.id());
+
+  // The constant is removed once its only reader finished; its label stays.
+  auto constant = text.info();
+  EXPECT_EQ(constant.label, "letters");
+  EXPECT_EQ(constant.producer, 0u);
+  EXPECT_EQ(constant.state, "removed");
+
+  // Another client learns kinds from the server, so a dir fetches as one.
+  Client other(cluster->serverAddress());
+  auto attached = other.attach("metadata");
+  auto dir = attached.object(tree.output().id());
+  EXPECT_EQ(dir.kind(), ObjectKind::DIR);
+  EXPECT_EQ(dir.info().size, 4u);
+  dir.fetchDir((scratch / "tree").string());
+  EXPECT_TRUE(fs::is_regular_file(scratch / "tree" / "x" / "letters.txt"));
+  EXPECT_THROW(attached.object(999999), Error);
 }
 
 }  // namespace

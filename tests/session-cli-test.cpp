@@ -37,11 +37,7 @@ struct CliResult {
 class SessionCliTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    ClusterOptions options;
-    options.governors = 2;
-    options.cpus = 2;
-    cluster = new LocalCluster(options);
-    cluster->start();
+    cluster = startCluster(2, 2);
     client = new Client(cluster->serverAddress());
 
     // Finished: a task whose stdout/stderr are only logged, a dir output
@@ -187,6 +183,10 @@ TEST_F(SessionCliTest, LogsShowATasksOutputTailsAndStatus) {
   EXPECT_CONTAINS(r.out, "exit status: 3");
   EXPECT_CONTAINS(r.out, "error: ");
   EXPECT_CONTAINS(r.out, "oops");
+  r = squall("logs done-session dir-maker");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "output: " + std::to_string(dirObject) + " dir finished, 2 bytes, xxh3 ");
+  EXPECT_CONTAINS(r.out, ", kept, on ");
   r = squall("logs done-session no-such-task");
   EXPECT_EQ(r.status, 1);
   EXPECT_CONTAINS(r.err, "no task 'no-such-task'");

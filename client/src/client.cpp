@@ -239,6 +239,9 @@ struct SessionImpl {
   void wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished);
   // `expect`: when set, the object must be of this kind.
   void fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect = {});
+  std::vector<ObjectInfo> objectInfos(const std::vector<uint64_t>& ids);
+  // Also records the object's kind.
+  ObjectInfo objectInfo(wire::ObjectStatus::Reader status);
   std::vector<TaskInfo> taskInfos(const std::vector<uint64_t>& ids,
                                   const std::vector<std::string>& states, uint32_t limit);
 };
@@ -465,12 +468,41 @@ std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
     std::vector<TaskInfo> result;
     for (auto t : response.getTasks()) {
       auto state = static_cast<int>(t.getState());
-      result.push_back(TaskInfo{t.getId(), t.getName().cStr(), t.getType().cStr(),
-                                state < 7 ? NAMES[state] : "unknown", t.getGovernor().cStr(),
-                                t.getStartTimeUs(), t.getDurationUs(), t.getExitStatus(),
-                                t.getError().cStr(), t.getStdoutTail().cStr(),
-                                t.getStderrTail().cStr(), t.getAttempt(), t.getAttributes().cStr()});
+      TaskInfo info{t.getId(), t.getName().cStr(), t.getType().cStr(),
+                    state < 7 ? NAMES[state] : "unknown", t.getGovernor().cStr(),
+                    t.getStartTimeUs(), t.getDurationUs(), t.getExitStatus(),
+                    t.getError().cStr(), t.getStdoutTail().cStr(),
+                    t.getStderrTail().cStr(), t.getAttempt(), t.getAttributes().cStr(), {}, {}};
+      for (auto input : t.getInputs()) info.inputs.push_back(input);
+      for (auto output : t.getOutputs()) info.outputs.push_back(objectInfo(output));
+      result.push_back(std::move(info));
     }
+    return result;
+  });
+}
+
+ObjectInfo SessionImpl::objectInfo(wire::ObjectStatus::Reader o) {
+  static const char* NAMES[] = {"unfinished", "finished", "removed", "failed"};
+  auto state = static_cast<int>(o.getState());
+  ObjectInfo info{o.getId(), o.getKind() == wire::ObjectKind::DIR ? ObjectKind::DIR : ObjectKind::BLOB,
+                  o.getLabel().cStr(), o.getContentType().cStr(), o.getKeep(),
+                  state < 4 ? NAMES[state] : "unknown", o.getSize(), o.getHash(), o.getProducer(),
+                  {}};
+  for (auto where : o.getLocations()) info.locations.push_back(where.cStr());
+  kinds[info.id] = info.kind;
+  return info;
+}
+
+std::vector<ObjectInfo> SessionImpl::objectInfos(const std::vector<uint64_t>& ids) {
+  checkOpen();
+  return client.guard([&]() {
+    auto req = client.svc().getObjectsRequest();
+    req.setSession(id);
+    auto idList = req.initIds(ids.size());
+    for (size_t i = 0; i < ids.size(); i++) idList.set(i, ids[i]);
+    auto response = req.send().wait(client.waitScope());
+    std::vector<ObjectInfo> result;
+    for (auto o : response.getObjects()) result.push_back(objectInfo(o));
     return result;
   });
 }
@@ -689,6 +721,8 @@ Task& Task::attributes(std::string json) {
   session->pendingTask(n).attributes = std::move(json);
   return *this;
 }
+
+ObjectInfo DataObject::info() const { return session->objectInfos({n}).at(0); }
 
 TaskInfo Task::info() const {
   auto infos = session->taskInfos({n}, {}, 1);
@@ -912,7 +946,14 @@ void Session::close() {
 
 void Session::detach() { impl->owned = false; }
 
-DataObject Session::object(uint64_t id) { return DataObject(impl.get(), id); }
+DataObject Session::object(uint64_t id) {
+  if (impl->kinds.count(id) == 0) impl->objectInfos({id});
+  return DataObject(impl.get(), id);
+}
+
+std::vector<ObjectInfo> Session::objects(const std::vector<uint64_t>& ids) {
+  return impl->objectInfos(ids);
+}
 
 // ------------------------------------------------------------ Client
 

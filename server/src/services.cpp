@@ -196,7 +196,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     return static_cast<int>(S::WAITING);
   }
 
-  static void fillTask(wire::TaskInfo::Builder out, const TaskNode& task) {
+  void fillTask(wire::TaskInfo::Builder out, const TaskNode& task) {
     using W = wire::TaskInfo::State;
     static const W STATES[] = {W::WAITING, W::READY, W::RUNNING, W::FINISHED,
                                W::FAILED, W::CANCELLED, W::SKIPPED};
@@ -213,12 +213,46 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     out.setAttempt(task.attempt);
     out.setAttributes(task.spec.getAttributes());
     out.setType(taskType(task.spec));
+    auto inputs = out.initInputs(task.inputs.size());
+    for (size_t i = 0; i < task.inputs.size(); i++) inputs.set(i, task.inputs[i]->id.n);
     auto outputs = out.initOutputs(task.outputs.size());
-    for (size_t i = 0; i < task.outputs.size(); i++) {
-      task.outputs[i]->id.to(outputs[i].initId());
-      outputs[i].setSize(task.outputs[i]->size);
-      outputs[i].setHash(task.outputs[i]->hash);
+    for (size_t i = 0; i < task.outputs.size(); i++) fillObject(outputs[i], *task.outputs[i]);
+  }
+
+  void fillObject(wire::ObjectStatus::Builder out, const ObjectNode& object) {
+    using W = wire::ObjectStatus::State;
+    static const W STATES[] = {W::UNFINISHED, W::FINISHED, W::REMOVED, W::FAILED};
+    out.setId(object.id.n);
+    out.setKind(object.kind);
+    out.setLabel(object.label);
+    out.setContentType(object.contentType);
+    out.setKeep(object.keep);
+    out.setState(STATES[static_cast<int>(object.state)]);
+    out.setSize(object.size);
+    out.setHash(object.hash);
+    out.setProducer(object.producer == nullptr ? 0 : object.producer->id.n);
+    auto locations = out.initLocations(object.locations.size());
+    for (size_t i = 0; i < object.locations.size(); i++) {
+      KJ_IF_MAYBE(governor, context.governors.find(object.locations[i])) {
+        locations.set(i, governor->name);
+      } else {
+        locations.set(i, kj::str("governor ", object.locations[i]));
+      }
     }
+  }
+
+  kj::Promise<void> getObjects(GetObjectsContext call) override {
+    auto params = call.getParams();
+    auto& session = context.sessions.get(params.getSession());
+    auto ids = params.getIds();
+    auto out = call.getResults().initObjects(ids.size());
+    for (uint i = 0; i < ids.size(); i++) {
+      auto it = session.objects.find(ids[i]);
+      SQUALL_REQUIRE(it != session.objects.end(), "unknown object ", ids[i], " in session ",
+                     session.id);
+      fillObject(out[i], it->second);
+    }
+    return kj::READY_NOW;
   }
 
   static kj::StringPtr taskType(wire::TaskSpec::Reader spec) {

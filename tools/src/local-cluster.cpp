@@ -234,4 +234,13 @@ void LocalCluster::stop() {
   }
 }
 
+LocalCluster* startCluster(int governors, uint32_t cpus) {
+  ClusterOptions options;
+  options.governors = governors;
+  options.cpus = cpus;
+  auto cluster = std::make_unique<LocalCluster>(options);
+  cluster->start();
+  return cluster.release();
+}
+
 }  // namespace squall

@@ -74,6 +74,25 @@ void printFailures(Session& session, uint32_t limit) {
   }
 }
 
+// "7 blob 'label' text/plain 120 B xxh3=... kept on gov-a" (what is known).
+std::string describe(const ObjectInfo& o) {
+  char hash[32];
+  snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(o.hash));
+  std::string text = std::to_string(o.id) + (o.kind == ObjectKind::DIR ? " dir" : " blob");
+  if (!o.label.empty()) text += " '" + o.label + "'";
+  if (!o.contentType.empty()) text += " " + o.contentType;
+  text += " " + o.state;
+  if (o.state == "finished" || o.state == "removed") {
+    text += ", " + std::to_string(o.size) + " bytes, xxh3 " + hash;
+  }
+  if (o.keep) text += ", kept";
+  if (!o.locations.empty()) {
+    text += ", on";
+    for (auto& where : o.locations) text += " " + where;
+  }
+  return text;
+}
+
 // Runs `body`, turning client errors into a message and exit status 1.
 template <typename Body>
 int guarded(const char* command, Body&& body) {
@@ -164,13 +183,9 @@ int runFetch(const SessionCommandOptions& options) {
       object.fetchTo(stdout);
       return 0;
     }
-    // An object of an attached session may not know its kind locally; the
-    // server says it when asked for a dir, before any bytes move.
-    // TODO(client): drop the probe once DataObject::kind() asks the server.
-    try {
+    if (object.kind() == ObjectKind::DIR) {
       object.fetchDir(options.output);
-    } catch (const Error& e) {
-      if (std::string(e.what()).find("is a blob") == std::string::npos) throw;
+    } else {
       object.fetchToFile(options.output);
     }
     return 0;
@@ -208,6 +223,13 @@ int runLogs(const SessionCommandOptions& options) {
       if (info.startTimeUs) printf("duration: %s\n", seconds(info.durationUs).c_str());
       if (info.exitStatus >= 0) printf("exit status: %d\n", info.exitStatus);
       if (!info.error.empty()) printf("error: %s\n", info.error.c_str());
+      if (!info.attributes.empty()) printf("attributes: %s\n", info.attributes.c_str());
+      if (!info.inputs.empty()) {
+        std::string ids;
+        for (auto id : info.inputs) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+        printf("inputs: %s\n", ids.c_str());
+      }
+      for (auto& out : info.outputs) printf("output: %s\n", describe(out).c_str());
       if (!info.stdoutTail.empty()) {
         printf("--- stdout (tail) ---\n");
         printIndented(info.stdoutTail, "");

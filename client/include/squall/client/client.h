@@ -46,6 +46,22 @@ enum class ObjectKind { BLOB, DIR };
 class Session;
 class Task;
 
+// What the server knows of a data object.
+struct ObjectInfo {
+  uint64_t id;
+  ObjectKind kind;
+  std::string label;
+  std::string contentType;
+  bool keep;
+  std::string state;  // unfinished, finished, removed, failed (never made)
+  // Once finished: a blob's bytes / a dir's regular files' total, and the
+  // xxh3-64 hash of the content.
+  uint64_t size;
+  uint64_t hash;
+  uint64_t producer;  // the task making it; 0 for a constant
+  std::vector<std::string> locations;  // governors holding a copy
+};
+
 // A handle to a data object of a session (valid while its Session lives).
 class DataObject {
  public:
@@ -67,6 +83,8 @@ class DataObject {
   // not exist or be empty). fetch()/fetchToFile() of a dir give a tar.
   void fetchDir(const std::string& path) const;
   void wait() const;
+  // Asks the server (after submit).
+  ObjectInfo info() const;
 
  private:
   friend class Session;
@@ -144,6 +162,8 @@ struct TaskInfo {
   std::string stderrTail;
   uint32_t attempt;
   std::string attributes;
+  std::vector<uint64_t> inputs;  // object ids, in order
+  std::vector<ObjectInfo> outputs;
 };
 
 class Task {
@@ -248,8 +268,10 @@ class Session {
   // sessions attached from another client).
   void detach();
   // A handle to an object of this session made elsewhere (e.g. by the client
-  // that built the graph), for fetch/wait.
+  // that built the graph), for fetch/wait; asks the server for its kind
+  // (throws Error for an id the session does not have).
   DataObject object(uint64_t id);
+  std::vector<ObjectInfo> objects(const std::vector<uint64_t>& ids);
 
  private:
   friend class Client;

@@ -93,4 +93,8 @@ class LocalCluster {
 // program, in the build tree's server/ or governor/, or on $PATH.
 std::string findProgram(const std::string& name);
 
+// A new, started cluster of `governors` governors offering `cpus` cpus each
+// (the end-to-end tests keep one per suite). Throws as start() does.
+LocalCluster* startCluster(int governors, uint32_t cpus);
+
 }  // namespace squall
