@@ -1,6 +1,7 @@
 #include "dispatcher.h"
 
 #include <algorithm>
+#include <chrono>
 #include <kj/debug.h>
 
 namespace squall {
@@ -35,6 +36,7 @@ void Dispatcher::governorLost(GovernorId id) {
 }
 
 void Dispatcher::pass() {
+  auto started = std::chrono::steady_clock::now();
   passCount++;
   auto& effects = sessions.effects();
   ready.insert(ready.end(), effects.ready.begin(), effects.ready.end());
@@ -50,6 +52,8 @@ void Dispatcher::pass() {
 
   scheduler.place(ready, sessions, governors);
   for (auto& [gid, governor] : governors.all()) flush(governor);
+  auto took = std::chrono::steady_clock::now() - started;
+  sessions.stats().recordPass(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
 }
 
 void Dispatcher::flush(GovernorState& governor) {
@@ -115,6 +119,7 @@ void Dispatcher::flush(GovernorState& governor) {
       constantList[i].setKind(constants[i]->kind);
       constantList[i].setData(kj::arrayPtr(constants[i]->data.data(), constants[i]->data.size()));
     }
+    sessions.stats().bytesConstants += constantBytes;
     logger.debug("event=assign governor={} tasks={} constants={}", governor.id, end - next,
                  constants.size());
     rpcs.add(req.send().ignoreResult());

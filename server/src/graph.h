@@ -113,6 +113,9 @@ struct Session {
   // Lowest id no task or object of the session has used.
   uint64_t nextId = 1;
   uint64_t counts[7] = {};  // by TaskNode::State
+  // Bumped by every task state change: readers (the status page) cache
+  // what they derive from the tasks until it moves.
+  uint64_t changes = 0;
   // wait() with no ids: completes when unfinishedTasks reaches 0.
   std::vector<std::shared_ptr<Waiter>> allWaiters;
   // Every pending waiter, so that a failure or close reaches all of them.
@@ -122,6 +125,7 @@ struct Session {
     counts[static_cast<int>(task.state)]--;
     counts[static_cast<int>(state)]++;
     task.state = state;
+    changes++;
   }
 };
 

@@ -38,6 +38,7 @@ void SessionTable::close(uint64_t id) {
   for (auto& [n, object] : session.objects) {
     for (auto g : object.locations) pending.remove.emplace_back(g, object.id);
   }
+  if (onClose) onClose(session);
   session.state = Session::State::CLOSED;
   notifyAll(session);
   logger.info("event=session-close session={} tasks={}", id, session.tasks.size());
@@ -95,6 +96,7 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
   logger.info("event=task-failed session={} task={} attempt={} error=\"{}\"", id.session, id.n,
               task.attempt, result.getError().cStr());
   if (task.attempt <= policy.getRetries()) {
+    counters.taskRetries++;
     task.attempt++;
     session.setTaskState(task, TaskNode::State::READY);
     pending.ready.push_back(task.id);
@@ -102,6 +104,7 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
   }
   session.setTaskState(task, TaskNode::State::FAILED);
   session.unfinishedTasks--;
+  counters.tasksFailed++;
   if (policy.getAllowFailure()) {
     abandon(session, task);
     return;
@@ -147,6 +150,7 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
                               GovernorId from) {
   session.setTaskState(task, TaskNode::State::FINISHED);
   session.unfinishedTasks--;
+  counters.tasksFinished++;
   logger.debug("event=task-finished session={} task={} governor={}", task.id.session, task.id.n, from);
   auto infos = result.getOutputs();
   for (uint i = 0; i < task.outputs.size(); i++) {
@@ -157,6 +161,7 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
       if (info.getId().getN() == object.id.n) {
         object.size = info.getSize();
         object.hash = info.getHash();
+        counters.bytesProduced += object.size;
       }
     }
     for (auto* consumer : object.consumers) {
@@ -173,6 +178,7 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
         input->state == ObjectNode::State::FINISHED) {
       // The governor fetched a copy to run the task; it holds it now.
       input->locations.push_back(from);
+      counters.bytesFetched += input->size;
     }
   }
   taskDone(session, task);

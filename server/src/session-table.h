@@ -5,8 +5,10 @@
 #pragma once
 
 #include "graph.h"
+#include "stats.h"
 #include "submit.h"
 
+#include <functional>
 #include <map>
 #include <spdlog/logger.h>
 
@@ -54,12 +56,18 @@ class SessionTable {
 
   Effects& effects() { return pending; }
   const std::map<uint64_t, Session>& all() const { return sessions; }
+  // Counters for the status page; the Dispatcher adds its own to them.
+  ServerStats& stats() { return counters; }
+  // Called with a session just before close() forgets it (the status page
+  // keeps a summary of closed sessions). Must not touch the table.
+  std::function<void(const Session&)> onClose;
 
  private:
   spdlog::logger& logger;
   std::map<uint64_t, Session> sessions;
   uint64_t nextSession = 1;
   Effects pending;
+  ServerStats counters;
 
   void finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result, GovernorId from);
   // An allowed failure: the task's outputs will never be made; tasks that
