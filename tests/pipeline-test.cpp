@@ -382,6 +382,41 @@ TEST_F(PipelineRunTest, WordFrequencyMatchesPlainShellByteForByte) {
   EXPECT_EQ(slurp(ws.dir / "out" / "report" / "totals.txt"), expected);
 }
 
+// What can only go wrong on a governor, each in its own run: the run exits
+// 1 naming the task and the problem; the cluster and the bystander session
+// carry on (TearDown).
+TEST_F(PipelineRunTest, RunTimeErrorsNameTheTaskAndTheRule) {
+  Workspace ws;
+  struct Case {
+    std::string pipeline;
+    std::vector<std::string> messages;
+  };
+  std::vector<Case> cases = {
+      {"[step.a]\ncommand = [\"no-such-program-xyz\"]\n",
+       {"a", "program 'no-such-program-xyz' not found"}},
+      {"[step.a]\nshell = \"ln -s /etc/passwd out.txt\"\noutputs = { out = \"out.txt\" }\n"
+       "collect = { out = \"o.txt\" }\n",
+       {"output 'out.txt' is a symbolic link"}},
+      {"[step.a]\nshell = \"echo x\"\nstdout = true\n"
+       "[step.b]\nstore = { from = \"@a\", path = \"/etc/squall-escape.txt\" }\n",
+       {"store: path '/etc/squall-escape.txt' is outside the allowed roots"}},
+      {"[step.a]\nload = \"" + governorRoot->string() + "/../etc/passwd\"\n"
+       "[step.b]\ncommand = [\"cat\"]\nstdin = \"@a\"\n",
+       {"load: path '" + governorRoot->string() + "/../etc/passwd'", "outside the allowed roots"}},
+      {"[step.a]\nshell = \"mkdir d; echo x > d/f\"\noutputs = { d = \"d\" }\n",
+       {"output 'd' is a directory, but output"}},
+  };
+  for (auto& c : cases) {
+    writeFile(ws.dir / "e.toml", c.pipeline);
+    auto result = run(ws.dir, "run e.toml");
+    EXPECT_EQ(result.status, 1) << c.pipeline << result.out << result.err;
+    for (auto& message : c.messages) {
+      EXPECT_NE(result.err.find(message), std::string::npos) << c.pipeline << "\n" << result.err;
+    }
+  }
+  EXPECT_FALSE(fs::exists("/etc/squall-escape.txt"));
+}
+
 TEST_F(PipelineRunTest, AFailingArrayItemFailsTheRunWithItsStderr) {
   Workspace ws;
   writeFile(ws.dir / "fail.toml",
