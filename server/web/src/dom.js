@@ -3,7 +3,8 @@
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 
-function append(node, children) {
+// Appends children, skipping null/undefined/false, flattening arrays.
+export function append(node, ...children) {
   for (const child of children.flat(Infinity)) {
     if (child === null || child === undefined || child === false) continue;
     node.append(child instanceof Node ? child : document.createTextNode(String(child)));

@@ -3,7 +3,7 @@
 // first). Live: counts come with each update; the heavier parts are
 // fetched again, at most every few seconds, when the session changed.
 import {
-  clear, formatCount, formatDuration, getJson, h, link, STATES, stateBadge, stateBar, throttle,
+  append, clear, formatCount, formatDuration, getJson, h, link, STATES, stateBadge, stateBar, throttle,
 } from './dom.js';
 import { DagView } from './dag.js';
 import { drawTimeline } from './timeline.js';
@@ -101,7 +101,8 @@ export function sessionPage(root, ctx, id) {
     const data = await getJson(`/api/sessions/${id}/tasks?state=failed&limit=5`);
     if (disposed) return;
     failures.hidden = false;
-    clear(failures).append(h('h2', {}, `Failures (${formatCount(data.total)})`),
+    clear(failures);
+    append(failures, h('h2', {}, `Failures (${formatCount(data.total)})`),
       h('ul', { class: 'failure-list', 'data-testid': 'failures' }, data.tasks.map((t) => h('li', {},
         link(`/sessions/${id}/tasks/${t.id}`, t.name || `task ${t.id}`), h('span', { class: 'muted' }, ` #${t.id}`),
         t.governor ? h('span', { class: 'muted' }, ` on ${t.governor}`) : null,

@@ -1,7 +1,7 @@
 // One task: what it is (type, command, resources, policy), how it went
 // (governor, times, exit status, error, stdout/stderr tails) and the data it
 // read and made. Refreshed while the task is not done.
-import { clear, formatBytes, formatDuration, formatTime, getJson, h, link, stateBadge, throttle } from './dom.js';
+import { append, clear, formatBytes, formatDuration, formatTime, getJson, h, link, stateBadge, throttle } from './dom.js';
 
 function field(label, value) {
   if (value === null || value === undefined || value === '') return null;
@@ -51,7 +51,7 @@ export function taskPage(root, ctx, sessionId, taskId) {
     if (t.stderrTail) tails.push(h('h3', {}, 'stderr (tail)'), h('pre', { class: 'tail stderr', 'data-testid': 'task-stderr' }, t.stderrTail));
     if (t.stdoutTail) tails.push(h('h3', {}, 'stdout (tail)'), h('pre', { class: 'tail', 'data-testid': 'task-stdout' }, t.stdoutTail));
     if (!tails.length && done) tails.push(h('p', { class: 'muted' }, 'No output was captured (outputs written to objects are not shown here).'));
-    clear(root).append(
+    append(clear(root),
       h('section', { class: 'panel' },
         h('h1', {}, t.name || '(unnamed task)', h('span', { class: 'muted' }, ` #${t.id}`), ' ', stateBadge(t.state)),
         t.error ? h('div', { class: 'failure-box', 'data-testid': 'task-error' }, t.error) : null,

@@ -5,6 +5,8 @@ import { clear, formatCount, formatDuration, h, STATES, svg } from './dom.js';
 
 const LANE = 24;
 const LABEL = 130;
+const SUBROW = 9;
+const SUBROWS = 8;
 
 export function drawTimeline(container, data, onOpenTask) {
   clear(container);
@@ -19,38 +21,62 @@ export function drawTimeline(container, data, onOpenTask) {
   const width = Math.max(400, container.clientWidth || 900);
   const plot = width - LABEL - 10;
   const span = Math.max(1, data.endUs - data.startUs);
-  const height = data.lanes.length * LANE + 22;
+  // Tasks that overlap in time on one governor go on sub-rows of its lane.
+  const rowsOf = (lane) => {
+    if (data.mode !== 'tasks') return { rows: 1, row: [] };
+    const order = lane.bars.map((b, k) => k).sort((a, b) => lane.bars[a][1] - lane.bars[b][1]);
+    const ends = [];
+    const row = [];
+    for (const k of order) {
+      const [, start, duration] = lane.bars[k];
+      let r = ends.findIndex((end) => end <= start);
+      if (r < 0) {
+        if (ends.length < SUBROWS) r = ends.push(0) - 1; else r = ends.indexOf(Math.min(...ends));
+      }
+      ends[r] = start + duration;
+      row[k] = r;
+    }
+    return { rows: Math.max(1, ends.length), row };
+  };
+  const layout = data.lanes.map(rowsOf);
+  const heights = layout.map((l) => Math.max(LANE, l.rows * SUBROW + 8));
+  const tops = heights.map((_, i) => heights.slice(0, i).reduce((a, b) => a + b, 0));
+  const lanesHeight = heights.reduce((a, b) => a + b, 0);
+  const height = lanesHeight + 22;
   const root = svg('svg', { class: 'timeline', width, height, viewBox: `0 0 ${width} ${height}`, 'data-testid': 'timeline' });
   data.lanes.forEach((lane, i) => {
-    const y = i * LANE;
+    const y = tops[i];
     root.append(svg('text', { x: 4, y: y + 16, class: 'lane-label' }, lane.governor || '(unknown)'));
     if (lane.running) {
-      root.append(svg('text', { x: LABEL - 6, y: y + 16, class: 'lane-running' }, `${lane.running}▶`));
+      root.append(svg('text', { x: LABEL - 6, y: y + 16, class: 'lane-running' }, `${lane.running}▶`,
+        svg('title', {}, `${lane.running} running now`)));
     }
-    root.append(svg('rect', { x: LABEL, y: y + 2, width: plot, height: LANE - 4, class: 'lane-bg' }));
+    root.append(svg('rect', { x: LABEL, y: y + 2, width: plot, height: heights[i] - 4, class: 'lane-bg' }));
     if (data.mode === 'tasks') {
-      for (const [id, start, duration, stateIndex] of lane.bars) {
+      const rowHeight = (heights[i] - 8) / layout[i].rows;
+      lane.bars.forEach(([id, start, duration, stateIndex], k) => {
         const state = STATES[stateIndex] || 'finished';
         const x = LABEL + (start / span) * plot;
         const w = Math.max(1.5, (duration / span) * plot);
-        const bar = svg('rect', { x: x.toFixed(1), y: y + 4, width: w.toFixed(1), height: LANE - 8, class: `bar state-${state}` },
+        const by = y + 4 + layout[i].row[k] * rowHeight;
+        const bar = svg('rect', { x: x.toFixed(1), y: by.toFixed(1), width: w.toFixed(1), height: Math.max(2, rowHeight - 1.5).toFixed(1), class: `bar state-${state}` },
           svg('title', {}, `#${id} ${state}, ${formatDuration(duration)}`));
         bar.addEventListener('click', () => onOpenTask(id));
         root.append(bar);
-      }
+      });
     } else {
       const max = Math.max(1, ...data.lanes.flatMap((l) => l.busy));
       const cell = plot / lane.busy.length;
       lane.busy.forEach((busy, k) => {
         if (busy <= 0 && !lane.failed[k]) return;
         root.append(svg('rect', {
-          x: (LABEL + k * cell).toFixed(1), y: y + 4, width: (cell + 0.5).toFixed(1), height: LANE - 8,
+          x: (LABEL + k * cell).toFixed(1), y: y + 4, width: (cell + 0.5).toFixed(1), height: heights[i] - 8,
           class: lane.failed[k] ? 'heat failed' : 'heat', style: { opacity: String(0.15 + 0.85 * (busy / max)) },
         }, svg('title', {}, `${busy.toFixed(2)} tasks running on average${lane.failed[k] ? `, ${lane.failed[k]} failed` : ''}`)));
       });
     }
   });
-  const axisY = data.lanes.length * LANE + 14;
+  const axisY = lanesHeight + 14;
   for (let k = 0; k <= 5; k++) {
     const x = LABEL + (k / 5) * plot;
     root.append(svg('line', { x1: x, x2: x, y1: 0, y2: axisY - 10, class: 'tick' }));
