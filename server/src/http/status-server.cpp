@@ -3,6 +3,7 @@
 #include "web-assets.h"
 
 #include <chrono>
+#include <cstdio>
 #include <kj/debug.h>
 
 namespace squall {
@@ -95,9 +96,23 @@ std::string StatusServer::payload(uint64_t session) {
   return jsonText(json);
 }
 
+namespace {
+// Adds the wall time of a scope on the loop to a counter.
+struct Stopwatch {
+  uint64_t& total;
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  ~Stopwatch() {
+    total += std::chrono::duration_cast<std::chrono::microseconds>(
+                 std::chrono::steady_clock::now() - start)
+                 .count();
+  }
+};
+}  // namespace
+
 void StatusServer::tick() {
   view.tick(nowMs());
   if (streams.empty()) return;
+  Stopwatch stopwatch{eventUs};
   auto now = timer.now();
   // One payload per topic per tick, however many pages watch it.
   std::map<uint64_t, std::string> payloads;
@@ -186,6 +201,7 @@ kj::Promise<void> StatusServer::error(Response& response, bool api, unsigned sta
 kj::Promise<void> StatusServer::request(kj::HttpMethod method, kj::StringPtr url,
                                         const kj::HttpHeaders& headers, kj::AsyncInputStream&,
                                         Response& response) {
+  Stopwatch stopwatch{requestUs};
   bool api = url.startsWith("/api/") || url == "/metrics";
   if (method != kj::HttpMethod::GET && method != kj::HttpMethod::HEAD) {
     kj::HttpHeaders out(*headerTable);
@@ -238,9 +254,17 @@ kj::Promise<void> StatusServer::request(kj::HttpMethod method, kj::StringPtr url
     case Route::Kind::GRAPH: return json(view.graph(route.session), unknownSession.c_str());
     case Route::Kind::TIMELINE: return json(view.timeline(route.session), unknownSession.c_str());
     case Route::Kind::EVENTS: return events(route, response);
-    case Route::Kind::METRICS:
+    case Route::Kind::METRICS: {
+      char own[512];
+      snprintf(own, sizeof(own),
+               "# HELP squall_status_seconds_total Loop time spent on the status page.\n"
+               "# TYPE squall_status_seconds_total counter\n"
+               "squall_status_seconds_total{kind=\"events\"} %.6f\n"
+               "squall_status_seconds_total{kind=\"requests\"} %.6f\n",
+               eventUs / 1e6, requestUs / 1e6);
       return respond(response, 200, "text/plain; version=0.0.4; charset=utf-8",
-                     view.metrics(streams.size()));
+                     view.metrics(streams.size()) + own);
+    }
   }
   return error(response, api, 404, "no page at this path");
 }

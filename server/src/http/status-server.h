@@ -46,6 +46,10 @@ class StatusServer final : public kj::HttpService, private kj::TaskSet::ErrorHan
   // ticker runs from construction.
   kj::Promise<void> listen(kj::ConnectionReceiver& receiver);
   size_t eventClients() const { return streams.size(); }
+  // Loop time this server has spent building live updates and answering
+  // requests, µs: what the page costs the server (in /metrics).
+  uint64_t eventMicros() const { return eventUs; }
+  uint64_t requestMicros() const { return requestUs; }
 
   kj::Promise<void> request(kj::HttpMethod method, kj::StringPtr url, const kj::HttpHeaders& headers,
                             kj::AsyncInputStream& requestBody, Response& response) override;
@@ -75,6 +79,8 @@ class StatusServer final : public kj::HttpService, private kj::TaskSet::ErrorHan
       allow, host;
   // Before `server`: streams leave this list when their request promise is
   // destroyed, which destroying `server` does.
+  uint64_t eventUs = 0;
+  uint64_t requestUs = 0;
   std::list<EventStream> streams;
   kj::TaskSet tasks;
   kj::HttpServer server;
