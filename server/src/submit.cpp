@@ -394,19 +394,20 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     std::sort(members.begin(), members.end());
     uint64_t cpus = 0;
     std::string names;
-    for (auto n : members) {
+    for (size_t i = 0; i < members.size(); i++) {
+      auto n = members[i];
       auto spec = newTasks.count(n) ? newTasks.at(n) : target.tasks.at(n).spec;
       auto label = taskLabel(spec);
       uint32_t need = spec.getResources().getCpus();
       cpus += need;
-      names += (names.empty() ? "" : ", ") + std::string(label.cStr());
+      names += (i == 0 ? "" : i + 1 == members.size() ? " and " : ", ") + std::string(label.cStr());
       SQUALL_REQUIRE(spec.getPolicy().getRetries() == 0, label,
                      " writes or reads a stream live; such tasks cannot be retried (a retry "
                      "would need the whole stream again): set retries to 0");
       SQUALL_REQUIRE(capacity.largestCpus == 0 || need <= capacity.largestCpus, label, " needs ",
                      need, " cpus but the largest governor has ", capacity.largestCpus);
     }
-    SQUALL_REQUIRE(capacity.totalCpus == 0 || cpus <= capacity.totalCpus, "tasks ", names,
+    SQUALL_REQUIRE(capacity.totalCpus == 0 || cpus <= capacity.totalCpus, names,
                    " are joined by streams and must run at the same time: together they need ",
                    cpus, " cpus but the governors have ", capacity.totalCpus);
   }
