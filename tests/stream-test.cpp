@@ -2,6 +2,8 @@
 // producer writes it, on one governor and across two, against real server
 // and governor processes. Reference results come from the same commands run
 // by /bin/sh here.
+#include "cluster-suite.h"
+
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
@@ -56,21 +58,7 @@ Program streamFrom(const std::string& line) {
   return Program::shell(line).stdoutOutput(ObjectKind::STREAM);
 }
 
-class StreamTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { cluster = startCluster(2, 2); }
-  static void TearDownTestSuite() {
-    delete cluster;
-    cluster = nullptr;
-  }
-  void TearDown() override {
-    EXPECT_TRUE(cluster->server().running());
-    EXPECT_TRUE(cluster->governor(0).running());
-    EXPECT_TRUE(cluster->governor(1).running());
-  }
-  static LocalCluster* cluster;
-};
-LocalCluster* StreamTest::cluster = nullptr;
+class StreamTest : public ClusterSuite<StreamTest> {};
 
 TEST_F(StreamTest, AReaderGetsEveryByteWhileTheProducerRuns) {
   Client client(cluster->serverAddress());
