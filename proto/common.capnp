@@ -51,7 +51,14 @@ struct TaskInput {
   object @0 :Id;
   label @1 :Text;
   # For execute: where the input appears in the sandbox (relative path).
+  # A stream read live appears there as a named pipe (or, as the stdin
+  # input, on the program's standard input).
   path @2 :Text;
+  # For a stream read live: when this reader exits before the stream ends,
+  # the producer then meets a broken pipe (SIGPIPE, or status 141 from a
+  # shell). By default that is how pipes work (`producer | head`) and the
+  # producer still finishes; set this to make it the producer's failure.
+  earlyCloseIsError @3 :Bool;
 }
 
 struct TaskSpec {

@@ -17,13 +17,22 @@ interface DataService {
   # the caller has every byte when read() completes. A dir is sent as a tar
   # archive (pax format, relative paths, symlinks kept as links); `size` is
   # the number of bytes sent.
+  #
+  # A stream that is flowing or about to (its producer is assigned here and
+  # the caller is one of its live readers): `offset` must be 0; the sink gets
+  # every byte from the start as the producer writes it, at the pace of the
+  # slowest reader (each write is awaited), then done(). If the producer
+  # fails, read() throws with the producer's error. A reader that goes away
+  # makes its sink's write() throw; the stream carries on for the others.
   read @0 (id :Common.Id, offset :UInt64, sink :ByteSink, compress :Bool)
       -> (size :UInt64, kind :Common.ObjectKind);
 }
 
 interface ByteSink {
   # rawSize == 0: `chunk` is raw bytes. Otherwise `chunk` is one LZ4 block
-  # that decompresses to rawSize bytes.
+  # that decompresses to rawSize bytes. For a live stream a write completes
+  # once the bytes were handed on (to the reading program's pipe), which is
+  # the backpressure; it throws once the reader has gone.
   write @0 (chunk :Data, rawSize :UInt32) -> stream;
   # After the last write: returns once every write has been handled (a
   # streaming call's result alone does not say that).

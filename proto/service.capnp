@@ -207,6 +207,13 @@ struct Assignment {
   # 1 for the first run, counting up with retries (SQUALL_ATTEMPT for
   # programs).
   attempt @3 :UInt32 = 1;
+  # Parallel to task.outputs; for stream outputs only (0 / false otherwise):
+  # how many readers will attach to read it live (the bytes start to flow
+  # once all of them have: each gets every byte), and whether its bytes are
+  # also written to the store as they flow (it is kept, or read by a task
+  # after it ends) so that it is held like a blob once it has ended.
+  liveReaders @4 :List(UInt32);
+  persist @5 :List(Bool);
 }
 
 struct InputLocation {
@@ -215,6 +222,12 @@ struct InputLocation {
   # Empty when the governor holds it already (or it comes in `constants` of
   # the same call); otherwise data service addresses of governors holding it.
   sources @2 :List(Text);
+  # A stream read while its producer runs (kind = stream). `sources` is then
+  # empty when the producer runs on this governor, else the one data address
+  # of the producer's governor, whose DataService.read gives the bytes as
+  # they come. A stream that has ended and was persisted is a plain input
+  # (live = false, kind = blob).
+  live @3 :Bool;
 }
 
 struct ConstantData {
