@@ -167,6 +167,7 @@ struct LocalTask {
   bool allowFailure = false;
   uint64_t timeLimitMs = 0;
   std::string attributes;
+  bool strictPipes = false;  // execute: earlyCloseIsError on its inputs
 };
 
 struct SessionImpl {
@@ -266,6 +267,7 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   for (size_t i = 0; i < task.inputs.size(); i++) {
     setId(inputs[i].initObject(), session, task.inputs[i].object);
     inputs[i].setPath(task.inputs[i].path);
+    inputs[i].setEarlyCloseIsError(task.strictPipes);
   }
   auto outputs = out.initOutputs(task.outputs.size());
   for (size_t i = 0; i < task.outputs.size(); i++) setId(outputs[i], session, task.outputs[i]);
@@ -339,7 +341,7 @@ void SessionImpl::submit() {
         auto& o = objects[i];
         auto out = objectList[i - nextObject];
         setId(out.initId(), id, o.n);
-        out.setKind(o.kind == ObjectKind::DIR ? wire::ObjectKind::DIR : wire::ObjectKind::BLOB);
+        out.setKind(static_cast<wire::ObjectKind>(o.kind));  // same order
         out.setKeep(o.keep);
         out.setLabel(o.label);
         out.setContentType(o.contentType);
@@ -484,7 +486,7 @@ std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
 ObjectInfo SessionImpl::objectInfo(wire::ObjectStatus::Reader o) {
   static const char* NAMES[] = {"unfinished", "finished", "removed", "failed"};
   auto state = static_cast<int>(o.getState());
-  ObjectInfo info{o.getId(), o.getKind() == wire::ObjectKind::DIR ? ObjectKind::DIR : ObjectKind::BLOB,
+  ObjectInfo info{o.getId(), static_cast<ObjectKind>(o.getKind()),
                   o.getLabel().cStr(), o.getContentType().cStr(), o.getKeep(),
                   state < 4 ? NAMES[state] : "unknown", o.getSize(), o.getHash(), o.getProducer(),
                   {}};
@@ -651,9 +653,15 @@ Program& Program::output(std::string path, ObjectKind kind) {
   return *this;
 }
 
-Program& Program::stdoutOutput() {
+Program& Program::stdoutOutput(ObjectKind kind) {
+  if (kind == ObjectKind::DIR) throw Error("stdout cannot be a dir output");
   outputs.emplace_back(std::nullopt);
-  outputKinds.push_back(ObjectKind::BLOB);
+  outputKinds.push_back(kind);
+  return *this;
+}
+
+Program& Program::brokenPipeIsError(bool isError) {
+  strictPipes = isError;
   return *this;
 }
 
@@ -819,6 +827,7 @@ Task Session::execute(const Program& program,
   task.stdinIndex = program.stdinIndex;
   task.outputMappings = program.outputs;
   task.env = program.envVars;
+  task.strictPipes = program.strictPipes;
   return Task(impl.get(), task.n);
 }
 

@@ -78,7 +78,8 @@ void printFailures(Session& session, uint32_t limit) {
 std::string describe(const ObjectInfo& o) {
   char hash[32];
   snprintf(hash, sizeof(hash), "%016llx", static_cast<unsigned long long>(o.hash));
-  std::string text = std::to_string(o.id) + (o.kind == ObjectKind::DIR ? " dir" : " blob");
+  static const char* KINDS[] = {"blob", "dir", "stream"};
+  std::string text = std::to_string(o.id) + " " + KINDS[static_cast<int>(o.kind)];
   if (!o.label.empty()) text += " '" + o.label + "'";
   if (!o.contentType.empty()) text += " " + o.contentType;
   text += " " + o.state;

@@ -41,7 +41,9 @@ struct ClientImpl;
 struct SessionImpl;
 }  // namespace client
 
-enum class ObjectKind { BLOB, DIR };
+// BLOB: bytes; DIR: a directory tree; STREAM: bytes that flow from a
+// running program to the programs reading it (see Program::stdoutOutput).
+enum class ObjectKind { BLOB, DIR, STREAM };
 
 class Session;
 class Task;
@@ -112,10 +114,26 @@ class Program {
   // Feeds `object` on the program's stdin.
   Program& stdinFrom(const DataObject& object);
   // Declares an output read from the file (or, for ObjectKind::DIR, the
-  // directory) `path` the program writes.
+  // directory) `path` the program writes. For ObjectKind::STREAM, `path` is
+  // a named pipe the governor makes; what the program writes into it flows
+  // to the stream's readers while it runs.
   Program& output(std::string path, ObjectKind kind = ObjectKind::BLOB);
-  // Declares an output made of the program's stdout.
-  Program& stdoutOutput();
+  // Declares an output made of the program's stdout: a blob, or with
+  // ObjectKind::STREAM a stream its readers read while it is written.
+  //
+  // Streams: a program that takes a stream as an input (stdinFrom, or
+  // input(stream, path) for a named pipe) runs at the same time as the
+  // stream's producer, on the same or another governor, reading the bytes
+  // as they come, with backpressure. Every reader gets every byte. A task
+  // that reads a stream in any other way (concat, or an input of a later
+  // submit) waits for its end; the stream's bytes are then stored (as they
+  // are when the stream is kept) and it behaves like a blob.
+  Program& stdoutOutput(ObjectKind kind = ObjectKind::BLOB);
+  // When this program stops reading one of its input streams early (exits
+  // before the end, like `head`), the producer meets a broken pipe. That is
+  // normal for pipes and the producer still finishes; with this set, it
+  // fails instead.
+  Program& brokenPipeIsError(bool isError = true);
   Program& env(std::string name, std::string value);
   Program& cpus(uint32_t n);
   Program& name(std::string name);
@@ -146,6 +164,7 @@ class Program {
   std::vector<std::pair<std::string, std::string>> envVars;
   uint32_t cpuCount = 1;
   std::string taskName;
+  bool strictPipes = false;
 };
 
 struct TaskInfo {
