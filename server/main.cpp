@@ -1,8 +1,10 @@
 // squall-server: parses flags, wires the server's parts, runs the loop.
 #include "src/context.h"
+#include "src/http/status-server.h"
 #include "src/services.h"
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <kj/async-io.h>
@@ -16,9 +18,14 @@
 int main(int argc, char** argv) {
   CLI::App app{"squall-server: sessions, the task graph and scheduling for squall governors"};
   std::string listen = "127.0.0.1:" + std::to_string(squall::SERVER_PORT);
+  std::string http = "127.0.0.1:" + std::to_string(squall::STATUS_HTTP_PORT);
   std::string token, tokenFile, logLevel = "info";
   uint32_t queueDepth = squall::SchedulerOptions{}.queueDepth;
   app.add_option("--listen", listen, "host:port for clients and governors (port 0: any free port)")
+      ->capture_default_str();
+  app.add_option("--http", http,
+                 "host:port of the status page and its JSON API (port 0: any free port; "
+                 "'off': none). Read-only; keep it on loopback unless you mean to share it")
       ->capture_default_str();
   app.add_option("--token", token, "shared secret peers must present (or $SQUALL_TOKEN)");
   app.add_option("--token-file", tokenFile, "file holding the shared secret");
@@ -35,6 +42,7 @@ int main(int argc, char** argv) {
     logger = squall::makeLogger("server", logLevel);
     secret = squall::resolveToken(token, tokenFile);
     squall::checkAddress(listen);
+    if (http != "off") squall::checkAddress(http);
   } catch (const kj::Exception& e) {
     fprintf(stderr, "squall-server: %s\n", squall::userMessage(e).cStr());
     return 2;
@@ -48,6 +56,18 @@ int main(int argc, char** argv) {
 
   squall::SessionTable sessions(*logger);
   squall::GovernorPool governors;
+  auto wallMs = []() -> uint64_t {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  // Declared before the RPC listener: closing a client's sessions as the
+  // listener goes reports them to the view.
+  squall::StatusView statusView(
+      sessions, governors, kj::str("protocol ", squall::wire::PROTOCOL_VERSION).cStr(), wallMs());
+  sessions.onClose = [&statusView, &wallMs](const squall::Session& session) {
+    statusView.sessionClosed(session, wallMs());
+  };
   squall::Scheduler scheduler(squall::SchedulerOptions{queueDepth});
   squall::Dispatcher dispatcher(sessions, governors, scheduler, *logger);
   squall::ServerContext context{sessions, governors, dispatcher, *logger, secret, {}};
@@ -70,6 +90,30 @@ int main(int argc, char** argv) {
   logger->info("event=listening address={}:{}", host, listener.getPort());
   printf("listening address=%s:%u\n", host.c_str(), listener.getPort());
   fflush(stdout);
+
+  // The status page, on its own port of the same loop.
+  kj::Own<kj::ConnectionReceiver> httpReceiver;
+  kj::Own<squall::StatusServer> statusServer;
+  kj::Promise<void> serving = kj::READY_NOW;
+  if (http != "off") {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  httpReceiver = squall::listenOn(io.provider->getNetwork(), http).wait(io.waitScope);
+                })) {
+      fprintf(stderr, "squall-server: cannot serve the status page on %s: %s (--http off for none)\n",
+              http.c_str(), squall::userMessage(*e).cStr());
+      return 1;
+    }
+    auto httpHost = http.substr(0, http.rfind(':'));
+    squall::StatusServerOptions options;
+    options.loopbackHostsOnly = squall::isLoopbackHost(httpHost);
+    statusServer = kj::heap<squall::StatusServer>(statusView, io.provider->getTimer(), *logger, options);
+    serving = statusServer->listen(*httpReceiver).eagerlyEvaluate([&logger](kj::Exception&& e) {
+      logger->error("event=status-page-stopped error=\"{}\"", e.getDescription().cStr());
+    });
+    logger->info("event=status-page address={}:{}", httpHost, httpReceiver->getPort());
+    printf("http address=%s:%u\n", httpHost.c_str(), httpReceiver->getPort());
+    fflush(stdout);
+  }
 
   auto running = listener.run();
   auto& port = io.unixEventPort;

@@ -1,5 +1,7 @@
 // End-to-end behaviour through the client library against a real server
 // and two real governors.
+#include "cluster-suite.h"
+
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
@@ -19,25 +21,7 @@ ClusterOptions twoGovernors(uint32_t cpus = 2) {
 }
 
 // One cluster for the tests that leave it healthy.
-class E2eTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    cluster = new LocalCluster(twoGovernors());
-    cluster->start();
-  }
-  static void TearDownTestSuite() {
-    delete cluster;
-    cluster = nullptr;
-  }
-  void TearDown() override {
-    // Every test must leave the server and both governors running.
-    EXPECT_TRUE(cluster->server().running());
-    EXPECT_TRUE(cluster->governor(0).running());
-    EXPECT_TRUE(cluster->governor(1).running());
-  }
-  static LocalCluster* cluster;
-};
-LocalCluster* E2eTest::cluster = nullptr;
+class E2eTest : public ClusterSuite<E2eTest> {};
 
 TEST_F(E2eTest, HelloWorldConcatOfTwoBlobsIsFetched) {
   Client client(cluster->serverAddress());

@@ -13,10 +13,14 @@ int main(int argc, char** argv) {
 
   squall::ClusterOptions cluster;
   cluster.listen = "127.0.0.1:7210";
+  cluster.http = "127.0.0.1:7222";
   auto* start = app.add_subcommand("start", "run a server and local governors in the foreground");
   start->add_option("--governors,-g", cluster.governors, "how many governors")->capture_default_str()
       ->check(CLI::Range(0, 256));
   start->add_option("--listen", cluster.listen, "server address (host:port)")->capture_default_str();
+  start->add_option("--http", cluster.http,
+                    "status page address (host:port; port 0: any free one; 'off': none)")
+      ->capture_default_str();
   start->add_option("--work-dir", cluster.workDir, "governors' work dirs go under it (default: temp)");
   start->add_option("--cpus", cluster.cpus, "cpus each governor offers (default: detected)");
   start->add_option("--token", cluster.token, "shared secret for every connection");
@@ -29,6 +33,8 @@ int main(int argc, char** argv) {
   demo->add_option("--governors,-g", demoCluster.governors, "how many governors")
       ->capture_default_str()->check(CLI::Range(1, 64));
   demo->add_option("--log-level", demoCluster.logLevel)->capture_default_str();
+  demo->add_option("--http", demoCluster.http, "status page address (port 0: any free one; 'off')")
+      ->capture_default_str();
 
   squall::SubmitOptions submit;
   auto* sub = app.add_subcommand("submit", "run one program as a task and wait for it");

@@ -13,6 +13,12 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# The status page is bundled with node and npm packages (server/web) and
+# tested in Chromium. Checked by command, so a node installed another way
+# (with its own npm) is used as it is.
+command -v node >/dev/null || command -v nodejs >/dev/null || missing+=(nodejs)
+command -v npm >/dev/null || missing+=(npm)
+[[ -x /usr/bin/chromium ]] || missing+=(chromium)
 if ((${#missing[@]})); then
   SUDO=""
   [[ $(id -u) == 0 ]] || SUDO=sudo

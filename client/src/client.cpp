@@ -313,6 +313,14 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
 
 void SessionImpl::submit() {
   checkOpen();
+  // Sent or refused, what was built is done with: a refused graph was not
+  // applied and is not sent again by the next submit.
+  KJ_DEFER({
+    objects.clear();
+    tasks.clear();
+    objectIndex.clear();
+    taskIndex.clear();
+  });
   client.guard([&]() {
     auto& ws = client.waitScope();
     auto req = client.svc().submitRequest();
@@ -372,10 +380,6 @@ void SessionImpl::submit() {
     }
     submission.commitRequest().send().wait(ws);
   });
-  objects.clear();
-  tasks.clear();
-  objectIndex.clear();
-  taskIndex.clear();
 }
 
 void SessionImpl::wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished) {

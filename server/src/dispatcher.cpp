@@ -100,6 +100,19 @@ void Dispatcher::flush(GovernorState& governor) {
         auto input = inputs[i];
         input.setKind(object.kind);
         input.setSize(object.size);
+        if (task.liveInputs[i]) {
+          // Its producer was assigned in this same pass (the whole group is).
+          input.setLive(true);
+          GovernorId producer = object.producer->governor;
+          if (producer != governor.id) {
+            KJ_IF_MAYBE(holder, governors.find(producer)) {
+              input.initSources(1).set(0, holder->dataAddress);
+            }
+          }
+          continue;
+        }
+        // Read after its end: its stored bytes, a blob.
+        if (object.kind == wire::ObjectKind::STREAM) input.setKind(wire::ObjectKind::BLOB);
         auto& where = object.locations;
         // Held already, or a constant travelling in this very call.
         if (object.constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
@@ -111,7 +124,18 @@ void Dispatcher::flush(GovernorState& governor) {
         }
       }
       auto kinds = assignment.initOutputKinds(task.outputs.size());
-      for (uint i = 0; i < task.outputs.size(); i++) kinds.set(i, task.outputs[i]->kind);
+      auto readers = assignment.initLiveReaders(task.outputs.size());
+      auto persist = assignment.initPersist(task.outputs.size());
+      for (uint i = 0; i < task.outputs.size(); i++) {
+        auto& output = *task.outputs[i];
+        kinds.set(i, output.kind);
+        if (output.kind != wire::ObjectKind::STREAM) continue;
+        // Stored as it flows when kept or read after its end; readers added
+        // by later submits must then find it stored (see PendingSubmit).
+        output.persisted = output.keep || !output.consumers.empty();
+        readers.set(i, output.liveReaders.size());
+        persist.set(i, output.persisted);
+      }
     }
     auto constantList = req.initConstants(constants.size());
     for (uint i = 0; i < constants.size(); i++) {

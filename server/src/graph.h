@@ -19,6 +19,14 @@ using GovernorId = uint32_t;
 struct TaskNode;
 struct Session;
 
+// Tasks joined by streams read live: a producer and its readers, and their
+// producers and readers in turn. They run at the same time, so they are
+// placed together, only when all of them can start at once.
+struct StreamGroup {
+  std::vector<TaskNode*> members;
+  uint32_t cpus = 0;
+};
+
 // A wait() or waitSome() call in progress.
 struct Waiter {
   Session* session;
@@ -45,7 +53,14 @@ struct ObjectNode {
   // A constant's bytes; freed when the object is removed.
   std::vector<kj::byte> data;
   TaskNode* producer = nullptr;
+  // Tasks that need it finished (a stream: read after its end).
   std::vector<TaskNode*> consumers;
+  // A stream's readers that read it while it is written (same StreamGroup
+  // as the producer).
+  std::vector<TaskNode*> liveReaders;
+  // A stream whose bytes are stored as they flow (kept, or read after its
+  // end); decided when its producer is assigned.
+  bool persisted = false;
   // Consumers not yet finished; the object is removed when this reaches 0
   // and it is not kept.
   uint32_t unfinishedConsumers = 0;
@@ -65,8 +80,13 @@ struct TaskNode {
   // Points into the session's copy of the submitted message.
   wire::TaskSpec::Reader spec;
   std::vector<ObjectNode*> inputs;
+  // Parallel to inputs: read live (a stream whose producer runs alongside).
+  std::vector<bool> liveInputs;
   std::vector<ObjectNode*> outputs;
+  // Inputs not yet finished, live ones not counted.
   uint32_t unfinishedInputs = 0;
+  // Set when the task reads or writes a stream live.
+  StreamGroup* group = nullptr;
   uint32_t cpus = 1;
   // The governor whose capacity the task holds while assigned (0 = none).
   GovernorId governor = 0;
@@ -108,6 +128,7 @@ struct Session {
   // Submitted messages, kept while the session lives: TaskNode::spec points
   // into them.
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;
+  std::vector<std::unique_ptr<StreamGroup>> groups;
 
   uint64_t unfinishedTasks = 0;
   // Lowest id no task or object of the session has used.

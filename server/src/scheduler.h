@@ -25,13 +25,23 @@ class Scheduler {
   // those placed (and those no longer READY) leave the queue, the rest stay
   // in order. A task goes where most of its input bytes already are, then
   // to the least loaded governor.
+  //
+  // A task joined to others by live streams goes only with its whole group,
+  // once every member is READY, and only onto free cpus (not queue depth):
+  // all of them must start at once. The group goes to one governor when one
+  // has room (pipes stay local), else spread over several. While a group
+  // waits for room, other tasks are placed without queue depth, so queues
+  // drain and the group is not starved.
   void place(std::deque<Id>& ready, SessionTable& sessions, GovernorPool& governors);
 
  private:
   SchedulerOptions options;
 
-  bool hasRoom(const GovernorState& governor, uint32_t cpus) const {
-    return cpus <= governor.cpus && governor.load + cpus <= governor.cpus + options.queueDepth;
+  // Places every member of `group` or none; false when they do not fit now.
+  bool placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors);
+
+  bool hasRoom(const GovernorState& governor, uint32_t cpus, uint32_t depth) const {
+    return cpus <= governor.cpus && governor.load + cpus <= governor.cpus + depth;
   }
 };
 

@@ -40,7 +40,12 @@ class SubmissionImpl final : public wire::Submission::Server {
     SQUALL_REQUIRE(!committed, "submission already committed");
     committed = true;
     auto& target = context.sessions.get(session);
-    auto ready = pending.commit(target);
+    ClusterCapacity capacity;
+    for (auto& [gid, governor] : context.governors.all()) {
+      capacity.totalCpus += governor.cpus;
+      capacity.largestCpus = std::max(capacity.largestCpus, governor.cpus);
+    }
+    auto ready = pending.commit(target, capacity);
     context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
                         pending.taskCount(), pending.objectCount(), ready.size());
     call.getResults().setTasks(pending.taskCount());
@@ -145,7 +150,8 @@ class ClientServiceImpl final : public wire::ClientService::Server {
       }
       auto location = call.getResults().initLocation();
       object.id.to(location.initId());
-      location.setKind(object.kind);
+      // A kept stream that has ended is stored bytes: a blob.
+      location.setKind(object.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : object.kind);
       location.setSize(object.size);
       if (object.constant) {
         location.setData(kj::arrayPtr(object.data.data(), object.data.size()));

@@ -229,5 +229,73 @@ TEST_F(SessionTableTest, SchedulerLeavesTasksThatDoNotFitInOrder) {
   EXPECT_EQ(ready[1], (Id{1, 12}));
 }
 
+TEST_F(SessionTableTest, StreamGroupsArePlacedWholeOntoFreeCpus) {
+  GovernorPool pool;
+  auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
+  auto& b = pool.add("b", "127.0.0.1:2", 2, nullptr);
+  TestGraph g(1);
+  g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2).output(3);
+  g.task({10, {}, {1}, {"seq"}}).task({11, {1}, {2}, {"cat"}}).task({12, {1}, {3}, {"wc"}});
+  auto& s = submit(g);
+  // 1 cpu taken on each governor: the 3-task group must be spread.
+  pool.hold(a, {9, 1}, 1);
+  pool.hold(b, {9, 2}, 1);
+  Scheduler scheduler(SchedulerOptions{16});
+  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
+  table.effects().ready.clear();
+  scheduler.place(ready, table, pool);
+  // Only 2 free cpus for 3 tasks: nothing of the group is placed.
+  EXPECT_EQ(ready.size(), 1u);
+  for (uint64_t n : {10, 11, 12}) EXPECT_EQ(s.tasks.at(n).state, TaskNode::State::READY) << n;
+  pool.release(a.id, {9, 1});
+  scheduler.place(ready, table, pool);
+  EXPECT_TRUE(ready.empty());
+  for (uint64_t n : {10, 11, 12}) EXPECT_EQ(s.tasks.at(n).state, TaskNode::State::ASSIGNED) << n;
+  EXPECT_EQ(a.load, 2u);
+  EXPECT_EQ(b.load, 2u);
+
+  // Producer finishes: the unstored stream is finished but held nowhere.
+  auto where = s.tasks.at(10).governor;
+  pool.release(where, {1, 10});
+  report({1, 10}, true, where, {1});
+  EXPECT_EQ(s.objects.at(1).state, ObjectNode::State::FINISHED);
+  EXPECT_TRUE(s.objects.at(1).locations.empty());
+}
+
+TEST_F(SessionTableTest, AWaitingStreamGroupDrainsQueuesInsteadOfStarving) {
+  GovernorPool pool;
+  auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
+  TestGraph g(1);
+  g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2).output(3);
+  g.task({10, {}, {1}, {"seq"}}).task({11, {1}, {2}, {"cat"}}).task({12, {}, {3}});
+  submit(g);
+  pool.hold(a, {9, 1}, 1);
+  Scheduler scheduler(SchedulerOptions{16});
+  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
+  table.effects().ready.clear();
+  scheduler.place(ready, table, pool);
+  // The group (2 cpus) waits for the busy cpu; the plain task 12 may take
+  // the free cpu but is not queued beyond it.
+  EXPECT_EQ(a.load, 2u);
+  ASSERT_EQ(ready.size(), 1u);
+  EXPECT_EQ(ready[0].n, 10u);
+}
+
+TEST_F(SessionTableTest, AnAllowedFailureSkipsTheWholeStreamGroup) {
+  TestGraph g(1);
+  g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2).output(3);
+  testing::TestTask flaky{5, {}, {3}, {"false"}};
+  flaky.allowFailure = true;
+  // 10 streams into 11, which also needs 5's output.
+  g.task(flaky).task({10, {}, {1}, {"seq"}}).task({11, {1, 3}, {2}, {"cat"}, {"a", "b"}});
+  auto& s = submit(g);
+  s.setTaskState(s.tasks.at(5), TaskNode::State::ASSIGNED);
+  s.tasks.at(5).governor = 1;
+  report({1, 5}, false, 1, {}, "exit 1");
+  EXPECT_EQ(s.tasks.at(11).state, TaskNode::State::SKIPPED);
+  EXPECT_EQ(s.tasks.at(10).state, TaskNode::State::SKIPPED);
+  EXPECT_EQ(s.unfinishedTasks, 0u);
+}
+
 }  // namespace
 }  // namespace squall

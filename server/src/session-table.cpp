@@ -123,17 +123,35 @@ void SessionTable::abandon(Session& session, TaskNode& failed) {
   while (!stack.empty()) {
     TaskNode* task = stack.back();
     stack.pop_back();
+    auto skip = [&](TaskNode& skipped, std::string why) {
+      session.setTaskState(skipped, TaskNode::State::SKIPPED);
+      session.unfinishedTasks--;
+      skipped.error = std::move(why);
+      stack.push_back(&skipped);
+    };
     for (auto* output : task->outputs) {
       output->state = ObjectNode::State::FAILED;
       notify(output->waiters);
-      for (auto* consumer : output->consumers) {
-        if (consumer->state != TaskNode::State::WAITING) continue;
-        session.setTaskState(*consumer, TaskNode::State::SKIPPED);
-        session.unfinishedTasks--;
-        consumer->error = kj::str("skipped: its input ", output->id.n, " was not made (task ",
+      for (auto* list : {&output->consumers, &output->liveReaders}) {
+        for (auto* consumer : *list) {
+          if (consumer->state != TaskNode::State::WAITING &&
+              consumer->state != TaskNode::State::READY) {
+            continue;
+          }
+          skip(*consumer, kj::str("skipped: its input ", output->id.n, " was not made (task ",
                                   failed.id.n, " failed)")
-                              .cStr();
-        stack.push_back(consumer);
+                              .cStr());
+        }
+      }
+    }
+    // A stream group runs whole or not at all.
+    if (task->group != nullptr) {
+      for (auto* member : task->group->members) {
+        if (member->state == TaskNode::State::WAITING || member->state == TaskNode::State::READY) {
+          skip(*member, kj::str("skipped: task ", task->id.n,
+                                ", joined to it by a stream, was not run")
+                            .cStr());
+        }
       }
     }
     taskDone(session, *task);
@@ -156,7 +174,11 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
   for (uint i = 0; i < task.outputs.size(); i++) {
     auto& object = *task.outputs[i];
     object.state = ObjectNode::State::FINISHED;
-    object.locations = {from};
+    if (object.kind == wire::ObjectKind::STREAM && !object.persisted) {
+      object.locations.clear();  // it flowed and is gone
+    } else {
+      object.locations = {from};
+    }
     for (auto info : infos) {
       if (info.getId().getN() == object.id.n) {
         object.size = info.getSize();
@@ -173,7 +195,9 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
     }
     notify(object.waiters);
   }
-  for (auto* input : task.inputs) {
+  for (size_t i = 0; i < task.inputs.size(); i++) {
+    auto* input = task.inputs[i];
+    if (task.liveInputs[i]) continue;  // read as it flowed, not held
     if (std::find(input->locations.begin(), input->locations.end(), from) == input->locations.end() &&
         input->state == ObjectNode::State::FINISHED) {
       // The governor fetched a copy to run the task; it holds it now.

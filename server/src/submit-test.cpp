@@ -11,11 +11,12 @@ namespace {
 using testing::TestGraph;
 
 // Submits `graph` to `session`; returns the error text, or "" on success.
-std::string trySubmit(Session& session, TestGraph& graph, size_t* ready = nullptr) {
+std::string trySubmit(Session& session, TestGraph& graph, size_t* ready = nullptr,
+                      ClusterCapacity capacity = {}) {
   PendingSubmit pending(session.id, SubmitLimits{});
   try {
     pending.add(graph.build());
-    auto r = pending.commit(session);
+    auto r = pending.commit(session, capacity);
     if (ready) *ready = r.size();
     return "";
   } catch (const kj::Exception& e) {
@@ -127,9 +128,29 @@ INSTANTIATE_TEST_SUITE_P(
                        g.output(2).task(t);
                      },
                      "0 cpus"},
-        BadGraphCase{"StreamNotYet",
-                     [](TestGraph& g) { g.object({1, "", false, false, wire::ObjectKind::STREAM}); },
-                     "stream objects are not supported"},
+        BadGraphCase{"ConstantStream",
+                     [](TestGraph& g) { g.object({1, "x", true, false, wire::ObjectKind::STREAM}); },
+                     "is a constant and a stream"},
+        BadGraphCase{"StreamFromABuiltIn",
+                     [](TestGraph& g) {
+                       g.constant(1, "x").object({2, "", false, false, wire::ObjectKind::STREAM});
+                       g.task({3, {1}, {2}});
+                     },
+                     "output 2 is a stream but must be a blob"},
+        BadGraphCase{"StreamReadTwiceByOneTask",
+                     [](TestGraph& g) {
+                       g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2);
+                       g.task({3, {}, {1}, {"yes"}}).task({4, {1, 1}, {2}, {"cat"}, {"a", "b"}});
+                     },
+                     "reads stream 1 twice"},
+        BadGraphCase{"RetriedStreamProducer",
+                     [](TestGraph& g) {
+                       g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2);
+                       testing::TestTask producer{3, {}, {1}, {"yes"}};
+                       producer.retries = 2;
+                       g.task(producer).task({4, {1}, {2}, {"head"}});
+                     },
+                     "cannot be retried"},
         BadGraphCase{"ConcatOfADir",
                      [](TestGraph& g) {
                        g.object({1, "tar", true, false, wire::ObjectKind::DIR}).output(2).task({3, {1}, {2}});
@@ -190,6 +211,57 @@ TEST(SubmitTest, SandboxPathRules) {
   EXPECT_FALSE(checkSandboxPath("a/../../b") == nullptr);
   EXPECT_FALSE(checkSandboxPath("..") == nullptr);
   EXPECT_FALSE(checkSandboxPath("/tmp/x") == nullptr);
+}
+
+TEST(SubmitTest, StreamReadersJoinTheirProducersGroup) {
+  auto session = newSession();
+  TestGraph g(7);
+  // 3 -> stream 1 -> 4 (live) -> stream 2 -> 5 (live); 6 concats stream 1
+  // after its end.
+  g.object({1, "", false, false, wire::ObjectKind::STREAM});
+  g.object({2, "", false, false, wire::ObjectKind::STREAM}).output(8).output(9);
+  g.task({3, {}, {1}, {"seq", "10"}}).task({4, {1}, {2}, {"cat"}}).task({5, {2}, {8}, {"wc"}});
+  g.task({6, {1}, {9}});
+  size_t ready = 0;
+  ASSERT_EQ(trySubmit(session, g, &ready), "");
+  EXPECT_EQ(ready, 3u);  // the group's three; 6 waits for the end of 1
+  auto& producer = session.tasks.at(3);
+  ASSERT_NE(producer.group, nullptr);
+  EXPECT_EQ(producer.group->members.size(), 3u);
+  EXPECT_EQ(producer.group->cpus, 3u);
+  EXPECT_EQ(session.tasks.at(5).group, producer.group);
+  EXPECT_EQ(session.tasks.at(6).group, nullptr);
+  EXPECT_EQ(session.tasks.at(6).unfinishedInputs, 1u);
+  EXPECT_EQ(session.tasks.at(4).liveInputs, std::vector<bool>{true});
+  EXPECT_EQ(session.objects.at(1).liveReaders.size(), 1u);
+  EXPECT_EQ(session.objects.at(1).consumers.size(), 1u);
+
+  // A later reader joins while the producer has not started...
+  TestGraph more(7);
+  more.output(10).task({11, {1}, {10}, {"tail"}});
+  ASSERT_EQ(trySubmit(session, more), "");
+  EXPECT_EQ(producer.group->members.size(), 4u);
+  // ... but not once it is flowing unstored.
+  producer.state = TaskNode::State::ASSIGNED;
+  TestGraph late(7);
+  late.output(12).task({13, {1}, {12}, {"tail"}});
+  EXPECT_NE(trySubmit(session, late).find("already flowing"), std::string::npos);
+}
+
+TEST(SubmitTest, AStreamGroupMustFitTheCluster) {
+  auto session = newSession();
+  TestGraph g(7);
+  g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2);
+  testing::TestTask reader{4, {1}, {2}, {"cat"}};
+  reader.cpus = 3;
+  g.task({3, {}, {1}, {"yes"}}).task(reader);
+  EXPECT_NE(trySubmit(session, g, nullptr, ClusterCapacity{4, 2})
+                .find("needs 3 cpus but the largest governor has 2"),
+            std::string::npos);
+  EXPECT_NE(trySubmit(session, g, nullptr, ClusterCapacity{3, 3})
+                .find("together they need 4 cpus but the governors have 3"),
+            std::string::npos);
+  EXPECT_TRUE(session.tasks.empty());
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
 #include <unordered_set>
@@ -73,7 +74,7 @@ void PendingSubmit::appendData(uint64_t object, kj::ArrayPtr<const kj::byte> dat
   buffer.insert(buffer.end(), data.begin(), data.end());
 }
 
-std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
+std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity capacity) {
   SQUALL_REQUIRE(target.state == Session::State::OPEN, "session ", target.id,
                  " is not open: ", target.failureMessage);
 
@@ -92,9 +93,9 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
     auto chunk = message->getRoot<wire::Submission::AddParams>().asReader();
     for (auto object : chunk.getObjects()) {
       checkId(object.getId(), "object");
-      SQUALL_REQUIRE(object.getKind() != wire::ObjectKind::STREAM, "object ",
-                     object.getId().getN(),
-                     " is a stream; stream objects are not supported by this server yet");
+      SQUALL_REQUIRE(object.getKind() != wire::ObjectKind::STREAM || !object.getIsConstant(),
+                     "object ", object.getId().getN(),
+                     " is a constant and a stream; a stream is made by a running program");
       newObjects.emplace(object.getId().getN(), object);
     }
     for (auto task : chunk.getTasks()) {
@@ -144,7 +145,12 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
       SQUALL_REQUIRE(inserted, "object ", output.getN(), " has two producers: task ",
                                    prev->second, " and task ", task.getId().getN());
     }
-    auto inputKind = [&](uint i) { return kindOf(inputs[i].getObject().getN()); };
+    auto isExecute = task.getConfig().which() == wire::TaskSpec::Config::EXECUTE;
+    // Read after its end, a stream is stored bytes: a blob to the reader.
+    auto inputKind = [&](uint i) {
+      auto kind = kindOf(inputs[i].getObject().getN());
+      return kind == wire::ObjectKind::STREAM && !isExecute ? wire::ObjectKind::BLOB : kind;
+    };
     auto outputKind = [&](uint i) { return newObjects.at(outputs[i].getN()).getKind(); };
     auto requireKind = [&](kj::StringPtr what, uint64_t n, wire::ObjectKind actual,
                            wire::ObjectKind expected) {
@@ -230,8 +236,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
                        label, ": stdin input ", config.getStdinInput(), " is out of range");
         if (config.getStdinInput() >= 0) {
           auto i = static_cast<uint>(config.getStdinInput());
-          requireKind("stdin input", inputs[i].getObject().getN(), inputKind(i),
-                      wire::ObjectKind::BLOB);
+          SQUALL_REQUIRE(inputKind(i) != wire::ObjectKind::DIR, label, ": stdin input ",
+                         inputs[i].getObject().getN(), " is a dir but must be a blob or a stream");
         }
         std::unordered_set<std::string> paths;
         for (uint i = 0; i < inputs.size(); i++) {
@@ -249,7 +255,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
         for (uint i = 0; i < mappings.size(); i++) {
           if (mappings[i].isStdout()) {
             stdoutCount++;
-            requireKind("stdout output", outputs[i].getN(), outputKind(i), wire::ObjectKind::BLOB);
+            SQUALL_REQUIRE(outputKind(i) != wire::ObjectKind::DIR, label, ": stdout output ",
+                           outputs[i].getN(), " is a dir but must be a blob or a stream");
             continue;
           }
           KJ_IF_MAYBE(problem, checkSandboxPath(mappings[i].getPath())) {
@@ -318,6 +325,93 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
     }
   }
 
+  // ---- streams: which inputs are read live, and the groups they form
+  // Live: an execute task reading a stream whose producer has not started.
+  // Other reads of a stream wait for its end and need its bytes stored.
+  std::unordered_map<uint64_t, std::vector<bool>> liveOf;  // task n -> per input
+  std::unordered_map<uint64_t, uint64_t> parent;           // union-find over task n
+  std::function<uint64_t(uint64_t)> root = [&](uint64_t n) -> uint64_t {
+    auto it = parent.find(n);
+    if (it == parent.end() || it->second == n) return n;
+    return it->second = root(it->second);
+  };
+  auto join = [&](uint64_t a, uint64_t b) {
+    for (auto n : {a, b}) {
+      if (parent.count(n)) continue;
+      parent[n] = n;
+      // An existing task brings its whole existing group.
+      auto it = target.tasks.find(n);
+      if (it != target.tasks.end() && it->second.group != nullptr) {
+        for (auto* member : it->second.group->members) {
+          if (!parent.count(member->id.n)) parent[member->id.n] = n;
+        }
+      }
+    }
+    parent[root(a)] = root(b);
+  };
+  for (auto task : taskOrder) {
+    auto label = taskLabel(task);
+    auto inputs = task.getInputs();
+    auto& live = liveOf[task.getId().getN()];
+    live.assign(inputs.size(), false);
+    std::unordered_set<uint64_t> liveSeen;
+    for (uint i = 0; i < inputs.size(); i++) {
+      auto n = inputs[i].getObject().getN();
+      if (kindOf(n) != wire::ObjectKind::STREAM) continue;
+      bool isExecute = task.getConfig().which() == wire::TaskSpec::Config::EXECUTE;
+      auto existing = target.objects.find(n);
+      if (existing == target.objects.end()) {
+        live[i] = isExecute;
+      } else {
+        auto& object = existing->second;
+        auto* producer = object.producer;
+        bool notStarted = producer != nullptr && (producer->state == TaskNode::State::WAITING ||
+                                                  producer->state == TaskNode::State::READY);
+        if (notStarted) {
+          live[i] = isExecute;
+        } else if (object.state == ObjectNode::State::FINISHED) {
+          SQUALL_REQUIRE(object.persisted, label, " reads stream ", n,
+                         ", which has ended and was not kept; its bytes are gone");
+        } else if (object.state == ObjectNode::State::UNFINISHED) {
+          SQUALL_REQUIRE(object.keep || !object.consumers.empty(), label, " reads stream ", n,
+                         ", which is already flowing; a task submitted now can only read it "
+                         "after it ends, and only if it is kept");
+          SQUALL_REQUIRE(object.persisted, label, " reads stream ", n,
+                         ", which is already flowing without being stored; mark it keep before "
+                         "its producer starts to read it later");
+        }
+      }
+      if (!live[i]) continue;
+      SQUALL_REQUIRE(liveSeen.insert(n).second, label, " reads stream ", n, " twice");
+      uint64_t producer = producerOf.count(n) ? producerOf.at(n) : target.objects.at(n).producer->id.n;
+      join(task.getId().getN(), producer);
+    }
+  }
+  // Every group must be able to run at once.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> groupsByRoot;
+  for (auto& [n, p] : parent) groupsByRoot[root(n)].push_back(n);
+  for (auto& [r, members] : groupsByRoot) {
+    std::sort(members.begin(), members.end());
+    uint64_t cpus = 0;
+    std::string names;
+    for (size_t i = 0; i < members.size(); i++) {
+      auto n = members[i];
+      auto spec = newTasks.count(n) ? newTasks.at(n) : target.tasks.at(n).spec;
+      auto label = taskLabel(spec);
+      uint32_t need = spec.getResources().getCpus();
+      cpus += need;
+      names += (i == 0 ? "" : i + 1 == members.size() ? " and " : ", ") + std::string(label.cStr());
+      SQUALL_REQUIRE(spec.getPolicy().getRetries() == 0, label,
+                     " writes or reads a stream live; such tasks cannot be retried (a retry "
+                     "would need the whole stream again): set retries to 0");
+      SQUALL_REQUIRE(capacity.largestCpus == 0 || need <= capacity.largestCpus, label, " needs ",
+                     need, " cpus but the largest governor has ", capacity.largestCpus);
+    }
+    SQUALL_REQUIRE(capacity.totalCpus == 0 || cpus <= capacity.totalCpus, names,
+                   " are joined by streams and must run at the same time: together they need ",
+                   cpus, " cpus but the governors have ", capacity.totalCpus);
+  }
+
   // ---- apply: nothing below may fail on bad input
   for (auto& [n, spec] : newObjects) {
     auto& object = target.objects[n];
@@ -356,13 +450,44 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target) {
   }
   for (auto spec : taskOrder) {
     auto& task = target.tasks.at(spec.getId().getN());
-    for (auto input : spec.getInputs()) {
-      auto& object = target.objects.at(input.getObject().getN());
+    auto& live = liveOf.at(task.id.n);
+    auto inputs = spec.getInputs();
+    for (uint i = 0; i < inputs.size(); i++) {
+      auto& object = target.objects.at(inputs[i].getObject().getN());
       task.inputs.push_back(&object);
-      object.consumers.push_back(&task);
+      task.liveInputs.push_back(live[i]);
       object.unfinishedConsumers++;
+      if (live[i]) {
+        object.liveReaders.push_back(&task);
+        continue;
+      }
+      object.consumers.push_back(&task);
       if (object.state != ObjectNode::State::FINISHED) task.unfinishedInputs++;
     }
+  }
+  for (auto& [r, members] : groupsByRoot) {
+    // Reuse an existing group of one of the members, folding in any other.
+    StreamGroup* group = nullptr;
+    for (auto n : members) {
+      auto* existing = target.tasks.at(n).group;
+      if (existing != nullptr && group == nullptr) group = existing;
+    }
+    if (group == nullptr) {
+      target.groups.push_back(std::make_unique<StreamGroup>());
+      group = target.groups.back().get();
+    }
+    group->members.clear();
+    group->cpus = 0;
+    for (auto n : members) {
+      auto& task = target.tasks.at(n);
+      if (task.group != nullptr && task.group != group) task.group->members.clear();
+      task.group = group;
+      group->members.push_back(&task);
+      group->cpus += task.cpus;
+    }
+  }
+  for (auto spec : taskOrder) {
+    auto& task = target.tasks.at(spec.getId().getN());
     if (task.unfinishedInputs == 0) {
       target.setTaskState(task, TaskNode::State::READY);
       ready.push_back(&task);

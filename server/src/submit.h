@@ -17,6 +17,13 @@ struct SubmitLimits {
   uint64_t maxConstantBytes = 48 << 20;
 };
 
+// The governors' cpus when a submit is checked (0: no governor yet, so
+// nothing can be said about what fits).
+struct ClusterCapacity {
+  uint64_t totalCpus = 0;
+  uint32_t largestCpus = 0;
+};
+
 class PendingSubmit {
  public:
   PendingSubmit(uint64_t session, SubmitLimits limits) : session(session), limits(limits) {}
@@ -30,7 +37,8 @@ class PendingSubmit {
   // Validates everything against `target` and, only if all of it is valid,
   // moves the graph in. Returns the tasks that are ready at once. Throws
   // FAILED naming the first problem; `target` is then untouched.
-  std::vector<TaskNode*> commit(Session& target);
+  // Tasks joined by live streams must fit `capacity` all at once.
+  std::vector<TaskNode*> commit(Session& target, ClusterCapacity capacity = {});
 
   uint64_t taskCount() const { return tasks; }
   uint64_t objectCount() const { return objects; }

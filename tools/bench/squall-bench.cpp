@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <stdexcept>
 
 namespace {
 
@@ -76,11 +79,79 @@ double programsPerSecond(squall::Client& client, int n) {
   return n / seconds(start);
 }
 
+double wallNowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string producerCommand(int mib) {
+  return "dd if=/dev/zero bs=1M count=" + std::to_string(mib) + " status=none";
+}
+const char* CONSUMER_COMMAND = "dd of=/dev/null bs=1M status=none";
+
+// MB/s (1e6 bytes) of `mib` MiB through producer | consumer as a plain pipe.
+double localPipeMBps(int mib) {
+  auto line = producerCommand(mib) + " | " + CONSUMER_COMMAND;
+  auto start = Clock::now();
+  if (std::system(line.c_str()) != 0) throw std::runtime_error("'" + line + "' failed");
+  return mib * 1048576.0 / 1e6 / seconds(start);
+}
+
+// The same through squall: the producer's stdout a stream, the consumer
+// reading it on stdin; submit to finish.
+double streamMBps(squall::Client& client, int mib) {
+  auto session = client.newSession("bench-stream");
+  auto start = Clock::now();
+  auto producer = session.execute(
+      squall::Program::shell(producerCommand(mib)).stdoutOutput(squall::ObjectKind::STREAM));
+  session.execute(squall::Program::shell(CONSUMER_COMMAND).stdinFrom(producer.output()));
+  session.submit();
+  session.waitAll();
+  return mib * 1048576.0 / 1e6 / seconds(start);
+}
+
+// Milliseconds from submit until the reader has the producer's first byte
+// (the reader stamps the wall clock as it gets it).
+double streamFirstByteMs(squall::Client& client) {
+  auto session = client.newSession("bench-first-byte");
+  double start = wallNowSeconds();
+  auto producer = session.execute(
+      squall::Program::shell("printf x; exec sleep 0").stdoutOutput(squall::ObjectKind::STREAM));
+  auto reader = session.execute(squall::Program::shell("head -c 1 > /dev/null && date +%s.%N")
+                                    .stdinFrom(producer.output())
+                                    .stdoutOutput());
+  reader.output().keep();
+  session.submit();
+  return (std::stod(reader.output().fetch()) - start) * 1000;
+}
+
+// The same for a local `printf x | ...` pipe started with system().
+double localFirstByteMs() {
+  double start = wallNowSeconds();
+  FILE* pipe = popen("printf x | (head -c 1 > /dev/null && date +%s.%N)", "r");
+  if (pipe == nullptr) throw std::runtime_error("popen failed");
+  char line[64] = {};
+  if (fgets(line, sizeof(line), pipe) == nullptr) line[0] = 0;
+  pclose(pipe);
+  return (std::stod(line) - start) * 1000;
+}
+
+// A cluster of its own for one benchmark.
+std::unique_ptr<squall::LocalCluster> startCluster(int governors, int cpus) {
+  squall::ClusterOptions options;
+  options.governors = governors;
+  options.cpus = cpus;
+  auto cluster = std::make_unique<squall::LocalCluster>(options);
+  cluster->start();
+  return cluster;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"squall-bench: squall's task throughput and latency"};
   int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
+  int streamMib = 2048;
+  bool streamsOnly = false;
   std::string server;
   app.add_option("--governors", governors)->capture_default_str();
   app.add_option("--cpus", cpus, "cpus per governor")->capture_default_str();
@@ -90,6 +161,9 @@ int main(int argc, char** argv) {
   app.add_option("--programs", programs, "`true` programs")->capture_default_str();
   app.add_option("--reps", reps, "repetitions (the median is printed)")->capture_default_str();
   app.add_option("--server", server, "use a running server instead of starting one");
+  app.add_option("--stream-mib", streamMib, "MiB sent through each stream benchmark (0: none)")
+      ->capture_default_str();
+  app.add_flag("--streams-only", streamsOnly, "run only the stream benchmarks");
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<squall::LocalCluster> cluster;
@@ -112,12 +186,33 @@ int main(int argc, char** argv) {
       printf("%s %.1f\n", metric, median(values));
       fflush(stdout);
     };
-    fprintf(stderr, "# squall: %d governors x %d cpus; trivial N=%d, fft %d layers, latency N=%d, "
-                    "programs N=%d\n", governors, cpus, n, layers, latencyN, programs);
-    run("squall_trivial_tasks_per_s", [&]() { return trivialTasksPerSecond(client, n); });
-    run("squall_tree_tasks_per_s", [&]() { return fftTasksPerSecond(client, layers); });
-    run("squall_roundtrip_latency_us", [&]() { return roundTripMicros(client, latencyN); });
-    run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
+    if (!streamsOnly) {
+      fprintf(stderr, "# squall: %d governors x %d cpus; trivial N=%d, fft %d layers, latency N=%d, "
+                      "programs N=%d\n", governors, cpus, n, layers, latencyN, programs);
+      run("squall_trivial_tasks_per_s", [&]() { return trivialTasksPerSecond(client, n); });
+      run("squall_tree_tasks_per_s", [&]() { return fftTasksPerSecond(client, layers); });
+      run("squall_roundtrip_latency_us", [&]() { return roundTripMicros(client, latencyN); });
+      run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
+    }
+    if (streamMib > 0) {
+      // One governor with 2 cpus holds producer and reader; two governors
+      // with one cpu each must split them.
+      fprintf(stderr, "# streams: %d MiB, `%s` | `%s`\n", streamMib, producerCommand(streamMib).c_str(),
+              CONSUMER_COMMAND);
+      run("pipe_local_MBps", [&]() { return localPipeMBps(streamMib); });
+      {
+        auto one = startCluster(1, 2);
+        squall::Client oneClient(one->serverAddress());
+        run("squall_stream_one_governor_MBps", [&]() { return streamMBps(oneClient, streamMib); });
+        run("squall_stream_first_byte_ms", [&]() { return streamFirstByteMs(oneClient); });
+      }
+      {
+        auto two = startCluster(2, 1);
+        squall::Client twoClient(two->serverAddress());
+        run("squall_stream_two_governors_MBps", [&]() { return streamMBps(twoClient, streamMib); });
+      }
+      run("pipe_local_first_byte_ms", [&]() { return localFirstByteMs(); });
+    }
   } catch (const std::exception& e) {
     fprintf(stderr, "squall-bench: %s\n", e.what());
     return 1;

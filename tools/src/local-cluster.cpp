@@ -201,12 +201,18 @@ void LocalCluster::start() {
     ownsWorkDir = true;
   }
   fs::create_directories(work);
-  std::vector<std::string> args = {"--listen", options.listen, "--log-level", options.logLevel};
+  std::vector<std::string> args = {"--listen", options.listen, "--http", options.http,
+                                   "--log-level", options.logLevel};
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
   args.insert(args.end(), options.serverArgs.begin(), options.serverArgs.end());
   serverProcess = std::make_unique<ChildProcess>(findProgram("squall-server"), args);
   auto line = serverProcess->expectLine("listening address=", options.startTimeout);
   address = line.substr(std::string("listening address=").size());
+  if (options.http != "off") {
+    // The server prints it right after the RPC address.
+    line = serverProcess->expectLine("http address=", options.startTimeout);
+    httpAddr = line.substr(std::string("http address=").size());
+  }
   for (int i = 0; i < options.governors; i++) addGovernor();
 }
 

@@ -39,6 +39,9 @@ int runStart(ClusterOptions options) {
   }
   printf("squall is running: server=%s governors=%zu work-dir=%s\n",
          cluster.serverAddress().c_str(), cluster.governorCount(), cluster.workDir().c_str());
+  if (!cluster.httpAddress().empty()) {
+    printf("status page: http://%s/\n", cluster.httpAddress().c_str());
+  }
   printf("submit with: SQUALL_SERVER=%s squall submit -- PROGRAM ARGS...   (Ctrl-C stops)\n",
          cluster.serverAddress().c_str());
   fflush(stdout);
@@ -89,6 +92,10 @@ int runDemo(ClusterOptions options) {
     cluster.start();
     printf("squall demo: server %s with %zu governor(s)\n", cluster.serverAddress().c_str(),
            cluster.governorCount());
+    if (!cluster.httpAddress().empty()) {
+      printf("status page: http://%s/ (while the demo runs; `squall start` keeps one up)\n",
+             cluster.httpAddress().c_str());
+    }
     Client client(cluster.serverAddress(), options.token);
     auto session = client.newSession("demo");
 

@@ -265,7 +265,8 @@ class Session {
 
   // Sends everything built since the last submit, in as many messages as
   // it needs. Throws Error naming the problem if the graph is invalid (then
-  // nothing of it was applied).
+  // nothing of it was applied, and it is dropped: the next submit sends
+  // only what is built after this one).
   void submit();
   // Block until the named tasks/objects are finished; throw TaskFailed if the
   // session fails first.

@@ -51,6 +51,8 @@ struct ClusterOptions {
   int governors = 1;
   // Where the server listens; port 0 picks a free one.
   std::string listen = "127.0.0.1:0";
+  // Where the server serves its status page ("off": nowhere).
+  std::string http = "127.0.0.1:0";
   // Each governor gets <workDir>/governor-<i>; empty = a new temp dir.
   std::string workDir;
   // Cpus each governor announces (0: detected).
@@ -73,6 +75,8 @@ class LocalCluster {
   // Starts one more governor; returns its index.
   size_t addGovernor();
   const std::string& serverAddress() const { return address; }
+  // host:port of the status page; empty when it is off.
+  const std::string& httpAddress() const { return httpAddr; }
   const std::string& workDir() const { return work; }
   ChildProcess& server() { return *serverProcess; }
   ChildProcess& governor(size_t i) { return *governorProcesses.at(i); }
@@ -83,6 +87,7 @@ class LocalCluster {
  private:
   ClusterOptions options;
   std::string address;
+  std::string httpAddr;
   std::string work;
   bool ownsWorkDir = false;
   std::unique_ptr<ChildProcess> serverProcess;

@@ -1,0 +1,388 @@
+#include "session-log.h"
+
+#include <algorithm>
+#include <map>
+#include <sqlite3.h>
+#include <squall/proto/errors.h>
+
+namespace squall {
+
+namespace {
+
+// Numbered migrations: entry i takes the schema from version i to i + 1.
+// Never edit one that has shipped; append.
+const char* const MIGRATIONS[] = {
+    // 1: sessions, their submits and constants, finished tasks and objects.
+    R"sql(
+      CREATE TABLE sessions (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        persistent INTEGER NOT NULL,
+        failure TEXT NOT NULL DEFAULT ''
+      );
+      CREATE TABLE chunks (
+        session INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        message BLOB NOT NULL,
+        PRIMARY KEY (session, seq)
+      ) WITHOUT ROWID;
+      CREATE TABLE constants (
+        session INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        object INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (session, object)
+      ) WITHOUT ROWID;
+      CREATE TABLE tasks (
+        session INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        task INTEGER NOT NULL,
+        state INTEGER NOT NULL,
+        attempt INTEGER NOT NULL,
+        governor TEXT NOT NULL,
+        start_us INTEGER NOT NULL,
+        duration_us INTEGER NOT NULL,
+        exit_status INTEGER NOT NULL,
+        error TEXT NOT NULL,
+        stdout_tail TEXT NOT NULL,
+        stderr_tail TEXT NOT NULL,
+        PRIMARY KEY (session, task)
+      ) WITHOUT ROWID;
+      CREATE TABLE objects (
+        session INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        object INTEGER NOT NULL,
+        state INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        hash INTEGER NOT NULL,
+        locations TEXT NOT NULL,
+        PRIMARY KEY (session, object)
+      ) WITHOUT ROWID;
+    )sql",
+};
+constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
+
+// Prepared statement, finalized on scope exit.
+struct Statement {
+  sqlite3_stmt* stmt;
+  ~Statement() { sqlite3_finalize(stmt); }
+  operator sqlite3_stmt*() const { return stmt; }
+};
+
+// Governor names joined by '\n' (names hold no newline: they are host:pid
+// or what the operator chose on one command line).
+std::string joinLines(const std::vector<std::string>& parts) {
+  std::string out;
+  for (auto& part : parts) out += (out.empty() ? "" : "\n") + part;
+  return out;
+}
+
+std::vector<std::string> splitLines(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    parts.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+std::string columnText(sqlite3_stmt* stmt, int i) {
+  auto text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, i));
+  return text ? std::string(text, sqlite3_column_bytes(stmt, i)) : std::string();
+}
+
+std::vector<uint8_t> columnBlob(sqlite3_stmt* stmt, int i) {
+  auto data = static_cast<const uint8_t*>(sqlite3_column_blob(stmt, i));
+  return std::vector<uint8_t>(data, data + sqlite3_column_bytes(stmt, i));
+}
+
+}  // namespace
+
+int SessionLog::schemaVersion() { return VERSION; }
+
+void SessionLog::fail(const char* what, int code) {
+  const char* detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(code);
+  switch (code) {
+    case SQLITE_FULL:
+      SQUALL_FAIL("session log ", file, ": ", what, ": the disk is full (", detail, ")");
+    case SQLITE_NOTADB:
+      SQUALL_FAIL("session log ", file, " is not a squall session log (not an SQLite database)");
+    case SQLITE_CORRUPT:
+      SQUALL_FAIL("session log ", file, " is corrupt: ", what, ": ", detail);
+    default:
+      SQUALL_FAIL("session log ", file, ": ", what, ": ", detail);
+  }
+}
+
+void SessionLog::exec(const char* sql) {
+  char* message = nullptr;
+  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &message);
+  sqlite3_free(message);
+  if (rc != SQLITE_OK) fail(sql, rc);
+}
+
+sqlite3_stmt* SessionLog::prepare(const char* sql) {
+  sqlite3_stmt* stmt = nullptr;
+  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  if (rc != SQLITE_OK) fail("prepare", rc);
+  return stmt;
+}
+
+template <typename Body>
+void SessionLog::transaction(const char* what, Body&& body) {
+  exec("BEGIN IMMEDIATE");
+  try {
+    body();
+    int rc = sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+    if (rc != SQLITE_OK) fail(what, rc);
+  } catch (...) {
+    sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
+    throw;
+  }
+}
+
+SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(path), logger(logger) {
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    db = nullptr;
+    SQUALL_FAIL("session log ", path, ": cannot open: ", detail);
+  }
+  try {
+    exec("PRAGMA journal_mode=WAL");
+    exec("PRAGMA synchronous=NORMAL");
+    // The WAL is checkpointed every ~4 MiB; keep the file near that size.
+    exec("PRAGMA journal_size_limit=8388608");
+    exec("PRAGMA foreign_keys=ON");
+    int version = 0;
+    {
+      Statement stmt{prepare("PRAGMA user_version")};
+      rc = sqlite3_step(stmt);
+      if (rc != SQLITE_ROW) fail("reading the schema version", rc);
+      version = sqlite3_column_int(stmt, 0);
+    }
+    SQUALL_REQUIRE(version <= VERSION, "session log ", path, " has schema version ", version,
+                   ", newer than this server's ", VERSION, "; run a newer squall-server");
+    if (version > 0) {
+      // A cheap structural check: a damaged file is refused, not half read.
+      Statement stmt{prepare("PRAGMA quick_check")};
+      rc = sqlite3_step(stmt);
+      if (rc != SQLITE_ROW) fail("checking the file", rc);
+      auto verdict = columnText(stmt, 0);
+      SQUALL_REQUIRE(verdict == "ok", "session log ", path, " is corrupt: ", verdict.c_str());
+    }
+    for (int v = version; v < VERSION; v++) {
+      transaction("migrating the schema", [&]() {
+        exec(MIGRATIONS[v]);
+        exec(("PRAGMA user_version=" + std::to_string(v + 1)).c_str());
+      });
+      logger.info("event=log-migrated path={} version={}", path, v + 1);
+    }
+  } catch (...) {
+    sqlite3_close(db);
+    db = nullptr;
+    throw;
+  }
+}
+
+SessionLog::~SessionLog() noexcept(false) {
+  if (db != nullptr) sqlite3_close(db);
+}
+
+void SessionLog::limitSize(uint64_t mb) {
+  uint64_t pages = 0;
+  {
+    Statement stmt{prepare("PRAGMA page_size")};
+    if (sqlite3_step(stmt) != SQLITE_ROW) fail("reading the page size", sqlite3_errcode(db));
+    uint64_t pageSize = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
+    pages = mb == 0 ? 4294967294ull : (mb << 20) / pageSize;
+  }
+  exec(("PRAGMA max_page_count=" + std::to_string(pages)).c_str());
+}
+
+void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persistent) {
+  transaction("recording a new session", [&]() {
+    Statement stmt{prepare("INSERT INTO sessions (id, name, persistent) VALUES (?, ?, ?)")};
+    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(id));
+    sqlite3_bind_text(stmt, 2, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+    sqlite3_bind_int(stmt, 3, persistent ? 1 : 0);
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) fail("recording a new session", rc);
+  });
+}
+
+void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
+                           const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants) {
+  transaction("recording a submit", [&]() {
+    int64_t seq = 0;
+    {
+      Statement next{prepare("SELECT COALESCE(MAX(seq) + 1, 0) FROM chunks WHERE session = ?")};
+      sqlite3_bind_int64(next, 1, static_cast<sqlite3_int64>(session));
+      int rc = sqlite3_step(next);
+      if (rc != SQLITE_ROW) fail("recording a submit", rc);
+      seq = sqlite3_column_int64(next, 0);
+    }
+    Statement insert{prepare("INSERT INTO chunks (session, seq, message) VALUES (?, ?, ?)")};
+    for (auto& chunk : chunks) {
+      sqlite3_bind_int64(insert, 1, static_cast<sqlite3_int64>(session));
+      sqlite3_bind_int64(insert, 2, seq++);
+      sqlite3_bind_blob64(insert, 3, chunk.begin(), chunk.size(), SQLITE_STATIC);
+      int rc = sqlite3_step(insert);
+      if (rc != SQLITE_DONE) fail("recording a submit", rc);
+      sqlite3_reset(insert);
+    }
+    Statement constant{prepare("INSERT INTO constants (session, object, data) VALUES (?, ?, ?)")};
+    for (auto& [object, data] : constants) {
+      sqlite3_bind_int64(constant, 1, static_cast<sqlite3_int64>(session));
+      sqlite3_bind_int64(constant, 2, static_cast<sqlite3_int64>(object));
+      sqlite3_bind_blob64(constant, 3, data.begin(), data.size(), SQLITE_STATIC);
+      int rc = sqlite3_step(constant);
+      if (rc != SQLITE_DONE) fail("recording a submit's constants", rc);
+      sqlite3_reset(constant);
+    }
+  });
+}
+
+void SessionLog::sessionClosed(uint64_t id) {
+  // Its queued changes are moot.
+  auto other = [id](const auto& r) { return r.session == id; };
+  pendingTasks.erase(std::remove_if(pendingTasks.begin(), pendingTasks.end(), other), pendingTasks.end());
+  pendingObjects.erase(std::remove_if(pendingObjects.begin(), pendingObjects.end(), other),
+                       pendingObjects.end());
+  pendingFailures.erase(std::remove_if(pendingFailures.begin(), pendingFailures.end(),
+                                       [id](const auto& f) { return f.first == id; }),
+                        pendingFailures.end());
+  transaction("pruning a closed session", [&]() {
+    Statement stmt{prepare("DELETE FROM sessions WHERE id = ?")};
+    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(id));
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) fail("pruning a closed session", rc);
+  });
+}
+
+void SessionLog::sessionFailed(uint64_t id, const std::string& message) {
+  pendingFailures.emplace_back(id, message);
+}
+
+void SessionLog::taskDone(TaskRecord record) { pendingTasks.push_back(std::move(record)); }
+
+void SessionLog::objectChanged(ObjectRecord record) { pendingObjects.push_back(std::move(record)); }
+
+void SessionLog::flush() {
+  if (queued() == 0) return;
+  transaction("writing state changes", [&]() {
+    Statement task{prepare(
+        "INSERT OR REPLACE INTO tasks (session, task, state, attempt, governor, start_us, "
+        "duration_us, exit_status, error, stdout_tail, stderr_tail) "
+        "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE EXISTS "
+        "(SELECT 1 FROM sessions WHERE id = ?1)")};
+    for (auto& r : pendingTasks) {
+      sqlite3_bind_int64(task, 1, static_cast<sqlite3_int64>(r.session));
+      sqlite3_bind_int64(task, 2, static_cast<sqlite3_int64>(r.task));
+      sqlite3_bind_int(task, 3, r.state);
+      sqlite3_bind_int(task, 4, static_cast<int>(r.attempt));
+      sqlite3_bind_text(task, 5, r.governor.data(), static_cast<int>(r.governor.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(task, 6, static_cast<sqlite3_int64>(r.startTimeUs));
+      sqlite3_bind_int64(task, 7, static_cast<sqlite3_int64>(r.durationUs));
+      sqlite3_bind_int(task, 8, r.exitStatus);
+      sqlite3_bind_text(task, 9, r.error.data(), static_cast<int>(r.error.size()), SQLITE_STATIC);
+      sqlite3_bind_text(task, 10, r.stdoutTail.data(), static_cast<int>(r.stdoutTail.size()), SQLITE_STATIC);
+      sqlite3_bind_text(task, 11, r.stderrTail.data(), static_cast<int>(r.stderrTail.size()), SQLITE_STATIC);
+      int rc = sqlite3_step(task);
+      if (rc != SQLITE_DONE) fail("writing task states", rc);
+      sqlite3_reset(task);
+    }
+    Statement object{prepare(
+        "INSERT OR REPLACE INTO objects (session, object, state, size, hash, locations) "
+        "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")};
+    for (auto& r : pendingObjects) {
+      auto locations = joinLines(r.locations);
+      sqlite3_bind_int64(object, 1, static_cast<sqlite3_int64>(r.session));
+      sqlite3_bind_int64(object, 2, static_cast<sqlite3_int64>(r.object));
+      sqlite3_bind_int(object, 3, r.state);
+      sqlite3_bind_int64(object, 4, static_cast<sqlite3_int64>(r.size));
+      sqlite3_bind_int64(object, 5, static_cast<sqlite3_int64>(r.hash));
+      sqlite3_bind_text(object, 6, locations.data(), static_cast<int>(locations.size()), SQLITE_TRANSIENT);
+      int rc = sqlite3_step(object);
+      if (rc != SQLITE_DONE) fail("writing object states", rc);
+      sqlite3_reset(object);
+    }
+    Statement failure{prepare("UPDATE sessions SET failure = ? WHERE id = ?")};
+    for (auto& [id, message] : pendingFailures) {
+      sqlite3_bind_text(failure, 1, message.data(), static_cast<int>(message.size()), SQLITE_STATIC);
+      sqlite3_bind_int64(failure, 2, static_cast<sqlite3_int64>(id));
+      int rc = sqlite3_step(failure);
+      if (rc != SQLITE_DONE) fail("writing session failures", rc);
+      sqlite3_reset(failure);
+    }
+  });
+  pendingTasks.clear();
+  pendingObjects.clear();
+  pendingFailures.clear();
+}
+
+std::vector<SessionLog::SessionRecord> SessionLog::load() {
+  std::vector<SessionRecord> sessions;
+  std::map<uint64_t, size_t> index;
+  int rc;
+  {
+    Statement stmt{prepare("SELECT id, name, persistent, failure FROM sessions ORDER BY id")};
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      SessionRecord record;
+      record.id = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
+      record.name = columnText(stmt, 1);
+      record.persistent = sqlite3_column_int(stmt, 2) != 0;
+      record.failure = columnText(stmt, 3);
+      index[record.id] = sessions.size();
+      sessions.push_back(std::move(record));
+    }
+    if (rc != SQLITE_DONE) fail("reading sessions", rc);
+  }
+  auto sessionOf = [&](sqlite3_stmt* stmt) -> SessionRecord& {
+    return sessions[index.at(static_cast<uint64_t>(sqlite3_column_int64(stmt, 0)))];
+  };
+  {
+    Statement stmt{prepare("SELECT session, message FROM chunks ORDER BY session, seq")};
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) sessionOf(stmt).chunks.push_back(columnBlob(stmt, 1));
+    if (rc != SQLITE_DONE) fail("reading submits", rc);
+  }
+  {
+    Statement stmt{prepare("SELECT session, object, data FROM constants ORDER BY session, object")};
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      sessionOf(stmt).constants.emplace_back(static_cast<uint64_t>(sqlite3_column_int64(stmt, 1)),
+                                             columnBlob(stmt, 2));
+    }
+    if (rc != SQLITE_DONE) fail("reading constants", rc);
+  }
+  {
+    Statement stmt{prepare(
+        "SELECT session, task, state, attempt, governor, start_us, duration_us, exit_status, error, "
+        "stdout_tail, stderr_tail FROM tasks ORDER BY session, task")};
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      auto& session = sessionOf(stmt);
+      session.tasks.push_back(TaskRecord{
+          session.id, static_cast<uint64_t>(sqlite3_column_int64(stmt, 1)), sqlite3_column_int(stmt, 2),
+          static_cast<uint32_t>(sqlite3_column_int(stmt, 3)), columnText(stmt, 4),
+          static_cast<uint64_t>(sqlite3_column_int64(stmt, 5)),
+          static_cast<uint64_t>(sqlite3_column_int64(stmt, 6)), sqlite3_column_int(stmt, 7),
+          columnText(stmt, 8), columnText(stmt, 9), columnText(stmt, 10)});
+    }
+    if (rc != SQLITE_DONE) fail("reading tasks", rc);
+  }
+  {
+    Statement stmt{prepare(
+        "SELECT session, object, state, size, hash, locations FROM objects ORDER BY session, object")};
+    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+      auto& session = sessionOf(stmt);
+      session.objects.push_back(ObjectRecord{
+          session.id, static_cast<uint64_t>(sqlite3_column_int64(stmt, 1)), sqlite3_column_int(stmt, 2),
+          static_cast<uint64_t>(sqlite3_column_int64(stmt, 3)),
+          static_cast<uint64_t>(sqlite3_column_int64(stmt, 4)), splitLines(columnText(stmt, 5))});
+    }
+    if (rc != SQLITE_DONE) fail("reading objects", rc);
+  }
+  return sessions;
+}
+
+}  // namespace squall

@@ -1,0 +1,199 @@
+// The status port of a real squall-server with real governors: the JSON
+// API and /metrics seen over HTTP while a pipeline with a failing task runs,
+// bad requests answered with 400/404, and the port's flags.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <nlohmann/json.hpp>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+
+namespace squall {
+namespace {
+
+using Json = nlohmann::json;
+
+struct HttpReply {
+  int status = 0;
+  std::string headers;
+  std::string body;
+};
+
+// One GET over a fresh connection; reads the headers and Content-Length
+// bytes (kj-http keeps the connection open after a response).
+HttpReply httpGet(const std::string& address, const std::string& path,
+                  const std::string& method = "GET") {
+  auto colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr);
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval timeout{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    throw std::runtime_error("cannot connect to " + address);
+  }
+  std::string request = method + " " + path + " HTTP/1.1\r\nHost: " + address +
+                        "\r\nContent-Length: 0\r\n\r\n";
+  if (write(fd, request.data(), request.size()) != ssize_t(request.size())) {
+    close(fd);
+    throw std::runtime_error("short write");
+  }
+  std::string data;
+  HttpReply reply;
+  size_t need = std::string::npos;
+  char buffer[65536];
+  while (true) {
+    auto end = data.find("\r\n\r\n");
+    if (end != std::string::npos && need == std::string::npos) {
+      reply.headers = data.substr(0, end);
+      reply.status = std::stoi(reply.headers.substr(9, 3));
+      auto at = reply.headers.find("Content-Length: ");
+      need = at == std::string::npos ? 0 : std::stoul(reply.headers.substr(at + 16));
+      data.erase(0, end + 4);
+    }
+    if (need != std::string::npos && data.size() >= need) break;
+    ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n <= 0) break;
+    data.append(buffer, n);
+  }
+  close(fd);
+  reply.body = data;
+  return reply;
+}
+
+Json getJson(const std::string& address, const std::string& path) {
+  auto reply = httpGet(address, path);
+  EXPECT_EQ(reply.status, 200) << path << ": " << reply.body;
+  return Json::parse(reply.body);
+}
+
+class StatusPageTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions options;
+    options.governors = 2;
+    options.cpus = 2;
+    cluster = new LocalCluster(options);
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+  }
+  static LocalCluster* cluster;
+  const std::string& http() { return cluster->httpAddress(); }
+};
+LocalCluster* StatusPageTest::cluster = nullptr;
+
+TEST_F(StatusPageTest, ServerPrintsTheHttpAddressAndServesThePage) {
+  ASSERT_FALSE(http().empty());
+  auto page = httpGet(http(), "/");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_NE(page.body.find("<script src=\"/assets/app.js\">"), std::string::npos);
+  EXPECT_EQ(httpGet(http(), "/assets/app.js").status, 200);
+  auto governors = getJson(http(), "/api/governors");
+  ASSERT_EQ(governors.size(), 2u);
+  EXPECT_EQ(governors[0]["name"], "governor-0");
+  EXPECT_EQ(governors[1]["cpus"], 2);
+}
+
+TEST_F(StatusPageTest, ApiFollowsAPipelineWithAFailingTask) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("status-e2e");
+  auto words = session.blob("b\na\nc\n", "words");
+  auto sorted = session.execute(Program({"sort"}).stdinFrom(words).stdoutOutput().name("sort"));
+  auto broken = session.execute(
+      Program::shell("echo 'broken: cannot open input.csv' >&2; exit 3").name("broken"));
+  broken.allowFailure();
+  auto after = session.execute(Program({"cat"}).stdinFrom(sorted.output()).stdoutOutput().name("after"));
+  session.submit();
+  session.wait(std::vector<Task>{sorted, after});
+  // A wait on a failed task reports its failure.
+  EXPECT_ANY_THROW(session.wait(std::vector<Task>{broken}));
+  auto id = std::to_string(session.state().id);
+
+  auto summary = getJson(http(), "/api/sessions/" + id);
+  EXPECT_EQ(summary["name"], "status-e2e");
+  EXPECT_EQ(summary["counts"]["finished"], 2);
+  EXPECT_EQ(summary["counts"]["failed"], 1);
+  auto tasks = getJson(http(), "/api/sessions/" + id + "/tasks");
+  EXPECT_EQ(tasks["total"], 3);
+  EXPECT_EQ(tasks["tasks"][0]["name"], "broken");  // failures first
+  EXPECT_EQ(tasks["tasks"][0]["state"], "failed");
+  auto task = getJson(http(), "/api/sessions/" + id + "/tasks/" + std::to_string(broken.id()));
+  EXPECT_EQ(task["stderrTail"], "broken: cannot open input.csv\n");
+  EXPECT_EQ(task["exitStatus"], 3);
+  EXPECT_TRUE(task["governor"] == "governor-0" || task["governor"] == "governor-1");
+  auto graph = getJson(http(), "/api/sessions/" + id + "/graph");
+  EXPECT_EQ(graph["mode"], "tasks");
+  EXPECT_EQ(graph["nodes"].size(), 3u);
+  EXPECT_EQ(graph["edges"].size(), 1u);  // sort -> after
+  auto timeline = getJson(http(), "/api/sessions/" + id + "/timeline");
+  EXPECT_EQ(timeline["timed"], 3);
+  auto overview = getJson(http(), "/api/overview");
+  EXPECT_GE(overview["throughput"]["finished"].get<int>(), 2);
+  EXPECT_GE(overview["throughput"]["failed"].get<int>(), 1);
+
+  auto metrics = httpGet(http(), "/metrics");
+  EXPECT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("squall_governors 2\n"), std::string::npos);
+  EXPECT_NE(metrics.body.find("squall_tasks{state=\"failed\"} 1\n"), std::string::npos);
+  EXPECT_NE(metrics.body.find("squall_scheduling_pass_seconds_count "), std::string::npos);
+
+  // Closed: the page still shows what failed.
+  session.close();
+  summary = getJson(http(), "/api/sessions/" + id);
+  EXPECT_EQ(summary["closed"], true);
+  task = getJson(http(), "/api/sessions/" + id + "/tasks/" + std::to_string(broken.id()));
+  EXPECT_EQ(task["stderrTail"], "broken: cannot open input.csv\n");
+}
+
+TEST_F(StatusPageTest, BadRequestsGet400Or404AndTheServerCarriesOn) {
+  EXPECT_EQ(httpGet(http(), "/api/sessions/x").status, 400);
+  EXPECT_EQ(httpGet(http(), "/api/sessions/1/tasks?state=bogus").status, 400);
+  EXPECT_EQ(httpGet(http(), "/api/sessions/1/tasks?limit=-5").status, 400);
+  EXPECT_EQ(httpGet(http(), "/api/sessions/999999").status, 404);
+  EXPECT_EQ(httpGet(http(), "/etc/passwd").status, 404);
+  EXPECT_EQ(httpGet(http(), "/assets/../../etc/passwd").status, 404);
+  EXPECT_EQ(httpGet(http(), "/api/overview", "POST").status, 405);
+  EXPECT_EQ(httpGet(http(), "/api/overview", "DELETE").status, 405);
+  EXPECT_TRUE(cluster->server().running());
+  EXPECT_EQ(httpGet(http(), "/api/overview").status, 200);
+}
+
+TEST(StatusPageFlagsTest, OffMeansNoPortAndABusyPortIsAClearError) {
+  ClusterOptions off;
+  off.governors = 0;
+  off.http = "off";
+  LocalCluster quiet(off);
+  quiet.start();
+  EXPECT_TRUE(quiet.httpAddress().empty());
+
+  ClusterOptions first;
+  first.governors = 0;
+  LocalCluster one(first);
+  one.start();
+  ClusterOptions clash;
+  clash.governors = 0;
+  clash.http = one.httpAddress();
+  LocalCluster two(clash);
+  try {
+    two.start();
+    FAIL() << "a second server took the same status port";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("http address="), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace squall

@@ -1,0 +1,198 @@
+// The status page in a real browser: Playwright (npm playwright-core)
+// drives Debian's Chromium headless against a real squall-server with two
+// governors while `squall run` runs a pipeline with a failing task. Checks
+// what a user sees: the governors, the session appearing and its counts
+// changing without a reload, the failed task's stderr. Run by ctest
+// (tests/CMakeLists.txt), which passes the programs' paths in the
+// environment. Optionally writes a screenshot of the session view
+// (SQUALL_SCREENSHOT=path.png), as in docs/status-page.md.
+'use strict';
+const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const readline = require('node:readline');
+
+const env = (name, fallback) => {
+  const value = process.env[name] || fallback;
+  if (!value) throw new Error(`${name} is not set (ctest sets it; see tests/CMakeLists.txt)`);
+  return value;
+};
+const CHROMIUM = env('SQUALL_CHROMIUM', '/usr/bin/chromium');
+const SERVER = env('SQUALL_SERVER_BIN');
+const GOVERNOR = env('SQUALL_GOVERNOR_BIN');
+const SQUALL = env('SQUALL_CLI_BIN');
+const MODULES = env('SQUALL_WEB_MODULES');
+const TIMEOUT = 15000; // every wait for the page, ms
+
+if (!fs.existsSync(CHROMIUM)) {
+  console.error(`FAIL: no Chromium at ${CHROMIUM}; install Debian's (apt-get install chromium; tools/setup.sh does) or set SQUALL_CHROMIUM`);
+  process.exit(1);
+}
+const { chromium } = require(path.join(MODULES, 'playwright-core'));
+
+const children = [];
+let work;
+
+// Starts a program and resolves with the first stdout line starting with
+// `prefix` (the rest of its output goes to ours).
+function start(program, args, prefixes) {
+  const child = spawn(program, args, { stdio: ['ignore', 'pipe', 'inherit'] });
+  children.push(child);
+  const found = {};
+  return new Promise((resolve, reject) => {
+    const lines = readline.createInterface({ input: child.stdout });
+    const timer = setTimeout(() => reject(new Error(`${path.basename(program)} did not start in 30 s`)), 30000);
+    lines.on('line', (line) => {
+      for (const prefix of prefixes) {
+        if (line.startsWith(prefix)) found[prefix] = line.slice(prefix.length);
+      }
+      if (prefixes.every((p) => p in found)) {
+        clearTimeout(timer);
+        resolve({ child, found });
+      }
+    });
+    child.on('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${path.basename(program)} exited (${code}) before starting`));
+    });
+  });
+}
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+async function main() {
+  work = fs.mkdtempSync(path.join(os.tmpdir(), 'squall-web-'));
+  const server = await start(SERVER, ['--listen', '127.0.0.1:0', '--http', '127.0.0.1:0', '--log-level', 'warn'],
+    ['listening address=', 'http address=']);
+  const rpc = server.found['listening address='];
+  const http = `http://${server.found['http address=']}`;
+  for (const i of [0, 1]) {
+    await start(GOVERNOR, ['--server', rpc, '--work-dir', path.join(work, `governor-${i}`), '--name', `governor-${i}`,
+      '--cpus', '2', '--log-level', 'warn'], ['registered governor=']);
+  }
+
+  // Twelve tasks held at a gate (so the test decides when counts move), one
+  // that fails at once, and a last step held at a second gate so the
+  // session stays open until the end.
+  const gate = path.join(work, 'gate');
+  const gate2 = path.join(work, 'gate2');
+  const pipeline = path.join(work, 'browser-test.toml');
+  // The failing step comes first: governors run tasks in the order given,
+  // and the held ones would otherwise fill their cpus.
+  fs.writeFileSync(pipeline, `name = "browser-test"
+[step.broken]
+shell = "echo 'broken: cannot open input.csv' >&2; exit 3"
+
+[step.work]
+range = "1-12"
+shell = "while [ ! -e ${gate} ]; do sleep 0.05; done; echo part {item}"
+stdout = true
+
+[step.collect]
+shell = "while [ ! -e ${gate2} ]; do sleep 0.05; done; cat \\"$@\\""
+inputs = { "parts/{index}" = { from = "@work", arg = true } }
+stdout = true
+`);
+
+  const browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ['--no-sandbox'] });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+    page.setDefaultTimeout(TIMEOUT);
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(e.message));
+    let loads = 0;
+    page.on('load', () => { loads++; });
+
+    // Overview: the governors, then the session appears by itself.
+    await page.goto(`${http}/`);
+    await page.locator('[data-testid=governor-row]').nth(1).waitFor();
+    const names = await page.locator('[data-testid=governor-row]').evaluateAll((rows) => rows.map((r) => r.dataset.name));
+    check(names.join(',') === 'governor-0,governor-1', `governors listed: ${names}`);
+    await page.locator('#live[data-state=live]').waitFor();
+    console.log('ok: overview lists governor-0 and governor-1, live');
+
+    const run = spawn(SQUALL, ['run', '--keep-going', pipeline], {
+      stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, SQUALL_SERVER: rpc },
+    });
+    children.push(run);
+    const runExit = new Promise((resolve) => run.on('exit', (code) => resolve(code)));
+    const row = page.locator('[data-testid=session-row]', { hasText: 'browser-test' });
+    await row.waitFor();
+    check(loads === 1, 'the overview reloaded');
+    console.log('ok: the session appeared on the overview without a reload');
+
+    await row.getByRole('link', { name: 'browser-test' }).click();
+    await page.waitForURL(/\/sessions\/\d+$/);
+    const count = (state) => page.locator(`[data-testid=count-${state}]`);
+    await page.locator('[data-testid=count-running]:not([data-count="0"])').waitFor();
+    await page.locator('[data-testid=count-failed][data-count="1"]').waitFor();
+    const before = Number(await count('finished').getAttribute('data-count'));
+    check(before === 0, `finished before the gate opened: ${before}`);
+    await page.locator('[data-testid=dag] g[data-task]').first().waitFor();
+    console.log('ok: session view shows running tasks, one failure, the graph');
+
+    fs.writeFileSync(gate, '');
+    await page.locator('[data-testid=count-finished][data-count="12"]').waitFor();
+    await page.locator('[data-testid=timeline] rect.bar').first().waitFor();
+    check(loads === 1, 'the page reloaded to show new counts');
+    console.log('ok: finished went 0 -> 12 live, timeline drawn');
+
+    // Failures first: in the failures panel and at the top of the table.
+    const firstRow = page.locator('[data-testid=task-row]').first();
+    await page.locator('[data-testid=task-row][data-state=failed]').first().waitFor();
+    check(await firstRow.getAttribute('data-state') === 'failed', 'the table does not start with the failure');
+    if (process.env.SQUALL_SCREENSHOT) {
+      await page.waitForTimeout(300); // let the last repaint settle for the picture
+      await page.screenshot({ path: process.env.SQUALL_SCREENSHOT, fullPage: true });
+      console.log(`screenshot: ${process.env.SQUALL_SCREENSHOT}`);
+    }
+    await page.locator('[data-testid=failures] a', { hasText: 'broken' }).click();
+    await page.waitForURL(/\/tasks\/\d+$/);
+    const stderr = await page.locator('[data-testid=task-stderr]').textContent();
+    check(stderr.includes('broken: cannot open input.csv'), `stderr shown: ${JSON.stringify(stderr)}`);
+    await page.getByText('exit 3', { exact: false }).first().waitFor();
+    console.log('ok: the failed task shows its stderr');
+
+    // Bad links get a clear page, not a blank one.
+    const missing = await page.goto(`${http}/sessions/999999`);
+    check(missing.status() === 200, 'app page for an unknown session');
+    await page.locator('[data-testid=error]').waitFor();
+    const bad = await page.goto(`${http}/sessions/abc`);
+    check(bad.status() === 400, `bad id answered ${bad.status()}`);
+    check(errors.length === 0, `page errors: ${errors.join('; ')}`);
+    console.log('ok: unknown session and bad id handled');
+
+    fs.writeFileSync(gate2, '');
+    const code = await Promise.race([runExit, new Promise((r) => setTimeout(() => r('timeout'), 30000))]);
+    check(code === 1, `squall run exit status ${code} (1: a task failed)`);
+  } finally {
+    await browser.close();
+  }
+}
+
+function cleanup() {
+  for (const child of children.reverse()) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+  }
+  if (work) fs.rmSync(work, { recursive: true, force: true });
+}
+
+const guard = setTimeout(() => {
+  console.error('FAIL: the browser test took more than 150 s');
+  cleanup();
+  process.exit(1);
+}, 150000);
+
+main().then(() => {
+  clearTimeout(guard);
+  cleanup();
+  console.log('1 passed, 0 failed');
+}, (e) => {
+  clearTimeout(guard);
+  console.error(`FAIL: ${e.stack || e.message}`);
+  cleanup();
+  process.exitCode = 1;
+});
