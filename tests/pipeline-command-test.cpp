@@ -327,6 +327,8 @@ TEST(StreamPlanTest, BadStreamEdgesNameTheLineAndTheRule) {
              "stdin = { from = \"@gen\", stream = true }\n",
        "p.toml:6:16: step 'a' runs at the same time as step 'gen' (stream edges join them), so it cannot also "
        "wait for '@gen' to end (read it with stream = true)"},
+      {gen + "[step.a]\ncommand = [\"cat\"]\nstdin = { from = \"@gen\", stream = true }\nretries = 2\n",
+       "p.toml:4:7: step 'a' is joined to other steps by stream edges, so it cannot have retries"},
       // b runs with a and waits for d's end; d runs with c, which waits for a's end.
       {"[step.a]\ncommand = [\"seq\", \"3\"]\nstdout = true\n"
        "[step.b]\ncommand = [\"cat\", \"x\"]\nstdin = { from = \"@a\", stream = true }\ninputs = { x = \"@d\" }\n"
@@ -353,7 +355,7 @@ TEST_F(PipelineRunTest, CommandLineMatchesTheShellByteForByte) {
                   "printf \"2026-11-%02d %s worker-%d %s\\n\", i % 28 + 1, (r < 3 ? \"ERROR\" : \"INFO\"), "
                   "r % 7, (r < 3 ? \"disk \" r \" failed\" : \"request \" i \" ok\") } }' | gzip > logs.gz"),
             0);
-  ASSERT_GT(fs::file_size(ws.dir / "logs.gz"), 500000u);
+  ASSERT_GT(fs::file_size(ws.dir / "logs.gz"), 300000u);  // about 5 MB of lines
   auto logs = (ws.dir / "logs.gz").string();
   std::string line = "zcat " + logs + " | grep ERROR | sort | uniq -c";
   ASSERT_EQ(shell(ws.dir, line + " > expected.txt"), 0);
@@ -384,7 +386,7 @@ TEST_F(PipelineRunTest, CommandLineFailsWithTheFailingStage) {
   EXPECT_NE(result.err.find("squall run: stage 2 (2-sh) failed: "), std::string::npos) << result.err;
   EXPECT_NE(result.err.find("  | middle broke\n"), std::string::npos) << result.err;
   // A stage that writes to stderr and succeeds: its words are passed on.
-  result = run(ws.dir, "run -c 'echo note >&2; echo out'");
+  result = run(ws.dir, "run -c '{ echo note >&2; echo out; }'");
   EXPECT_EQ(result.status, 0) << result.err;
   EXPECT_EQ(result.out, "out\n");
   EXPECT_EQ(result.err, "note\n");

@@ -759,17 +759,25 @@ class PipelineParser {
       if (it == parent.end() || it->second == name) return name;
       return it->second = group(it->second);
     };
-    bool any = false;
+    std::set<std::string> joined;
     for (auto& step : pipeline.steps) {
       auto unite = [&](const SourceRef& ref) {
         if (!ref.stream) return;
-        any = true;
+        joined.insert({ref.step, step.name});
         parent[group(ref.step)] = group(step.name);
       };
       for (auto& input : step.inputs) unite(input.from);
       if (step.stdinFrom) unite(*step.stdinFrom);
     }
-    if (!any) return;
+    if (joined.empty()) return;
+    // A retried member would need its streams again from the start, and so
+    // would every other reader: the server refuses retries in a group.
+    for (auto& step : pipeline.steps) {
+      if (step.retries > 0 && joined.count(step.name)) {
+        fail(step.pos, "step '" + step.name + "' is joined to other steps by stream edges, so it cannot "
+                       "have retries (a retry would need every stream of the group again)");
+      }
+    }
     // Waits between groups: consumer group -> the producer groups it waits for.
     std::map<std::string, std::vector<std::pair<std::string, SourcePos>>> waits;
     for (auto& step : pipeline.steps) {
