@@ -47,6 +47,7 @@ TEST(CommandSplitTest, SplitsOnlyOnPipesAtTheTopOfTheLine) {
   EXPECT_EQ(stageTexts("echo b | case x in a|x) cat;; *) wc;; esac | cat"),
             (Texts{"echo b", "case x in a|x) cat;; *) wc;; esac", "cat"}));
   EXPECT_EQ(stageTexts("echo $((1 | 2)) | cat"), (Texts{"echo $((1 | 2))", "cat"}));
+  EXPECT_EQ(stageTexts("seq 3 | { f() { sed s/1/x/; }; f; } | cat"), (Texts{"seq 3", "{ f() { sed s/1/x/; }; f; }", "cat"}));
   // A new line after '|' or a backslash goes on; a comment runs to the end.
   EXPECT_EQ(stageTexts("seq 3 |\n  sort -r \\\n  -n | cat # the end | not a stage"),
             (Texts{"seq 3", "sort -r \\\n  -n", "cat # the end | not a stage"}));

@@ -51,6 +51,7 @@ struct Frame {
   bool inWord = false;
   bool quoted = false;  // the word has quotes, escapes or expansions
   bool plain = true;    // ... nor glob or brace characters
+  bool functionParens = false;  // the () of `name()`
 };
 
 // Reads one line; lives for one splitShellPipe() call.
@@ -279,14 +280,18 @@ class PipeSplitter {
       addToWord(c, true);
       if (!expansion()) i++;
     } else if (c == '(') {
+      // `name()`: a function definition, whose body follows the ')'.
+      bool afterWord = stack.back().inWord;
       endWord();
       stack.push_back({Context::PAREN, i++, "("});
+      stack.back().functionParens = afterWord;
     } else if (c == ')') {
       endWord();
       auto context = stack.back().context;
       if (context == Context::PAREN) {
+        bool function = stack.back().functionParens;
         stack.pop_back();
-        stack.back().commandStart = false;
+        stack.back().commandStart = function;
       } else if (context == Context::CASE) {
         stack.back().commandStart = true;  // the end of a pattern
       } else {
