@@ -415,7 +415,7 @@ TEST_F(PipelineRunTest, StreamEdgesFanOutAndAreReadAfterTheirEnd) {
   writeExample(ws.dir, "streams.toml");
   auto result = run(ws.dir, "run streams.toml");
   ASSERT_EQ(result.status, 0) << result.out << result.err;
-  auto out = ws.dir / "out";
+  auto out = ws.dir / "out" / "streams";
   std::string numbers;
   for (int i = 1; i <= 100000; i++) numbers += std::to_string(i) + "\n";
   EXPECT_EQ(slurp(out / "numbers.txt"), numbers);
