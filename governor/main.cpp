@@ -5,6 +5,7 @@
 #include "governor-control.h"
 #include "object-store.h"
 #include "result-batcher.h"
+#include "stream-hub.h"
 #include "task-env.h"
 #include "task-queue.h"
 #include "uv-bridge.h"
@@ -40,6 +41,7 @@ struct Flags {
   double connectTimeout = 10;
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
+  std::string compressStreams = "auto";
 };
 
 uint32_t detectCpus() {
@@ -167,6 +169,10 @@ int run(const Flags& flags) {
                 captureEnvironment(), kj::mv(allowedRoots)};
     DataServiceEnv dataEnv{store, logger, kj::str(token.c_str()), kj::str(name)};
     DataFetcher fetcher(network, bridge, store, kj::str(token.c_str()), logger);
+    StreamHub streams(io.unixEventPort, timer, bridge, store, fetcher, logger, kj::str(name),
+                      KJ_ASSERT_NONNULL(parseCompressStreams(flags.compressStreams.c_str())));
+    env.streams = streams;
+    dataEnv.streams = streams;
 
     // The server may assign (and tasks may finish) before registration
     // returns: the batcher sends to the upstream capability once it is known.
@@ -308,6 +314,10 @@ int main(int argc, char** argv) {
                  "a directory (and everything under it) that load, load_dir and store tasks may "
                  "read and write; repeatable; none by default")
       ->type_name("DIR");
+  app.add_option("--compress-streams", flags.compressStreams,
+                 "LZ4 for live streams read from other governors: auto (unless the producer's "
+                 "address is a loopback one), on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,6 +1,8 @@
 // Serving and fetching object bytes. Loop thread only.
 #include "data-service.h"
 
+#include "stream-hub.h"
+
 #include <fcntl.h>
 #include <squall/proto/chunk-codec.h>
 #include <squall/proto/token.h>
@@ -80,9 +82,21 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
       results.setSize(stateRef.reader->isStreamed() ? stateRef.reader->position() : meta.size);
       results.setKind(meta.kind);
     }).attach(kj::mv(state));
-  } else {
-    return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held by governor ", env.governorName);
   }
+  KJ_IF_MAYBE(streams, env.streams) {
+    // A live stream: the read lasts as long as the stream flows, and ends
+    // (cancelling this reader) when the caller drops it.
+    context.allowCancellation();
+    auto sink = params.getSink();
+    bool compress = params.getCompress();
+    context.releaseParams();
+    return streams->serve(id, kj::mv(sink), compress).then([context](uint64_t size) mutable {
+      auto results = context.getResults();
+      results.setSize(size);
+      results.setKind(wire::ObjectKind::STREAM);
+    });
+  }
+  return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held by governor ", env.governorName);
 }
 
 // ---------------------------------------------------------------- fetching
@@ -264,6 +278,23 @@ kj::Promise<void> DataFetcher::fetch(Id id, wire::ObjectKind kind, kj::StringPtr
   KJ_IF_MAYBE(arriving, store.whenArrived(id)) { return kj::mv(*arriving); }
   store.expectArrival(id, transfer(id, kind, kj::str(address)));
   return KJ_ASSERT_NONNULL(store.whenArrived(id));
+}
+
+kj::Promise<uint64_t> DataFetcher::readLive(Id id, kj::StringPtr address, bool compress,
+                                            wire::ByteSink::Client sink) {
+  auto request = serviceAt(address).readRequest();
+  id.to(request.initId());
+  request.setOffset(0);
+  request.setCompress(compress);
+  request.setSink(kj::mv(sink));
+  return request.send().then(
+      [](auto response) -> kj::Promise<uint64_t> { return response.getSize(); },
+      [this, address = kj::str(address)](kj::Exception&& e) -> kj::Promise<uint64_t> {
+        if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+          tasks.add(kj::evalLater([this, key = std::string(address.cStr())]() { peers.erase(key); }));
+        }
+        return kj::mv(e);
+      });
 }
 
 kj::Promise<void> DataFetcher::transfer(Id id, wire::ObjectKind expected, kj::String address) {

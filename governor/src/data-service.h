@@ -16,12 +16,16 @@
 
 namespace squall {
 
+class StreamHub;
+
 // What the data service needs; owned by main(), outlives every connection.
 struct DataServiceEnv {
   ObjectStore& store;
   spdlog::logger& logger;
   kj::String token;
   kj::String governorName;
+  // Live streams produced here; without it only held objects are served.
+  kj::Maybe<StreamHub&> streams = nullptr;
 };
 
 // One per accepted connection. open() checks the protocol version and the
@@ -40,6 +44,8 @@ class DataServiceImpl final : public wire::DataService::Server {
   explicit DataServiceImpl(DataServiceEnv& env) : env(env) {}
   // Streams the object from `offset` in CHUNK_SIZE chunks, awaiting each
   // send for flow control; the next chunk is read while one is in flight.
+  // An id the store does not hold is a live stream's (see StreamHub::serve):
+  // the caller becomes one of its readers.
   kj::Promise<void> read(ReadContext context) override;
 
  private:
@@ -59,6 +65,12 @@ class DataFetcher final : private kj::TaskSet::ErrorHandler {
   // under way, or fetching it from `address`. Rejects with a message naming
   // the object and the address.
   kj::Promise<void> fetch(Id id, wire::ObjectKind kind, kj::StringPtr address);
+
+  // Reads the live stream `id` from the governor at `address` into `sink`
+  // (DataService.read); resolves with the bytes sent once its producer
+  // succeeded. The connection is shared with fetches.
+  kj::Promise<uint64_t> readLive(Id id, kj::StringPtr address, bool compress,
+                                 wire::ByteSink::Client sink);
 
  private:
   struct Peer;

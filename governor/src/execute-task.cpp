@@ -11,10 +11,13 @@
 // stderr are read back through the descriptors the governor opened, not by
 // name.
 #include "dir-tree.h"
+#include "stream-hub.h"
 #include "task-env.h"
 
 #include <cerrno>
+#include <csignal>
 #include <fcntl.h>
+#include <squall/proto/errors.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +142,304 @@ kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, kj::StringPtr sandbox, TaskOutcom
       .then([outcome = kj::mv(outcome)]() mutable { return kj::mv(outcome); });
 }
 
+
+// A live input as validated, before the sandbox exists.
+struct LiveInputSpec {
+  Id stream;
+  // Its named pipe in the sandbox; nullptr: the program's stdin.
+  kj::Maybe<kj::String> fifo;
+  bool earlyCloseIsError;
+  // The producer's governor; nullptr: this one.
+  kj::Maybe<kj::String> source;
+};
+
+// A stream output as validated.
+struct StreamOutputSpec {
+  uint index;  // into task.outputs
+  Id stream;
+  // The named pipe the program writes; nullptr: its stdout.
+  kj::Maybe<kj::String> fifo;
+};
+
+// The live inputs and stream outputs of one run of a program. Loop thread.
+struct StreamEnds {
+  kj::Vector<kj::Own<LiveInput>> inputs;
+  // Parallel to the StreamOutputSpecs.
+  kj::Vector<kj::Own<StreamOutput>> outputs;
+  // The program's ends of a live stdin / a stream stdout, closed here once
+  // it has started.
+  kj::AutoCloseFd childStdin;
+  kj::AutoCloseFd childStdout;
+  // What the task fails with because a live input failed.
+  kj::Maybe<kj::String> inputFailure;
+  kj::Vector<kj::Promise<void>> watches;
+  kj::Maybe<ChildProcess&> child;
+
+  ~StreamEnds() noexcept(false) {
+    // Our watches go before the inputs they watch.
+    watches.clear();
+  }
+
+  void inputFailed(kj::Exception&& e) {
+    if (inputFailure == nullptr) inputFailure = kj::str(userMessage(e));
+    // Never let the program finish on a truncated input.
+    KJ_IF_MAYBE(c, child) { c->killGroup(SIGKILL); }
+  }
+
+  // While the program runs, a failing input kills it at once.
+  void watchInputs(ChildProcess& process) {
+    child = process;
+    for (auto& input : inputs) {
+      watches.add(input->verdict()
+                      .catch_([this](kj::Exception&& e) { inputFailed(kj::mv(e)); })
+                      .eagerlyEvaluate(nullptr));
+    }
+  }
+
+  // After the exit: an input that reached its end waits for its producer's
+  // verdict (the reader succeeds only if its producer did); one that did
+  // not was closed early by the program.
+  kj::Promise<void> settleInputs() {
+    child = nullptr;
+    watches.clear();
+    kj::Vector<kj::Promise<void>> waits;
+    for (auto& input : inputs) {
+      if (input->reachedEnd() && inputFailure == nullptr) {
+        waits.add(input->verdict().catch_([this](kj::Exception&& e) {
+          if (inputFailure == nullptr) inputFailure = kj::str(userMessage(e));
+        }));
+      } else {
+        input->readerExited();
+      }
+    }
+    return kj::joinPromises(waits.releaseAsArray());
+  }
+
+  bool closedByReaders() const {
+    for (auto& output : outputs) {
+      if (output->closedByReaders()) return true;
+    }
+    return false;
+  }
+
+  void producerExited(kj::Maybe<kj::StringPtr> reason) {
+    for (auto& output : outputs) {
+      output->producerExited(reason.map([](kj::StringPtr r) { return kj::str(r); }));
+    }
+  }
+
+  kj::Promise<kj::Array<StreamOutput::Result>> settled() {
+    kj::Vector<kj::Promise<StreamOutput::Result>> all;
+    for (auto& output : outputs) all.add(output->settled());
+    return kj::joinPromises(all.releaseAsArray());
+  }
+};
+
+// Pipes for the live inputs and stream outputs, attached to the hub before
+// the program starts (so that bytes it writes at once find their readers'
+// pipes, and readers' pipes exist before it opens them).
+kj::Own<StreamEnds> openStreamEnds(StreamHub& hub, kj::StringPtr sandbox, Id taskId,
+                                   kj::ArrayPtr<const LiveInputSpec> inputs,
+                                   kj::ArrayPtr<const StreamOutputSpec> outputs) {
+  auto ends = kj::heap<StreamEnds>();
+  if (inputs.size() == 0 && outputs.size() == 0) return ends;
+  auto root = openDirectory(sandbox);
+  for (auto& input : inputs) {
+    kj::Own<ConsumerPipe> pipe;
+    KJ_IF_MAYBE(rel, input.fifo) {
+      pipe = openConsumerFifo(hub.events(), root, *rel);
+    } else {
+      auto fds = makePipe();
+      ends->childStdin = kj::mv(fds.readEnd);
+      pipe = kj::heap<ConsumerPipe>(hub.events(), kj::mv(fds.writeEnd));
+    }
+    ends->inputs.add(hub.attach(input.stream, taskId, input.earlyCloseIsError, kj::mv(pipe),
+                                input.source.map([](const kj::String& s) -> kj::StringPtr { return s; })));
+  }
+  for (auto& output : outputs) {
+    KJ_IF_MAYBE(rel, output.fifo) {
+      auto fifo = openProducerFifo(root, *rel);
+      ends->outputs.add(hub.produce(output.stream, kj::mv(fifo.readEnd), kj::mv(fifo.keepOpen)));
+    } else {
+      auto fds = makePipe();
+      ends->childStdout = kj::mv(fds.writeEnd);
+      ends->outputs.add(hub.produce(output.stream, kj::mv(fds.readEnd), kj::AutoCloseFd()));
+    }
+  }
+  return ends;
+}
+
+// What readers of the task's streams are told when it did not succeed.
+kj::String producerFailure(TaskControl& control, ProcessExit exit, kj::StringPtr program,
+                           kj::Maybe<kj::StringPtr> inputFailure, kj::Maybe<kj::StringPtr> harvestError) {
+  (void)program;
+  if (control.isCancelled()) return kj::str(control.hasTimedOut() ? "timed out" : "was cancelled");
+  KJ_IF_MAYBE(f, inputFailure) { return kj::str("failed: ", *f); }
+  if (exit.termSignal != 0) {
+    return kj::str("was killed by signal ", exit.termSignal, " (", signalName(exit.termSignal), ")");
+  }
+  if (exit.exitStatus != 0) return kj::str("exited with status ", exit.exitStatus);
+  KJ_IF_MAYBE(e, harvestError) { return kj::str("failed: ", *e); }
+  return kj::str("failed");
+}
+
+// After the program has exited and its live inputs are settled: takes its
+// outputs (on the pool), gives its streams their verdict, waits until they
+// have ended for every reader, and makes the outcome.
+kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
+                                          wire::Assignment::Reader spec, Id taskId, kj::String sandbox,
+                                          kj::String program, kj::Own<const SharedFd> stdoutFd,
+                                          kj::Own<const SharedFd> stderrFd, bool wantsStdout,
+                                          kj::Own<StreamEnds> ends, ProcessExit exit) {
+  // A producer whose readers had all gone, ended by the SIGPIPE that
+  // closing its pipe caused (or a shell's 141 for it), finished as a pipe
+  // stage does: successfully.
+  bool brokenPipeOk = !control.isCancelled() && ends->closedByReaders() &&
+                      (exit.termSignal == SIGPIPE || (exit.termSignal == 0 && exit.exitStatus == 128 + SIGPIPE));
+  bool exitedOk = brokenPipeOk || (exit.termSignal == 0 && exit.exitStatus == 0);
+  bool success = exitedOk && !control.isCancelled() && ends->inputFailure == nullptr;
+  auto task = spec.getTask();
+  auto mappings = task.getConfig().getExecute().getOutputs();
+  auto kinds = spec.getOutputKinds();
+  // Where each output goes before it is adopted; removed if we are dropped
+  // before that.
+  OutputTemps temps(env.store);
+  kj::Vector<kj::String> tempPaths;
+  kj::Vector<kj::Maybe<kj::String>> sources;  // nullptr = stdout
+  kj::Vector<wire::ObjectKind> outputKinds;
+  if (success) {
+    for (uint i = 0; i < mappings.size(); i++) {
+      outputKinds.add(kinds[i]);
+      if (kinds[i] == wire::ObjectKind::STREAM) {
+        // Its bytes have flowed (and were persisted by the hub).
+        tempPaths.add(kj::str());
+        temps.paths.add(nullptr);
+        sources.add(nullptr);
+        continue;
+      }
+      auto path = env.store.newTempPath();
+      tempPaths.add(kj::str(path));
+      temps.paths.add(kj::mv(path));
+      if (mappings[i].isStdout()) {
+        sources.add(nullptr);
+      } else {
+        auto parts = pathComponents(mappings[i].getPath());
+        sources.add(joinPath(parts, parts.size()));
+      }
+    }
+  }
+  kj::Vector<Id> outputIds;
+  for (auto output : task.getOutputs()) outputIds.add(Id::from(output));
+  auto harvest = env.bridge.runOnPool<Harvest>(
+      [sandbox = kj::str(sandbox), success, tempPaths = kj::mv(tempPaths), sources = kj::mv(sources),
+       kinds = kj::mv(outputKinds), outputIds = kj::mv(outputIds), stdoutFd = kj::mv(stdoutFd),
+       stderrFd = kj::mv(stderrFd), wantsStdout]() {
+        Harvest h;
+        h.stderrTail = readTailFd(stderrFd->fd, STDERR_TAIL_BYTES);
+        if (!wantsStdout) h.stdoutTail = readTailFd(stdoutFd->fd, STDOUT_TAIL_BYTES);
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+          if (!success) return;
+          auto root = openDirectory(sandbox);
+          kj::Maybe<HashedSize> stdoutHash;
+          for (size_t i = 0; i < sources.size(); i++) {
+            if (kinds[i] == wire::ObjectKind::STREAM) {
+              h.outputs.add(HashedSize{});
+            } else KJ_IF_MAYBE(rel, sources[i]) {
+              h.outputs.add(takeOutput(root, *rel, kinds[i], outputIds[i], tempPaths[i]));
+            } else {
+              linkFdOrCopy(stdoutFd->fd, tempPaths[i]);
+              KJ_IF_MAYBE(known, stdoutHash) {
+                h.outputs.add(*known);
+              } else {
+                auto hashed = hashFd(stdoutFd->fd);
+                stdoutHash = hashed;
+                h.outputs.add(hashed);
+              }
+            }
+          }
+        })) {
+          h.error = kj::str(e->getDescription());
+        }
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeTree(sandbox); })) {
+          KJ_LOG(WARNING, "cannot remove sandbox", sandbox, e->getDescription());
+        }
+        return h;
+      });
+  return harvest.then([&env, &control, spec, taskId, exit, exitedOk, program = kj::mv(program),
+                       temps = kj::mv(temps), ends = kj::mv(ends)](Harvest h) mutable {
+    // The streams' verdict: their readers learn it once the flow has ended.
+    if (exitedOk && !control.isCancelled() && ends->inputFailure == nullptr && h.error == nullptr) {
+      ends->producerExited(nullptr);
+    } else {
+      ends->producerExited(kj::StringPtr(producerFailure(
+          control, exitedOk ? ProcessExit{} : exit, program,
+          ends->inputFailure.map([](const kj::String& s) -> kj::StringPtr { return s; }),
+          h.error.map([](const kj::String& s) -> kj::StringPtr { return s; }))));
+    }
+    // Cancelled while readers are still being served: they fail now.
+    auto onCancel = control.whenCancelled()
+                        .then([&ends = *ends]() {
+                          for (auto& output : ends.outputs) output->fail("was cancelled");
+                        })
+                        .eagerlyEvaluate(nullptr);
+    auto settled = ends->settled();
+    return settled.attach(kj::mv(onCancel))
+        .then([&env, &control, spec, taskId, exit, exitedOk, program = kj::mv(program),
+               temps = kj::mv(temps), h = kj::mv(h),
+               ends = kj::mv(ends)](kj::Array<StreamOutput::Result> streams) mutable {
+          TaskOutcome outcome;
+          outcome.id = taskId;
+          outcome.stderrTail = kj::mv(h.stderrTail);
+          outcome.stdoutTail = kj::mv(h.stdoutTail);
+          outcome.exitStatus = exit.termSignal == 0 ? static_cast<int32_t>(exit.exitStatus) : -1;
+          outcome.signal = exit.termSignal;
+          kj::Maybe<kj::StringPtr> streamError;
+          for (auto& r : streams) {
+            KJ_IF_MAYBE(e, r.error) {
+              if (streamError == nullptr) streamError = kj::StringPtr(*e);
+            }
+          }
+          if (control.isCancelled()) {
+            outcome.error = kj::str("cancelled");
+          } else KJ_IF_MAYBE(f, ends->inputFailure) {
+            outcome.error = kj::str(*f);
+          } else if (!exitedOk && exit.termSignal != 0) {
+            outcome.error = kj::str("program '", program, "' was killed by signal ", exit.termSignal, " (",
+                                    signalName(exit.termSignal), ")");
+          } else if (!exitedOk) {
+            auto tail = trimTrailingNewlines(outcome.stderrTail);
+            outcome.error = tail.size() == 0
+                ? kj::str("program '", program, "' exited with status ", exit.exitStatus)
+                : kj::str("program '", program, "' exited with status ", exit.exitStatus, "; stderr:\n",
+                          tail);
+          } else KJ_IF_MAYBE(error, h.error) {
+            outcome.error = kj::mv(*error);
+          } else KJ_IF_MAYBE(error, streamError) {
+            outcome.error = kj::str(*error);
+          } else {
+            auto task = spec.getTask();
+            auto kinds = spec.getOutputKinds();
+            size_t nextStream = 0;
+            for (size_t i = 0; i < temps.paths.size(); i++) {
+              Id outputId = Id::from(task.getOutputs()[i]);
+              if (kinds[i] == wire::ObjectKind::STREAM) {
+                auto& r = streams[nextStream++];
+                outcome.outputs.add(OutputInfo{outputId, r.size, r.hash});
+                continue;
+              }
+              auto meta = kinds[i] == wire::ObjectKind::DIR
+                              ? env.store.adoptDir(outputId, temps.release(i), h.outputs[i])
+                              : env.store.adoptFile(outputId, wire::ObjectKind::BLOB, temps.release(i),
+                                                    h.outputs[i]);
+              outcome.outputs.add(OutputInfo{outputId, meta.size, meta.hash});
+            }
+            outcome.ok = true;
+          }
+          return outcome;
+        });
+  });
+}
+
 }  // namespace
 
 kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control) {
@@ -163,17 +464,39 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
     return fail(kj::str("the assignment gives ", kinds.size(), " output kinds for ", mappings.size(),
                         " outputs"));
   }
+  kj::Vector<StreamOutputSpec> streamOutputs;
+  uint stdoutMappings = 0;
+  for (auto mapping : mappings) {
+    if (mapping.isStdout()) stdoutMappings++;
+  }
   for (uint i = 0; i < kinds.size(); i++) {
     Id outputId = Id::from(task.getOutputs()[i]);
     if (kinds[i] == wire::ObjectKind::STREAM) {
-      return fail(kj::str("output ", outputId, " is a stream; this governor runs programs with blob "
-                          "and dir outputs only"));
+      if (env.streams == nullptr) {
+        return fail(kj::str("output ", outputId, " is a stream; this governor runs programs with blob "
+                            "and dir outputs only"));
+      }
+      if (mappings[i].isStdout()) {
+        if (stdoutMappings > 1) {
+          return fail(kj::str("output ", outputId, " is a stream on the program's stdout, which no "
+                              "other output may share"));
+        }
+        streamOutputs.add(StreamOutputSpec{i, outputId, nullptr});
+      } else {
+        auto path = mappings[i].getPath();
+        KJ_IF_MAYBE(problem, relativePathProblem(path)) {
+          return fail(kj::str("output path '", path, "' is not allowed: ", *problem));
+        }
+        auto parts = pathComponents(path);
+        streamOutputs.add(StreamOutputSpec{i, outputId, joinPath(parts, parts.size())});
+      }
     }
     if (kinds[i] == wire::ObjectKind::DIR && mappings[i].isStdout()) {
       return fail(kj::str("output ", outputId, " is a dir, so it cannot be the program's stdout"));
     }
   }
   auto inputs = task.getInputs();
+  auto locations = spec.getInputs();
   int32_t stdinInput = config.getStdinInput();
   if (stdinInput < -1 || stdinInput >= static_cast<int32_t>(inputs.size())) {
     return fail(kj::str("stdinInput ", stdinInput, " is out of range (the task has ",
@@ -181,10 +504,36 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
   }
   kj::String sandbox = kj::str(env.tasksDir, "/", taskId.session, "-", taskId.n);
   kj::Vector<Placement> placements;
+  kj::Vector<LiveInputSpec> liveInputs;
+  // Named pipes to make in the sandbox (live inputs and stream outputs).
+  kj::Vector<kj::String> fifos;
   kj::String stdinPath = kj::str("/dev/null");
   for (uint i = 0; i < inputs.size(); i++) {
     auto path = inputs[i].getPath();
     bool isStdin = static_cast<int32_t>(i) == stdinInput;
+    Id inputId = Id::from(inputs[i].getObject());
+    if (i < locations.size() && locations[i].getLive()) {
+      // Read while its producer runs: a pipe on stdin, or a named pipe.
+      if (env.streams == nullptr) {
+        return fail(kj::str("input ", inputId, " is a live stream; this governor reads no live streams"));
+      }
+      if (locations[i].getKind() != wire::ObjectKind::STREAM) {
+        return fail(kj::str("input ", inputId, " is to be read live, but it is not a stream"));
+      }
+      auto sources = locations[i].getSources();
+      LiveInputSpec live{inputId, nullptr, inputs[i].getEarlyCloseIsError(),
+                         sources.size() > 0 ? kj::Maybe<kj::String>(kj::str(sources[0])) : nullptr};
+      if (!isStdin) {
+        KJ_IF_MAYBE(problem, relativePathProblem(path)) {
+          return fail(kj::str("input path '", path, "' is not allowed: ", *problem));
+        }
+        auto parts = pathComponents(path);
+        live.fifo = joinPath(parts, parts.size());
+        fifos.add(joinPath(parts, parts.size()));
+      }
+      liveInputs.add(kj::mv(live));
+      continue;
+    }
     kj::String rel;
     if (path.size() == 0 && isStdin) {
       // A stdin-only input needs no name in the sandbox.
@@ -195,7 +544,6 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       auto parts = pathComponents(path);
       rel = joinPath(parts, parts.size());
     }
-    Id inputId = Id::from(inputs[i].getObject());
     KJ_IF_MAYBE(data, env.store.data(inputId)) {
       auto kind = KJ_ASSERT_NONNULL(env.store.find(inputId)).kind;
       if (isStdin) {
@@ -211,15 +559,22 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
   }
   kj::Vector<kj::String> outputDirs;
   bool wantsStdout = false;
-  for (auto mapping : mappings) {
+  bool stdoutIsStream = false;
+  for (uint i = 0; i < mappings.size(); i++) {
+    auto mapping = mappings[i];
     if (mapping.isStdout()) {
-      wantsStdout = true;
+      if (kinds[i] == wire::ObjectKind::STREAM) {
+        stdoutIsStream = true;
+      } else {
+        wantsStdout = true;
+      }
     } else {
       auto path = mapping.getPath();
       KJ_IF_MAYBE(problem, relativePathProblem(path)) {
         return fail(kj::str("output path '", path, "' is not allowed: ", *problem));
       }
       auto parts = pathComponents(path);
+      if (kinds[i] == wire::ObjectKind::STREAM) fifos.add(joinPath(parts, parts.size()));
       parts.removeLast();
       if (parts.size() > 0) outputDirs.add(joinPath(parts, parts.size()));
     }
@@ -266,7 +621,8 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
 
   // --- prepare the sandbox off the loop
   auto prepare = env.bridge.runOnPool<void>(
-      [sandbox = kj::str(sandbox), placements = kj::mv(placements), outputDirs = kj::mv(outputDirs)]() {
+      [sandbox = kj::str(sandbox), placements = kj::mv(placements), outputDirs = kj::mv(outputDirs),
+       fifos = kj::mv(fifos)]() {
         removeTree(sandbox);
         makeDirs(sandbox);
         auto root = openDirectory(sandbox);
@@ -287,16 +643,32 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
           auto parts = pathComponents(dir);
           openDirChain(root, parts, parts.size(), true, kj::str("output directory '", dir, "'"));
         }
+        for (auto& fifo : fifos) {
+          auto parts = pathComponents(fifo);
+          auto label = kj::str("named pipe '", fifo, "'");
+          auto parent = openDirChain(root, parts, parts.size() - 1, true, label);
+          if (::mkfifoat(parent, parts.back().cStr(), 0644) < 0) {
+            if (errno == EEXIST) SQUALL_FAIL("named pipe '", fifo, "' is already taken by an input");
+            SQUALL_FAIL("cannot make the named pipe '", fifo, "': ", strerror(errno));
+          }
+        }
       }).catch_([](kj::Exception&& e) -> kj::Promise<void> {
         return SQUALL_EXCEPTION(FAILED, "cannot prepare the task's sandbox: ", e.getDescription());
       });
 
   return prepare.then(
       [&env, &control, spec, taskId, sandbox = kj::str(sandbox), program = kj::mv(program),
-       options = kj::mv(options), stdinPath = kj::mv(stdinPath),
-       wantsStdout]() mutable -> kj::Promise<TaskOutcome> {
+       options = kj::mv(options), stdinPath = kj::mv(stdinPath), wantsStdout, stdoutIsStream,
+       liveInputs = kj::mv(liveInputs),
+       streamOutputs = kj::mv(streamOutputs)]() mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) {
           return cleanUp(env, sandbox, TaskOutcome::failure(taskId, kj::str("cancelled")));
+        }
+        kj::Own<StreamEnds> ends;
+        KJ_IF_MAYBE(hub, env.streams) {
+          ends = openStreamEnds(*hub, sandbox, taskId, liveInputs, streamOutputs);
+        } else {
+          ends = kj::heap<StreamEnds>();
         }
         // Opening files in our own fresh directory is a short metadata call.
         auto stdinFd = openForChild(stdinPath, O_RDONLY);
@@ -306,117 +678,38 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
             kj::str(sandbox, "/", STDOUT_FILE), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW));
         kj::Own<const SharedFd> stderrFd = kj::atomicRefcounted<SharedFd>(openForChild(
             kj::str(sandbox, "/", STDERR_FILE), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW));
-        options.stdinFd = stdinFd;
-        options.stdoutFd = stdoutFd->fd;
+        options.stdinFd = ends->childStdin != nullptr ? ends->childStdin.get() : stdinFd.get();
+        options.stdoutFd = stdoutIsStream ? ends->childStdout.get() : stdoutFd->fd.get();
         options.stderrFd = stderrFd->fd;
         auto spawned = ChildProcess::spawn(env.bridge, options);
+        // The program holds its ends now: ours would keep a pipe from
+        // ending (stdout) or from breaking (stdin).
+        ends->childStdin = nullptr;
+        ends->childStdout = nullptr;
         if (spawned.is<int>()) {
-          return cleanUp(env, sandbox,
-                         TaskOutcome::failure(taskId, spawnError(program, spawned.get<int>())));
+          auto error = spawnError(program, spawned.get<int>());
+          ends->producerExited(kj::StringPtr(kj::str("could not start: ", error)));
+          return cleanUp(env, sandbox, TaskOutcome::failure(taskId, kj::mv(error)));
         }
         auto child = kj::mv(spawned.get<kj::Own<ChildProcess>>());
         env.logger.debug("event=task-spawned task={} pid={}", kj::str(taskId).cStr(), child->pid());
         control.setProcess(*child);
+        ends->watchInputs(*child);
         auto exited = child->onExit();
         return exited.attach(kj::mv(child))
             .attach(kj::defer([&control]() { control.setProcess(nullptr); }))
             .then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox), program = kj::mv(program),
-                   stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd),
-                   wantsStdout](ProcessExit exit) mutable {
+                   stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd), wantsStdout,
+                   ends = kj::mv(ends)](ProcessExit exit) mutable {
               control.setProcess(nullptr);
-              bool success = exit.termSignal == 0 && exit.exitStatus == 0 && !control.isCancelled();
-              auto task = spec.getTask();
-              auto mappings = task.getConfig().getExecute().getOutputs();
-              // Where each output goes before it is adopted; removed if we
-              // are dropped before that.
-              OutputTemps temps(env.store);
-              kj::Vector<kj::String> tempPaths;
-              kj::Vector<kj::Maybe<kj::String>> sources;  // nullptr = stdout
-              kj::Vector<wire::ObjectKind> kinds;
-              if (success) {
-                for (uint i = 0; i < mappings.size(); i++) {
-                  auto path = env.store.newTempPath();
-                  tempPaths.add(kj::str(path));
-                  temps.paths.add(kj::mv(path));
-                  kinds.add(spec.getOutputKinds()[i]);
-                  if (mappings[i].isStdout()) {
-                    sources.add(nullptr);
-                  } else {
-                    auto parts = pathComponents(mappings[i].getPath());
-                    sources.add(joinPath(parts, parts.size()));
-                  }
-                }
-              }
-              kj::Vector<Id> outputIds;
-              for (auto output : task.getOutputs()) outputIds.add(Id::from(output));
-              auto harvest = env.bridge.runOnPool<Harvest>(
-                  [sandbox = kj::str(sandbox), success, tempPaths = kj::mv(tempPaths),
-                   sources = kj::mv(sources), kinds = kj::mv(kinds), outputIds = kj::mv(outputIds),
-                   stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd), wantsStdout]() {
-                    Harvest h;
-                    h.stderrTail = readTailFd(stderrFd->fd, STDERR_TAIL_BYTES);
-                    if (!wantsStdout) h.stdoutTail = readTailFd(stdoutFd->fd, STDOUT_TAIL_BYTES);
-                    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                      if (!success) return;
-                      auto root = openDirectory(sandbox);
-                      kj::Maybe<HashedSize> stdoutHash;
-                      for (size_t i = 0; i < sources.size(); i++) {
-                        KJ_IF_MAYBE(rel, sources[i]) {
-                          h.outputs.add(takeOutput(root, *rel, kinds[i], outputIds[i], tempPaths[i]));
-                        } else {
-                          linkFdOrCopy(stdoutFd->fd, tempPaths[i]);
-                          KJ_IF_MAYBE(known, stdoutHash) {
-                            h.outputs.add(*known);
-                          } else {
-                            auto hashed = hashFd(stdoutFd->fd);
-                            stdoutHash = hashed;
-                            h.outputs.add(hashed);
-                          }
-                        }
-                      }
-                    })) {
-                      h.error = kj::str(e->getDescription());
-                    }
-                    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeTree(sandbox); })) {
-                      KJ_LOG(WARNING, "cannot remove sandbox", sandbox, e->getDescription());
-                    }
-                    return h;
-                  });
-              return harvest.then([&env, &control, spec, taskId, exit, program = kj::mv(program),
-                                   temps = kj::mv(temps)](Harvest h) mutable {
-                TaskOutcome outcome;
-                outcome.id = taskId;
-                outcome.stderrTail = kj::mv(h.stderrTail);
-                outcome.stdoutTail = kj::mv(h.stdoutTail);
-                outcome.exitStatus = exit.termSignal == 0 ? static_cast<int32_t>(exit.exitStatus) : -1;
-                outcome.signal = exit.termSignal;
-                if (control.isCancelled()) {
-                  outcome.error = kj::str("cancelled");
-                } else if (exit.termSignal != 0) {
-                  outcome.error = kj::str("program '", program, "' was killed by signal ",
-                                          exit.termSignal, " (", signalName(exit.termSignal), ")");
-                } else if (exit.exitStatus != 0) {
-                  auto tail = trimTrailingNewlines(outcome.stderrTail);
-                  outcome.error = tail.size() == 0
-                      ? kj::str("program '", program, "' exited with status ", exit.exitStatus)
-                      : kj::str("program '", program, "' exited with status ", exit.exitStatus,
-                                "; stderr:\n", tail);
-                } else KJ_IF_MAYBE(error, h.error) {
-                  outcome.error = kj::mv(*error);
-                } else {
-                  auto task = spec.getTask();
-                  auto kinds = spec.getOutputKinds();
-                  for (size_t i = 0; i < temps.paths.size(); i++) {
-                    Id outputId = Id::from(task.getOutputs()[i]);
-                    auto meta = kinds[i] == wire::ObjectKind::DIR
-                                    ? env.store.adoptDir(outputId, temps.release(i), h.outputs[i])
-                                    : env.store.adoptFile(outputId, wire::ObjectKind::BLOB,
-                                                          temps.release(i), h.outputs[i]);
-                    outcome.outputs.add(OutputInfo{outputId, meta.size, meta.hash});
-                  }
-                  outcome.ok = true;
-                }
-                return outcome;
+              auto inputsSettled = ends->settleInputs().exclusiveJoin(control.whenCancelled());
+              return inputsSettled.then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox),
+                                         program = kj::mv(program), stdoutFd = kj::mv(stdoutFd),
+                                         stderrFd = kj::mv(stderrFd), wantsStdout,
+                                         ends = kj::mv(ends), exit]() mutable {
+                return harvestAndReport(env, control, spec, taskId, kj::mv(sandbox), kj::mv(program),
+                                        kj::mv(stdoutFd), kj::mv(stderrFd), wantsStdout, kj::mv(ends),
+                                        exit);
               });
             });
       })

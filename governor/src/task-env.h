@@ -16,6 +16,8 @@
 
 namespace squall {
 
+class StreamHub;
+
 // Shared services, owned by main() and outliving every task.
 struct TaskEnv {
   UvBridge& bridge;
@@ -31,6 +33,8 @@ struct TaskEnv {
   // Where load / load_dir / store may read and write (--allow-path); none
   // by default.
   AllowedRoots allowedRoots;
+  // Live streams; without it, stream outputs and live inputs are refused.
+  kj::Maybe<StreamHub&> streams = nullptr;
 };
 
 // Set once a task is cancelled or timed out. Pool jobs, which cannot be

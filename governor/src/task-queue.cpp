@@ -1,9 +1,39 @@
 // The local task queue. Loop thread only.
 #include "task-queue.h"
 
+#include "stream-hub.h"
+
 #include <capnp/message.h>
 
 namespace squall {
+
+namespace {
+
+bool isLive(wire::Assignment::Reader assignment, uint i) {
+  auto locations = assignment.getInputs();
+  return i < locations.size() && locations[i].getLive();
+}
+
+// How readers' errors name a stream's producer.
+kj::String producerName(wire::TaskSpec::Reader task) {
+  if (task.getName().size() > 0) return kj::str(task.getName());
+  if (task.getConfig().isExecute()) {
+    auto args = task.getConfig().getExecute().getArgs();
+    if (args.size() > 0) {
+      kj::StringPtr program = args[0];
+      if (program.size() <= 40) return kj::str(program);
+      return kj::str(program.slice(0, 37), "...");
+    }
+  }
+  return kj::str();
+}
+
+}  // namespace
+
+void TaskQueue::ended(wire::Assignment::Reader assignment, TaskOutcome outcome) {
+  KJ_IF_MAYBE(hub, env.streams) { hub->taskEnded(assignment, outcome); }
+  report(kj::mv(outcome));
+}
 
 TaskQueue::TaskQueue(TaskEnv& env, DataFetcher& fetcher, uint32_t cpus, Reporter report)
     : env(env), fetcher(fetcher), cpus(cpus), free(cpus), report(kj::mv(report)), work(*this) {}
@@ -24,18 +54,31 @@ kj::Maybe<TaskQueue::Task&> TaskQueue::lookup(Id id, uint64_t serial) {
 void TaskQueue::assign(wire::Assignment::Reader assignment) {
   auto spec = assignment.getTask();
   Id id = Id::from(spec.getId());
-  if (shuttingDown) {
-    report(TaskOutcome::failure(id, kj::str("governor ", env.governorName, " is shutting down")));
-    return;
-  }
   if (tasks.find(id) != tasks.end()) {
     env.logger.warn("event=duplicate-assignment task={}", kj::str(id).cStr());
     return;
   }
+  // Its stream outputs, so that readers may attach at once (and learn of
+  // any failure from here on).
+  KJ_IF_MAYBE(hub, env.streams) {
+    auto kinds = assignment.getOutputKinds();
+    auto readers = assignment.getLiveReaders();
+    auto persist = assignment.getPersist();
+    auto outputs = spec.getOutputs();
+    for (uint i = 0; i < outputs.size() && i < kinds.size(); i++) {
+      if (kinds[i] != wire::ObjectKind::STREAM) continue;
+      hub->expect(Id::from(outputs[i]), id, producerName(spec), i < readers.size() ? readers[i] : 0,
+                  i < persist.size() && persist[i]);
+    }
+  }
+  if (shuttingDown) {
+    ended(assignment, TaskOutcome::failure(id, kj::str("governor ", env.governorName, " is shutting down")));
+    return;
+  }
   uint32_t needed = spec.getResources().getCpus();
   if (needed > cpus) {
-    report(TaskOutcome::failure(id, kj::str("task needs ", needed, " cpus but governor ",
-                                            env.governorName, " has only ", cpus)));
+    ended(assignment, TaskOutcome::failure(id, kj::str("task needs ", needed, " cpus but governor ",
+                                                       env.governorName, " has only ", cpus)));
     return;
   }
 
@@ -45,6 +88,7 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
   auto locations = assignment.getInputs();
   for (uint i = 0; i < inputs.size(); i++) {
     Id object = Id::from(inputs[i].getObject());
+    if (isLive(assignment, i)) continue;
     if (env.store.find(object) != nullptr) continue;
     KJ_IF_MAYBE(arriving, env.store.whenArrived(object)) {
       waits.add(kj::mv(*arriving));
@@ -55,8 +99,8 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
       waits.add(fetcher.fetch(object, location.getKind(), location.getSources()[0]));
       continue;
     }
-    report(TaskOutcome::failure(id, kj::str("input ", object, " is not held by governor ",
-                                            env.governorName, " and no source was given")));
+    ended(assignment, TaskOutcome::failure(id, kj::str("input ", object, " is not held by governor ",
+                                                       env.governorName, " and no source was given")));
     return;
   }
 
@@ -84,8 +128,10 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
 void TaskQueue::inputsReady(Id id, uint64_t serial) {
   KJ_IF_MAYBE(task, lookup(id, serial)) {
     // Every input must still be here (an object removed meanwhile is lost).
-    for (auto input : task->spec->getTask().getInputs()) {
-      Id object = Id::from(input.getObject());
+    auto inputs = task->spec->getTask().getInputs();
+    for (uint i = 0; i < inputs.size(); i++) {
+      if (isLive(*task->spec, i)) continue;
+      Id object = Id::from(inputs[i].getObject());
       if (env.store.find(object) == nullptr) {
         failWaiting(id, serial, kj::str("input ", object, " was removed from governor ",
                                         env.governorName, " before the task started"));
@@ -101,8 +147,9 @@ void TaskQueue::inputsReady(Id id, uint64_t serial) {
 void TaskQueue::failWaiting(Id id, uint64_t serial, kj::String error) {
   KJ_IF_MAYBE(task, lookup(id, serial)) {
     KJ_ASSERT(task->state != State::RUNNING);
+    auto spec = kj::mv(task->spec);
     tasks.erase(id);
-    report(TaskOutcome::failure(id, kj::mv(error)));
+    ended(*spec, TaskOutcome::failure(id, kj::mv(error)));
   }
 }
 
@@ -179,8 +226,9 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
     }
     free += task->cpus;
     running--;
+    auto spec = kj::mv(task->spec);
     tasks.erase(id);
-    report(kj::mv(outcome));
+    ended(*spec, kj::mv(outcome));
     if (running == 0) {
       KJ_IF_MAYBE(f, idleFulfiller) {
         (*f)->fulfill();
@@ -203,8 +251,9 @@ void TaskQueue::cancel(Id id) {
     // finish() reports it once the runner has stopped (child reaped).
     task.control.cancel();
   } else {
+    auto spec = kj::mv(task.spec);
     tasks.erase(it);
-    report(TaskOutcome::failure(id, kj::str("cancelled")));
+    ended(*spec, TaskOutcome::failure(id, kj::str("cancelled")));
   }
 }
 

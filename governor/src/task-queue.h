@@ -1,6 +1,9 @@
 // The governor's local queue: assigned tasks wait for their inputs (held,
-// arriving, or fetched from another governor), then for free cpus in FIFO
-// order, run, and report their outcome. Loop thread only.
+// arriving, or fetched from another governor; a live stream input does not
+// wait: it is read while its producer runs), then for free cpus in FIFO
+// order, run, and report their outcome. Stream outputs are announced to the
+// StreamHub at assignment, and every outcome is passed to it before it is
+// reported. Loop thread only.
 #pragma once
 
 #include "data-service.h"
@@ -75,6 +78,8 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   void pump();
   void start(Task& task);
   void finish(Id id, uint64_t serial, TaskOutcome outcome);
+  // Tells the stream hub (if any), then reports.
+  void ended(wire::Assignment::Reader assignment, TaskOutcome outcome);
   void taskFailed(kj::Exception&& exception) override;
 };
 

@@ -210,6 +210,10 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     out.setName(task.spec.getName());
     out.setState(STATES[static_cast<int>(task.state)]);
     out.setGovernor(task.governorName);
+    if (task.state == TaskNode::State::ASSIGNED) {
+      // Running (or queued) there now.
+      KJ_IF_MAYBE(governor, context.governors.find(task.governor)) { out.setGovernor(governor->name); }
+    }
     out.setStartTimeUs(task.startTimeUs);
     out.setDurationUs(task.durationUs);
     out.setExitStatus(task.exitStatus);

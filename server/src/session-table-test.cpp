@@ -97,24 +97,99 @@ TEST_F(SessionTableTest, FailedTaskFailsItsSessionCancelsRunningTasksAndWakesWai
   EXPECT_EQ(s.tasks.at(11).state, TaskNode::State::CANCELLED);
 }
 
-TEST_F(SessionTableTest, GovernorLossFailsOnlyTheSessionsThatNeededIt) {
+TEST_F(SessionTableTest, AGovernorsRunningTasksAreRequeuedWhenItIsLost) {
+  TestGraph h(1);
+  h.output(1).task({10, {}, {1}});
+  auto& s = submit(h);
+  table.effects().ready.clear();
+  table.assigned(s.tasks.at(10), 4);
+  table.governorLost(4, "gov-b", {Id{1, 10}});
+  EXPECT_EQ(s.state, Session::State::OPEN);
+  EXPECT_EQ(s.tasks.at(10).state, TaskNode::State::READY);
+  EXPECT_EQ(s.tasks.at(10).governor, 0u);
+  EXPECT_EQ(table.effects().ready, std::vector<Id>{(Id{1, 10})});
+}
+
+// 10 -> 1 -> 11 -> 2 -> 12 -> 3 (kept); 13 reads 2 too. Governor 3 made
+// 1 and 2 and is lost while 12 runs on governor 4 and 13 waits.
+TEST_F(SessionTableTest, ObjectsLostWithAGovernorAreMadeAgainOnlyAsFarAsNeeded) {
   TestGraph g(1);
-  g.output(1).output(2).task({10, {}, {1}}).task({11, {1}, {2}});
+  g.output(1).output(2).output(3, true).output(4).object({5, "", false, true});
+  g.task({10, {}, {1}}).task({11, {1}, {2}}).task({12, {2}, {3}}).task({13, {2, 5}, {4}});
+  g.task({14, {}, {5}});
+  auto& s = submit(g);
+  for (uint64_t n : {10, 11}) {
+    table.assigned(s.tasks.at(n), 3);
+    report({1, n}, true, 3, {n - 9});
+  }
+  EXPECT_EQ(s.objects.at(1).state, ObjectNode::State::REMOVED);  // 11 read it; not kept
+  table.assigned(s.tasks.at(12), 4);
+  table.assigned(s.tasks.at(14), 4);
+  report({1, 14}, true, 4, {5});  // 5 lives on governor 4: untouched
+  table.effects().ready.clear();
+  table.governorLost(3, "gov-a", {});
+  EXPECT_EQ(s.state, Session::State::OPEN);
+  // 2 is needed (12 and 13 read it): 11 runs again, and so does 10, whose
+  // output 1 was removed; 14's output survived, 14 does not run again.
+  EXPECT_EQ(s.tasks.at(10).state, TaskNode::State::READY);
+  EXPECT_EQ(s.tasks.at(11).state, TaskNode::State::WAITING);
+  EXPECT_EQ(s.tasks.at(13).state, TaskNode::State::WAITING);
+  EXPECT_EQ(s.tasks.at(14).state, TaskNode::State::FINISHED);
+  EXPECT_EQ(s.tasks.at(12).state, TaskNode::State::ASSIGNED);  // fails or finishes, see below
+  EXPECT_EQ(table.effects().ready, std::vector<Id>{(Id{1, 10})});
+  EXPECT_EQ(s.unfinishedTasks, 4u);  // 10, 11 again; 12 and 13
+  // 12's fetch from the dead governor fails: not its failure, it waits.
+  report({1, 12}, false, 4, {}, "fetch of object 1/2 from gov-a failed");
+  EXPECT_EQ(s.state, Session::State::OPEN);
+  EXPECT_EQ(s.tasks.at(12).state, TaskNode::State::WAITING);
+  EXPECT_EQ(s.tasks.at(12).attempt, 1u);
+  // The chain is made again and everything finishes.
+  table.assigned(s.tasks.at(10), 4);
+  report({1, 10}, true, 4, {1});
+  EXPECT_EQ(s.tasks.at(11).state, TaskNode::State::READY);
+  table.assigned(s.tasks.at(11), 4);
+  report({1, 11}, true, 4, {2});
+  EXPECT_EQ(s.tasks.at(12).state, TaskNode::State::READY);
+  EXPECT_EQ(s.tasks.at(13).state, TaskNode::State::READY);
+  for (uint64_t n : {12, 13}) {
+    table.assigned(s.tasks.at(n), 4);
+    report({1, n}, true, 4, {n - 9});
+  }
+  EXPECT_EQ(s.unfinishedTasks, 0u);
+  EXPECT_EQ(s.objects.at(2).state, ObjectNode::State::REMOVED);
+  EXPECT_EQ(s.objects.at(3).state, ObjectNode::State::FINISHED);
+}
+
+TEST_F(SessionTableTest, AKeptObjectLostWithAGovernorIsMadeAgain) {
+  TestGraph g(1);
+  g.output(1, true).task({10, {}, {1}});
+  auto& s = submit(g);
+  table.assigned(s.tasks.at(10), 3);
+  report({1, 10}, true, 3, {1});
+  EXPECT_EQ(s.unfinishedTasks, 0u);
+  table.governorLost(3, "gov-a", {});
+  EXPECT_EQ(s.tasks.at(10).state, TaskNode::State::READY);
+  EXPECT_EQ(s.objects.at(1).state, ObjectNode::State::UNFINISHED);
+  EXPECT_EQ(s.unfinishedTasks, 1u);
+}
+
+TEST_F(SessionTableTest, LosingALiveStreamFailsItsSessionOnly) {
+  TestGraph g(1);
+  g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2);
+  g.task({10, {}, {1}, {"yes"}}).task({11, {1}, {2}, {"head"}});
   auto& hit = submit(g);
   TestGraph h(2);
   h.output(1).task({10, {}, {1}});
   auto& spared = submit(h);
   table.assigned(hit.tasks.at(10), 3);
-  report({1, 10}, true, 3, {1});  // object 1 lives only on governor 3
+  table.assigned(hit.tasks.at(11), 4);
   table.assigned(spared.tasks.at(10), 4);
-  table.governorLost(3, "gov-a", {});
+  table.governorLost(3, "gov-a", {Id{1, 10}});
   EXPECT_EQ(hit.state, Session::State::FAILED);
-  EXPECT_NE(hit.failureMessage.find("lost with governor gov-a"), std::string::npos);
+  EXPECT_NE(hit.failureMessage.find("gov-a disconnected while running task 10"), std::string::npos)
+      << hit.failureMessage;
+  EXPECT_NE(hit.failureMessage.find("live stream"), std::string::npos);
   EXPECT_EQ(spared.state, Session::State::OPEN);
-  table.governorLost(4, "gov-b", {Id{2, 10}});
-  EXPECT_EQ(spared.state, Session::State::FAILED);
-  EXPECT_NE(spared.failureMessage.find("gov-b disconnected while running task 10"),
-            std::string::npos);
 }
 
 TEST_F(SessionTableTest, WaitSomeCompletesOnFirstAndCloseWakesEveryone) {

@@ -92,6 +92,14 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
     finishTask(session, task, result, from);
     return;
   }
+  if (task.unfinishedInputs > 0) {
+    // An input was lost with its governor while this task was reading it,
+    // and is being made again: not the task's failure.
+    logger.info("event=task-requeued session={} task={} reason=input-lost error=\"{}\"",
+                id.session, id.n, result.getError().cStr());
+    session.setTaskState(task, TaskNode::State::WAITING);
+    return;
+  }
   auto policy = task.spec.getPolicy();
   logger.info("event=task-failed session={} task={} attempt={} error=\"{}\"", id.session, id.n,
               task.attempt, result.getError().cStr());
@@ -187,6 +195,7 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
       }
     }
     for (auto* consumer : object.consumers) {
+      if (consumer->done()) continue;  // (an object made again after a loss)
       if (--consumer->unfinishedInputs == 0 && consumer->state == TaskNode::State::WAITING &&
           session.state == Session::State::OPEN) {
         session.setTaskState(*consumer, TaskNode::State::READY);
@@ -261,33 +270,112 @@ void SessionTable::fail(Session& session, std::string message, const TaskNode* t
 
 void SessionTable::governorLost(GovernorId governor, kj::StringPtr name,
                                 const std::vector<Id>& assigned) {
+  std::vector<std::pair<Session*, TaskNode*>> touched;
   for (auto id : assigned) {
     KJ_IF_MAYBE(session, find(id.session)) {
       auto it = session->tasks.find(id.n);
-      if (it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
-          it->second.governor == governor) {
-        it->second.governor = 0;
-        fail(*session, kj::str("governor ", name, " disconnected while running task ", id.n,
-                               it->second.spec.getName().size()
-                                   ? kj::str(" (", it->second.spec.getName(), ")")
-                                   : kj::str())
-                           .cStr());
+      if (it == session->tasks.end() || it->second.state != TaskNode::State::ASSIGNED ||
+          it->second.governor != governor) {
+        continue;
       }
+      auto& task = it->second;
+      task.governor = 0;
+      if (task.group != nullptr) {
+        fail(*session, kj::str("governor ", name, " disconnected while running task ", id.n,
+                               task.spec.getName().size() ? kj::str(" (", task.spec.getName(), ")")
+                                                          : kj::str(),
+                               ", which reads or writes a live stream; a stream cannot be resumed")
+                           .cStr());
+        continue;
+      }
+      logger.info("event=task-requeued session={} task={} reason=governor-lost governor={}",
+                  id.session, id.n, name.cStr());
+      session->setTaskState(task, TaskNode::State::WAITING);
+      touched.emplace_back(session, &task);
     }
   }
   for (auto& [sid, session] : sessions) {
+    std::vector<TaskNode*> changed;
     for (auto& [n, object] : session.objects) {
       auto it = std::find(object.locations.begin(), object.locations.end(), governor);
       if (it == object.locations.end()) continue;
       object.locations.erase(it);
       if (object.locations.empty() && !object.constant &&
           object.state == ObjectNode::State::FINISHED &&
-          (object.keep || object.unfinishedConsumers > 0)) {
-        fail(session, kj::str("object ", n, " was lost with governor ", name,
-                              " (recomputation comes with the durable log)")
-                          .cStr());
+          (object.keep || object.unfinishedConsumers > 0) && session.state == Session::State::OPEN) {
+        if (!remake(session, object, name, changed)) break;
       }
     }
+    for (auto* task : changed) touched.emplace_back(&session, task);
+  }
+  for (auto& [session, task] : touched) {
+    if (session->state == Session::State::OPEN && !task->done()) requeue(*session, *task);
+  }
+}
+
+bool SessionTable::remake(Session& session, ObjectNode& lost, kj::StringPtr governor,
+                          std::vector<TaskNode*>& touched) {
+  std::vector<ObjectNode*> stack = {&lost};
+  while (!stack.empty()) {
+    auto* object = stack.back();
+    stack.pop_back();
+    if (object->state == ObjectNode::State::UNFINISHED) continue;  // already on its way
+    auto* producer = object->producer;
+    if (object->kind == wire::ObjectKind::STREAM || producer == nullptr || producer->group != nullptr) {
+      fail(session, kj::str("object ", object->id.n, " was lost with governor ", governor,
+                            " and cannot be made again: its task ",
+                            producer ? producer->id.n : 0, " reads or writes a live stream")
+                        .cStr());
+      return false;
+    }
+    logger.info("event=object-remade session={} object={} task={} governor={}", session.id,
+                object->id.n, producer->id.n, governor.cStr());
+    // The producer runs again: every output of it is made anew, and its
+    // inputs are needed again.
+    if (producer->done()) {
+      session.setTaskState(*producer, TaskNode::State::WAITING);
+      session.unfinishedTasks++;
+      touched.push_back(producer);
+      for (auto* input : producer->inputs) {
+        input->unfinishedConsumers++;
+        bool gone = input->state == ObjectNode::State::REMOVED ||
+                    (input->state == ObjectNode::State::FINISHED && input->locations.empty() &&
+                     !input->constant);
+        if (gone) stack.push_back(input);
+      }
+    }
+    for (auto* output : producer->outputs) {
+      if (output->state != ObjectNode::State::FINISHED && output->state != ObjectNode::State::REMOVED) {
+        continue;
+      }
+      output->state = ObjectNode::State::UNFINISHED;
+      for (auto g : output->locations) pending.remove.emplace_back(g, output->id);
+      output->locations.clear();
+      for (auto* consumer : output->consumers) {
+        if (!consumer->done()) touched.push_back(consumer);
+      }
+    }
+  }
+  return true;
+}
+
+void SessionTable::requeue(Session& session, TaskNode& task) {
+  task.unfinishedInputs = 0;
+  for (size_t i = 0; i < task.inputs.size(); i++) {
+    if (!task.liveInputs[i] && task.inputs[i]->state != ObjectNode::State::FINISHED) {
+      task.unfinishedInputs++;
+    }
+  }
+  if (task.state == TaskNode::State::ASSIGNED) {
+    // Still running elsewhere: it finishes, or fails and comes back here.
+    return;
+  }
+  bool ready = task.unfinishedInputs == 0;
+  if (ready && task.state != TaskNode::State::READY) {
+    session.setTaskState(task, TaskNode::State::READY);
+    pending.ready.push_back(task.id);
+  } else if (!ready && task.state != TaskNode::State::WAITING) {
+    session.setTaskState(task, TaskNode::State::WAITING);
   }
 }
 

@@ -41,8 +41,12 @@ class SessionTable {
   // longer assigned (cancelled, session closed) are dropped, and any outputs
   // they made are queued for removal.
   void taskResult(wire::TaskResult::Reader result, GovernorId from, kj::StringPtr fromName);
-  // `assigned`: the tasks it held. Sessions that lose a running task or the
-  // only copy of an object they still need fail with a message naming it.
+  // `assigned`: the tasks it held. Its running and queued tasks go back to
+  // be placed elsewhere; objects that lived only there and are still needed
+  // (kept, or read by an unfinished task) are made again from lineage:
+  // their producers run again, and so do the producers of those tasks'
+  // inputs that are gone too, and no further. Tasks joined by live streams
+  // cannot be resumed or remade: their session fails, naming them.
   void governorLost(GovernorId governor, kj::StringPtr name, const std::vector<Id>& assigned);
 
   // Fails the session: its unfinished tasks are cancelled.
@@ -75,6 +79,14 @@ class SessionTable {
   void abandon(Session& session, TaskNode& task);
   void taskDone(Session& session, TaskNode& task);
   void releaseInput(ObjectNode& object);
+  // Marks `lost` (and, as needed, the inputs of its producer, transitively)
+  // to be made again; collects the tasks whose readiness changed. Returns
+  // false when it cannot (a stream group): the session has been failed.
+  bool remake(Session& session, ObjectNode& lost, kj::StringPtr governor,
+              std::vector<TaskNode*>& touched);
+  // A task that is not done: READY (and queued) when every non-live input
+  // is finished, else WAITING.
+  void requeue(Session& session, TaskNode& task);
   void maybeRemove(ObjectNode& object);
   void removeNow(ObjectNode& object);
   void notify(std::vector<std::shared_ptr<Waiter>>& waiters);
