@@ -2,132 +2,11 @@
 // checks that need no server (bad files, --dry-run), then whole runs against
 // a real server with two governors. The examples in docs/pipelines.md are
 // extracted and run here, so the documentation cannot drift from the code.
-#include "pipeline.h"
-
-#include <gtest/gtest.h>
-#include <squall/client/client.h>
-#include <squall/tools/local-cluster.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <regex>
-#include <sstream>
-#include <sys/wait.h>
-#include <unistd.h>
+#include "pipeline-test-support.h"
 
 namespace squall {
+namespace pipeline_test {
 namespace {
-
-namespace fs = std::filesystem;
-
-const fs::path SOURCE_DIR = SQUALL_SOURCE_DIR;
-const fs::path FIXTURES = SOURCE_DIR / "tests" / "data" / "pipelines";
-// docs/pipelines.md writes governor paths under this root; tests replace it
-// by a temp dir their governors allow (--allow-path).
-const std::string DOC_GOVERNOR_ROOT = "/srv/squall";
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-void writeFile(const fs::path& path, const std::string& text) {
-  fs::create_directories(path.parent_path());
-  std::ofstream(path, std::ios::binary) << text;
-}
-
-std::string replaceAll(std::string text, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = text.find(from, pos)) != std::string::npos; pos += to.size()) {
-    text.replace(pos, from.size(), to);
-  }
-  return text;
-}
-
-struct DocExample {
-  std::string file;   // from its "# file: NAME" line
-  std::string text;   // the whole block
-  std::string error;  // from "# error: LINE:COL: message", if any
-};
-
-// The ```toml blocks of docs/pipelines.md.
-std::vector<DocExample> docExamples() {
-  auto doc = slurp(SOURCE_DIR / "docs" / "pipelines.md");
-  std::vector<DocExample> examples;
-  const std::string open = "```toml\n";
-  for (size_t pos = 0; (pos = doc.find(open, pos)) != std::string::npos;) {
-    pos += open.size();
-    auto end = doc.find("```\n", pos);
-    DocExample example;
-    example.text = doc.substr(pos, end - pos);
-    std::smatch match;
-    if (std::regex_search(example.text, match, std::regex("^# file: (\\S+)\n"))) example.file = match[1];
-    if (std::regex_search(example.text, match, std::regex("\n# error: ([^\n]+)\n"))) example.error = match[1];
-    examples.push_back(example);
-    pos = end;
-  }
-  return examples;
-}
-
-// A temp dir holding a copy of tests/data/pipelines; removed at the end.
-class Workspace {
- public:
-  Workspace() {
-    dir = fs::temp_directory_path() /
-          ("squall-pipeline-" + std::to_string(getpid()) + "-" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    fs::copy(FIXTURES, dir, fs::copy_options::recursive);
-  }
-  ~Workspace() { fs::remove_all(dir); }
-  fs::path dir;
-};
-
-struct RunResult {
-  int status;
-  std::string out;
-  std::string err;
-};
-
-// Runs `squall ARGS` in `dir` through /bin/sh, stdout/stderr captured.
-RunResult squall(const fs::path& dir, const std::string& server, const std::string& args) {
-  std::string command = "cd '" + dir.string() + "' && SQUALL_SERVER=" + server + " '" +
-                        findProgram("squall") + "' " + args + " >squall-out.txt 2>squall-err.txt";
-  int status = std::system(command.c_str());
-  RunResult result{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-                   slurp(dir / "squall-out.txt"), slurp(dir / "squall-err.txt")};
-  fs::remove(dir / "squall-out.txt");
-  fs::remove(dir / "squall-err.txt");
-  return result;
-}
-
-// /bin/sh -c `script` in `dir`; returns its exit status.
-int shell(const fs::path& dir, const std::string& script) {
-  std::string command = "cd '" + dir.string() + "' && /bin/sh -c '" + replaceAll(script, "'", "'\\''") + "'";
-  int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-}
-
-// ---- parser and planner ----
-
-PipelinePlan planText(const fs::path& dir, const std::string& text, const std::string& name = "p.toml") {
-  auto file = dir / name;
-  writeFile(file, text);
-  return planPipeline(parsePipelineFile(file.string()));
-}
-
-// The message planText() fails with, minus the directory.
-std::string planError(const fs::path& dir, const std::string& text) {
-  try {
-    planText(dir, text);
-  } catch (const PipelineError& e) {
-    return replaceAll(e.what(), (dir / "").string(), "");
-  }
-  return "(no error)";
-}
 
 TEST(PipelineParseTest, SubstitutesOnlyItsPlaceholders) {
   ArrayItem item{"data/a.txt", "a.txt", "a"};
@@ -259,59 +138,7 @@ TEST(PipelineCliTest, DryRunPrintsTheTasksAndRunsNothing) {
 }
 
 // ---- squall run against a cluster ----
-
-class PipelineRunTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    governorRoot = new fs::path(fs::temp_directory_path() / ("squall-pipeline-root-" + std::to_string(getpid())));
-    fs::create_directories(*governorRoot);
-    ClusterOptions options;
-    options.governors = 2;
-    options.cpus = 2;
-    options.governorArgs = {"--allow-path", governorRoot->string()};
-    cluster = new LocalCluster(options);
-    cluster->start();
-    // A session of someone else, which no run may disturb.
-    client = new Client(cluster->serverAddress());
-    bystander = new Session(client->newSession("bystander"));
-    auto data = bystander->blob("still here");
-    data.keep();
-    bystanderObject = data.id();
-    bystander->submit();
-  }
-  static void TearDownTestSuite() {
-    delete bystander;
-    delete client;
-    delete cluster;
-    fs::remove_all(*governorRoot);
-    delete governorRoot;
-  }
-  void TearDown() override {
-    EXPECT_TRUE(cluster->server().running());
-    EXPECT_TRUE(cluster->governor(0).running());
-    EXPECT_TRUE(cluster->governor(1).running());
-    EXPECT_EQ(bystander->object(bystanderObject).fetch(), "still here");
-  }
-
-  RunResult run(const fs::path& dir, const std::string& args) {
-    return squall(dir, cluster->serverAddress(), args);
-  }
-  // Writes a doc example into `dir`, governor paths moved to governorRoot.
-  static void writeExample(const fs::path& dir, const DocExample& example) {
-    writeFile(dir / example.file, replaceAll(example.text, DOC_GOVERNOR_ROOT, governorRoot->string()));
-  }
-
-  static LocalCluster* cluster;
-  static Client* client;
-  static Session* bystander;
-  static uint64_t bystanderObject;
-  static fs::path* governorRoot;
-};
-LocalCluster* PipelineRunTest::cluster = nullptr;
-Client* PipelineRunTest::client = nullptr;
-Session* PipelineRunTest::bystander = nullptr;
-uint64_t PipelineRunTest::bystanderObject = 0;
-fs::path* PipelineRunTest::governorRoot = nullptr;
+// ---- squall run against a cluster ----
 
 TEST_F(PipelineRunTest, DocumentedExamplesRun) {
   Workspace ws;
@@ -325,7 +152,7 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
     EXPECT_EQ(result.status, 0) << example.file << "\n" << result.out << result.err;
     EXPECT_NE(result.out.find("done "), std::string::npos) << result.out;
   }
-  EXPECT_EQ(ran, 6u);
+  EXPECT_EQ(ran, 7u);
   auto out = ws.dir / "out";
   EXPECT_EQ(slurp(out / "hello.txt"), "hello, squall\n");
   EXPECT_EQ(slurp(out / "count.txt"), "4\n");
@@ -345,9 +172,7 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
 // dir, slice, store; the result must be what plain shell tools make.
 TEST_F(PipelineRunTest, WordFrequencyMatchesPlainShellByteForByte) {
   Workspace ws;
-  for (auto& example : docExamples()) {
-    if (example.file == "wordfreq.toml") writeExample(ws.dir, example);
-  }
+  writeExample(ws.dir, "wordfreq.toml");
   auto result = run(ws.dir, "run wordfreq.toml");
   ASSERT_EQ(result.status, 0) << result.out << result.err;
   EXPECT_NE(result.out.find("[13/13] finished"), std::string::npos) << result.out;
@@ -523,4 +348,5 @@ TEST_F(PipelineRunTest, ServerProblemsAreClearErrors) {
 }
 
 }  // namespace
+}  // namespace pipeline_test
 }  // namespace squall

@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <csignal>
+#include <cstdio>
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
@@ -49,14 +50,28 @@ int main(int argc, char** argv) {
   sub->add_option("command", submit.command, "PROGRAM ARGS... (after --)")->required();
 
   squall::RunOptions run;
-  auto* runCommand = app.add_subcommand("run", "run a pipeline file (see docs/pipelines.md)");
+  auto* runCommand = app.add_subcommand(
+      "run", "run a pipeline file, or with -c a shell pipe, one task per stage (see docs/pipelines.md)");
   runCommand->add_option("--server", run.server, "server host:port (default $SQUALL_SERVER or 127.0.0.1:7210)");
   runCommand->add_option("--token", run.token, "shared secret (default $SQUALL_TOKEN)");
   runCommand->add_option("--name", run.name, "session name (default: the pipeline's name)");
   runCommand->add_flag("--dry-run,-n", run.dryRun, "print the tasks it would run, run nothing");
   runCommand->add_flag("--keep-going,-k", run.keepGoing,
                        "after a failure, run everything that does not depend on it");
-  runCommand->add_option("pipeline", run.file, "PIPELINE.toml")->required();
+  auto* pipelineFile = runCommand->add_option("pipeline", run.file, "PIPELINE.toml");
+  auto* commandLine = runCommand->add_option(
+      "-c,--command", run.command, "LINE: a shell pipe ('a | b | c'); each stage runs as a task, its stdout "
+      "streamed to the next; the output is printed");
+  auto* stdinFile = runCommand->add_option(
+      "--stdin", run.stdinFile, "-c: local file (48 MiB at most; - = this stdin) fed to stage 1");
+  auto* outputFile = runCommand->add_option("-o,--output", run.outputFile, "-c: write the output here");
+  auto* stageCpus = runCommand->add_option("--cpus", run.cpus, "-c: cpus each stage needs")
+                        ->capture_default_str()->check(CLI::Range(1, 4096));
+  pipelineFile->excludes(commandLine);
+  commandLine->excludes(pipelineFile);
+  stdinFile->needs(commandLine);
+  outputFile->needs(commandLine);
+  stageCpus->needs(commandLine);
 
   // status / wait / fetch / cancel / logs share their connection flags.
   squall::SessionCommandOptions sessionOptions;
@@ -78,7 +93,22 @@ int main(int argc, char** argv) {
   logs->add_option("task", sessionOptions.task, "TASK: an id or a name")->required();
 
   CLI11_PARSE(app, argc, argv);
-  if (*runCommand) return squall::runPipeline(run);
+  if (*runCommand) {
+    if (*commandLine) {
+      if (run.keepGoing) {
+        fprintf(stderr, "squall run: --keep-going is for pipeline files; with -c a failing stage stops the "
+                        "stages after it anyway\n");
+        return 2;
+      }
+      return squall::runCommandLine(run);
+    }
+    if (run.file.empty()) {
+      fprintf(stderr, "squall run: give a pipeline file (squall run PIPELINE.toml) or a command line "
+                      "(squall run -c 'a | b')\n");
+      return 2;
+    }
+    return squall::runPipeline(run);
+  }
   if (*status) return squall::runStatus(sessionOptions);
   if (*waitCommand) return squall::runWait(sessionOptions);
   if (*fetch) return squall::runFetch(sessionOptions);

@@ -33,15 +33,27 @@ struct RunOptions {
   std::string server;
   std::string token;
   std::string file;
-  std::string name;  // session name; empty = the pipeline's
+  std::string name;  // session name; empty = the pipeline's ("command" for -c)
   bool dryRun = false;
   bool keepGoing = false;
+  // -c LINE: a shell pipe run as one streamed task per stage.
+  std::string command;
+  std::string stdinFile;   // -c: stage 1's stdin ("-" = squall's); empty = /dev/null
+  std::string outputFile;  // -c: the output goes here; empty = squall's stdout
+  uint32_t cpus = 1;       // -c: each stage's
 };
 
 // `squall run`: runs a pipeline file (docs/pipelines.md). Exit status 0 if
 // every task not allowed to fail finished, 1 if not (or the server could not
 // be used), 2 for a bad pipeline file.
 int runPipeline(const RunOptions& options);
+
+// `squall run -c LINE`: the output of the pipe on stdout (or in
+// outputFile), each stage's stderr on stderr. Exit status 0 if every stage
+// succeeded; else the exit status of the first (leftmost) stage that failed
+// (1 if it did not exit by itself, or the server could not be used); 2 for
+// a line it cannot run (nothing was submitted).
+int runCommandLine(const RunOptions& options);
 
 // The session commands: SESSION is an id or a name (the newest open session
 // with that name).

@@ -35,13 +35,14 @@ Task PipelineBuilder::makeTask(const PlannedTask& planned, const BuiltPipeline& 
       }
       for (auto& out : planned.outputs) {
         if (out.path.empty()) {
-          program.stdoutOutput();
+          program.stdoutOutput(out.kind);
         } else {
           program.output(out.path, out.kind);
         }
       }
       for (auto& [name, value] : planned.env) program.env(name, value);
       program.cpus(planned.cpus).name(planned.name);
+      if (planned.brokenPipeIsError) program.brokenPipeIsError();
       return session.execute(program);
     }
     case PlannedTask::Kind::MAKE_DIR: {

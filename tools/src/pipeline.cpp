@@ -134,6 +134,7 @@ class PipelineParser {
     if (pipeline.steps.empty()) fail({}, "no steps: add at least one [step.NAME] table");
     checkReferences(pipeline);
     checkCycles(pipeline);
+    checkStreams(pipeline);
     return pipeline;
   }
 
@@ -321,7 +322,11 @@ class PipelineParser {
       } else if (key == "inputs") {
         parseInputs(step, table(*value, where), where, true);
       } else if (key == "stdin") {
-        step.stdinFrom = parseRef(*value, where);
+        if (value->is_table()) {
+          step.stdinFrom = parseEdge(*value->as_table(), posOf(value->source()), where, "stdin", nullptr, true);
+        } else {
+          step.stdinFrom = parseRef(*value, where);
+        }
       } else if (key == "outputs") {
         for (auto&& [out, pathNode] : sortedByPosition(table(*value, where))) {
           auto outPos = keyPos.at(out);
@@ -409,26 +414,69 @@ class PipelineParser {
         fail(input.pos, "'" + path + "' must be a relative path inside the task's sandbox");
       }
       if (value->is_table()) {
-        auto& options = *value->as_table();
-        bool hasFrom = false;
-        for (auto&& [option, optionNode] : sortedByPosition(options)) {
-          if (option == "from") {
-            input.from = parseRef(*optionNode, where + "." + path + ".from");
-            hasFrom = true;
-          } else if (option == "arg" && execute) {
-            input.arg = boolean(*optionNode, where + "." + path + ".arg");
-          } else {
-            fail(keyPos.at(option), "unknown key '" + option + "' in input '" + path + "'" +
-                                        (execute ? suggestion(option, {"from", "arg"}) + " (it takes from and arg)"
-                                                 : std::string(" (a make_dir entry is \"PATH\" = SOURCE)")));
-          }
-        }
-        if (!hasFrom) fail(posOf(value->source()), "input '" + path + "' has no 'from'");
+        input.from = parseEdge(*value->as_table(), posOf(value->source()), where + "." + path,
+                               (execute ? "input '" : "make_dir entry '") + path + "'",
+                               execute ? &input.arg : nullptr, execute);
       } else {
         input.from = parseRef(*value, where + "." + path);
       }
       step.inputs.push_back(std::move(input));
     }
+  }
+
+  // A source written as a table: { from = SOURCE, arg = ..., stream = ...,
+  // broken_pipe = ... }. `arg` is null where the edge takes no `arg`;
+  // `execute` says whether the reader is a program (only those read
+  // streams live).
+  SourceRef parseEdge(const toml::table& options, SourcePos tablePos, const std::string& where,
+                      const std::string& what, bool* arg, bool execute) {
+    std::optional<SourceRef> from;
+    bool stream = false;
+    SourcePos streamPos;
+    std::optional<std::string> brokenPipe;
+    SourcePos brokenPipePos;
+    std::vector<std::string> allowed = {"from"};
+    if (arg != nullptr) allowed.push_back("arg");
+    if (execute) allowed.insert(allowed.end(), {"stream", "broken_pipe"});
+    for (auto&& [option, node] : sortedByPosition(options)) {
+      auto optionPos = keyPos.at(option);
+      if (option == "from") {
+        from = parseRef(*node, where + ".from");
+      } else if (option == "arg" && arg != nullptr) {
+        *arg = boolean(*node, where + ".arg");
+      } else if ((option == "stream" || option == "broken_pipe") && !execute) {
+        fail(optionPos, "a " + what + " cannot be read as a stream: make_dir is a built-in step, which "
+                        "reads its sources once they have ended (drop '" + option + "')");
+      } else if (option == "stream") {
+        stream = boolean(*node, where + ".stream");
+        streamPos = posOf(node->source());
+      } else if (option == "broken_pipe") {
+        brokenPipe = string(*node, where + ".broken_pipe");
+        brokenPipePos = posOf(node->source());
+        if (*brokenPipe != "ignore" && *brokenPipe != "error") {
+          fail(brokenPipePos, "'" + where + ".broken_pipe' must be \"ignore\" (the default: the producer "
+                              "carries on when this reader stops early) or \"error\" (it fails), not \"" +
+                              *brokenPipe + "\"");
+        }
+      } else if (!execute) {
+        fail(optionPos, "unknown key '" + option + "' in " + what + " (a make_dir entry is \"PATH\" = SOURCE "
+                        "or { from = SOURCE })");
+      } else {
+        fail(optionPos, "unknown key '" + option + "' in " + what + suggestion(option, allowed) +
+                            " (it takes " + join(allowed, ", ") + ")");
+      }
+    }
+    if (!from) fail(tablePos, what + " has no 'from'");
+    if (brokenPipe && !stream) {
+      fail(brokenPipePos, "broken_pipe is about a stream edge; add stream = true to read '" + from->text +
+                              "' while it is written");
+    }
+    from->stream = stream;
+    from->streamPos = streamPos;
+    from->brokenPipeSet = brokenPipe.has_value();
+    from->brokenPipeIsError = brokenPipe && *brokenPipe == "error";
+    from->brokenPipePos = brokenPipePos;
+    return *from;
   }
 
   void parseStore(Step& step, const toml::table& options, const std::string& where) {
@@ -640,6 +688,149 @@ class PipelineParser {
       if (color[step.name] == WHITE) visit(step);
     }
   }
+
+  static const char* actionName(Step::Kind kind) {
+    switch (kind) {
+      case Step::Kind::EXECUTE: return "program";
+      case Step::Kind::MAKE_DIR: return "make_dir";
+      case Step::Kind::SLICE: return "slice";
+      case Step::Kind::LOAD: return "load";
+      case Step::Kind::STORE: return "store";
+    }
+    return "?";
+  }
+
+  // Stream edges (stream = true): only a program step's stdout or file
+  // output can be streamed, and it then becomes a STREAM; a plain step
+  // cannot stream all items of an array step; the stream inputs of one step
+  // agree on broken_pipe (the client sets it per program).
+  void checkStreams(Pipeline& pipeline) const {
+    for (auto& step : pipeline.steps) {
+      const SourceRef* first = nullptr;
+      auto edge = [&](const SourceRef& ref) {
+        if (!ref.stream) return;
+        if (!ref.isStep) {
+          fail(ref.pos, "'" + ref.text + "' is a local file; stream = true reads another step's output "
+                        "while that step runs (drop it to upload the file)");
+        }
+        Step* producer = nullptr;
+        for (auto& s : pipeline.steps) {
+          if (s.name == ref.step) producer = &s;
+        }
+        if (producer->kind != Step::Kind::EXECUTE) {
+          fail(ref.pos, "'" + ref.text + "' is made by " + actionName(producer->kind) + " step '" +
+                            producer->name + "'; only a program step's stdout or file output can be a "
+                            "stream");
+        }
+        StepOutput* output = &producer->outputs[0];
+        for (auto& o : producer->outputs) {
+          if (o.name == ref.output) output = &o;
+        }
+        if (output->kind == ObjectKind::DIR) {
+          fail(ref.pos, "'" + ref.text + "' is a directory output; a stream carries bytes (stream "
+                        "stdout or a file output)");
+        }
+        if (producer->isArray && !step.isArray) {
+          fail(ref.pos, "'" + ref.text + "' is array step '" + producer->name + "': a plain step cannot "
+                        "read all its items as streams (drop stream = true to read them once they have "
+                        "ended; an array step streams from an array step item by item)");
+        }
+        if (first != nullptr && first->brokenPipeIsError != ref.brokenPipeIsError) {
+          fail(ref.brokenPipeSet ? ref.brokenPipePos : ref.streamPos,
+               "step '" + step.name + "' reads its streams with broken_pipe = \"error\" and with \"ignore\"; "
+               "one setting applies to all of a step's stream inputs");
+        }
+        if (first == nullptr) first = &ref;
+        output->kind = ObjectKind::STREAM;
+      };
+      for (auto& input : step.inputs) edge(input.from);
+      if (step.stdinFrom) edge(*step.stdinFrom);
+    }
+    checkStreamGroups(pipeline);
+  }
+
+  // Steps joined by stream edges start together (a group). A step of a
+  // group cannot wait for the end of another step of its group, and groups
+  // cannot wait for each other's ends in a circle: that would never start.
+  void checkStreamGroups(const Pipeline& pipeline) const {
+    std::map<std::string, std::string> parent;
+    std::function<std::string(const std::string&)> group = [&](const std::string& name) {
+      auto it = parent.find(name);
+      if (it == parent.end() || it->second == name) return name;
+      return it->second = group(it->second);
+    };
+    std::set<std::string> joined;
+    for (auto& step : pipeline.steps) {
+      auto unite = [&](const SourceRef& ref) {
+        if (!ref.stream) return;
+        joined.insert({ref.step, step.name});
+        parent[group(ref.step)] = group(step.name);
+      };
+      for (auto& input : step.inputs) unite(input.from);
+      if (step.stdinFrom) unite(*step.stdinFrom);
+    }
+    if (joined.empty()) return;
+    // A retried member would need its streams again from the start, and so
+    // would every other reader: the server refuses retries in a group.
+    for (auto& step : pipeline.steps) {
+      if (step.retries > 0 && joined.count(step.name)) {
+        fail(step.pos, "step '" + step.name + "' is joined to other steps by stream edges, so it cannot "
+                       "have retries (a retry would need every stream of the group again)");
+      }
+    }
+    // Waits between groups: consumer group -> the producer groups it waits for.
+    std::map<std::string, std::vector<std::pair<std::string, SourcePos>>> waits;
+    for (auto& step : pipeline.steps) {
+      auto wait = [&](const SourceRef& ref) {
+        if (ref.stream || !ref.isStep) return;
+        auto mine = group(step.name);
+        auto theirs = group(ref.step);
+        if (mine == theirs) {
+          fail(ref.pos, "step '" + step.name + "' runs at the same time as step '" + ref.step +
+                            "' (stream edges join them), so it cannot also wait for '" + ref.text +
+                            "' to end (read it with stream = true)");
+        }
+        waits[mine].emplace_back(theirs, ref.pos);
+      };
+      for (auto& input : step.inputs) wait(input.from);
+      if (step.stdinFrom) wait(*step.stdinFrom);
+      if (step.from) wait(*step.from);
+    }
+    auto members = [&](const std::string& g) {
+      std::vector<std::string> names;
+      for (auto& step : pipeline.steps) {
+        if (group(step.name) == g) names.push_back(step.name);
+      }
+      return join(names, "+");
+    };
+    enum Color { WHITE, GREY, BLACK };
+    std::map<std::string, Color> color;
+    std::vector<std::string> path;
+    std::function<void(const std::string&)> visit = [&](const std::string& g) {
+      color[g] = GREY;
+      path.push_back(g);
+      for (auto& [other, pos] : waits[g]) {
+        if (color[other] == GREY) {
+          std::vector<std::string> cycle;
+          for (auto it = std::find(path.begin(), path.end(), other); it != path.end(); ++it) {
+            cycle.push_back(members(*it));
+          }
+          cycle.push_back(members(other));
+          std::string chain = cycle[0];
+          for (size_t k = 1; k < cycle.size(); k++) {
+            chain += (k == 1 ? " waits for the end of " : ", which waits for the end of ") + cycle[k];
+          }
+          fail(pos, "steps joined by stream edges start together, so these would never start: " + chain);
+        }
+        if (color[other] == WHITE) visit(other);
+      }
+      path.pop_back();
+      color[g] = BLACK;
+    };
+    for (auto& step : pipeline.steps) {
+      if (color[group(step.name)] == WHITE) visit(group(step.name));
+    }
+  }
 };
 
 }  // namespace
@@ -734,6 +925,7 @@ class PipelinePlanner {
   PipelinePlan result;
   std::map<std::string, std::vector<size_t>> stepTasks;  // step -> its task per item
   std::map<std::tuple<size_t, size_t, std::string>, size_t> slices;
+  std::map<std::pair<size_t, size_t>, size_t> storedCopies;
   std::set<std::string> collectPaths;
 
   [[noreturn]] void fail(SourcePos pos, const std::string& message) const {
@@ -852,6 +1044,29 @@ class PipelinePlanner {
     return result.tasks.size() - 1;
   }
 
+  // A program reads every stream it is given live, so one that reads a
+  // stream without stream = true gets its bytes once it has ended: a concat
+  // of the stream alone (a built-in, which waits for the end) makes them a
+  // blob. One per stream, shared by its readers.
+  Resolved afterEnd(Resolved r) {
+    if (r.task == SIZE_MAX || kindOf(r) != ObjectKind::STREAM) return r;
+    auto key = std::make_pair(r.task, r.output);
+    auto it = storedCopies.find(key);
+    if (it == storedCopies.end()) {
+      auto& source = result.tasks[r.task];
+      PlannedTask copy;
+      copy.kind = PlannedTask::Kind::CONCAT;
+      copy.name = source.name + "." + source.outputs[r.output].name + ".stored";
+      copy.inputs.push_back({"", false, false, "", false, r.task, r.output});
+      copy.outputs.push_back({"out", "", ObjectKind::BLOB, ""});
+      result.tasks.push_back(std::move(copy));
+      it = storedCopies.emplace(key, result.tasks.size() - 1).first;
+    }
+    r.task = it->second;
+    r.output = 0;
+    return r;
+  }
+
   ObjectKind kindOf(const Resolved& r) const {
     if (r.task == SIZE_MAX) return r.localIsDir ? ObjectKind::DIR : ObjectKind::BLOB;
     return result.tasks[r.task].outputs[r.output].kind;
@@ -885,8 +1100,11 @@ class PipelinePlanner {
         if (!paths.insert(path).second) {
           fail(input.pos, "two inputs of '" + task.name + "' are placed at '" + path + "'");
         }
-        auto in = toInput(source, path);
+        bool program = step.kind == Step::Kind::EXECUTE;
+        auto in = toInput(program && !input.from.stream ? afterEnd(source) : source, path);
         in.arg = input.arg;
+        in.stream = input.from.stream;
+        if (input.from.stream) task.brokenPipeIsError = input.from.brokenPipeIsError;
         task.inputs.push_back(std::move(in));
       }
     }
@@ -902,7 +1120,9 @@ class PipelinePlanner {
     }
     PlannedInput in;
     if (sources.size() == 1 && sources[0].upstreamItem == nullptr) {
-      in = toInput(sources[0], "");
+      in = toInput(ref.stream ? sources[0] : afterEnd(sources[0]), "");
+      in.stream = ref.stream;
+      if (ref.stream) task.brokenPipeIsError = ref.brokenPipeIsError;
     } else {
       // All items of an array step, in order, on one stdin: concatenated
       // on a governor first.
@@ -1045,8 +1265,9 @@ PipelinePlan planPipeline(const Pipeline& pipeline) { return PipelinePlanner(pip
 
 std::string describePlan(const PipelinePlan& plan) {
   std::ostringstream out;
-  out << "pipeline " << plan.name << ": " << plan.steps << (plan.steps == 1 ? " step, " : " steps, ")
-      << plan.tasks.size() << (plan.tasks.size() == 1 ? " task\n" : " tasks\n");
+  out << (plan.fromCommandLine ? "command " : "pipeline ") << plan.name << ": " << plan.steps
+      << (plan.fromCommandLine ? " stage" : " step") << (plan.steps == 1 ? ", " : "s, ") << plan.tasks.size()
+      << (plan.tasks.size() == 1 ? " task\n" : " tasks\n");
   auto source = [&](const PlannedInput& in) {
     if (in.task == SIZE_MAX) return std::string(in.localIsDir ? "local dir " : "local file ") + in.localPath;
     auto& producer = plan.tasks[in.task];
@@ -1080,12 +1301,15 @@ std::string describePlan(const PipelinePlan& plan) {
       } else if (!in.path.empty()) {
         out << in.path;
       }
-      out << (in.isStdin || !in.path.empty() ? " <- " : "") << source(in) << "\n";
+      out << (in.isStdin || !in.path.empty() ? " <- " : "") << source(in);
+      if (in.stream) out << (task.brokenPipeIsError ? " (stream; stopping early fails it)" : " (stream)");
+      out << "\n";
     }
     for (auto& o : task.outputs) {
-      out << "  output  " << o.name << (o.kind == ObjectKind::DIR ? " (dir)" : "");
+      out << "  output  " << o.name
+          << (o.kind == ObjectKind::DIR ? " (dir)" : o.kind == ObjectKind::STREAM ? " (stream)" : "");
       if (task.kind == PlannedTask::Kind::EXECUTE) out << " <- " << (o.path.empty() ? "stdout" : o.path);
-      if (!o.collect.empty()) out << " => " << o.collect;
+      if (!o.collect.empty()) out << " => " << (o.collect == "-" ? "standard output" : o.collect);
       out << "\n";
     }
   }

@@ -45,6 +45,14 @@ struct SourceRef {
   std::string subPath;  // isStep: a path inside a dir output (sliced); '/' at the end = a dir
   std::string local;    // !isStep: a local path, relative to the pipeline file's dir
   SourcePos pos;
+  // An edge marked `stream = true` (stdin or an execute input): read live
+  // while the producer runs; the producing output then is a stream.
+  bool stream = false;
+  SourcePos streamPos;
+  // `broken_pipe = "error"`: this reader stopping early fails the producer.
+  bool brokenPipeIsError = false;
+  bool brokenPipeSet = false;
+  SourcePos brokenPipePos;
 };
 
 struct StepInput {
@@ -134,13 +142,16 @@ struct PlannedInput {
   bool localIsDir = false;
   size_t task = SIZE_MAX;  // index in PipelinePlan::tasks
   size_t output = 0;
+  bool stream = false;  // read live from a running producer (its output is a stream)
 };
 
 struct PlannedOutput {
   std::string name;
   std::string path;  // sandbox path; empty = stdout (execute only)
   ObjectKind kind = ObjectKind::BLOB;
-  std::string collect;  // local path to write it to when done; empty = not collected
+  // Local path to write it to when done; empty = not collected; "-" =
+  // squall's standard output (squall run -c).
+  std::string collect;
 };
 
 struct PlannedTask {
@@ -152,6 +163,8 @@ struct PlannedTask {
   bool shell = false;
   std::vector<std::pair<std::string, std::string>> env;
   uint32_t cpus = 1;
+  // Its stream inputs: stopping early fails the producer (broken_pipe = "error").
+  bool brokenPipeIsError = false;
   std::vector<PlannedInput> inputs;
   std::vector<PlannedOutput> outputs;
   std::string path;  // slice: path inside input 0; load/store: path on the governor
@@ -163,7 +176,8 @@ struct PlannedTask {
 
 struct PipelinePlan {
   std::string name;
-  size_t steps = 0;
+  size_t steps = 0;        // or stages, for a command line
+  bool fromCommandLine = false;  // squall run -c
   // Topologically ordered: every input's task comes before its consumer.
   std::vector<PlannedTask> tasks;
 };

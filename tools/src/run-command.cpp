@@ -1,16 +1,23 @@
 // `squall run PIPELINE.toml`: plan a pipeline file, submit it as one
 // session, follow it, write the collected outputs, and exit 0 only if every
 // task that was not allowed to fail finished.
+// `squall run -c LINE`: the same for a shell pipe, one streamed task per
+// stage, its output on stdout.
 #include "commands.h"
 #include "pipeline-builder.h"
+#include "pipeline-command.h"
 #include "pipeline-progress.h"
 #include "pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <squall/client/client.h>
 #include <unistd.h>
+
+extern char** environ;
 
 namespace squall {
 
@@ -43,6 +50,36 @@ std::string indent(const std::string& text, const char* prefix) {
   }
   if (!out.empty() && out.back() != '\n') out += '\n';
   return out;
+}
+
+// Shows nothing: `squall run -c` keeps stdout for the data and, unless
+// stderr is a terminal, stderr for the stages' messages.
+class SilentProgress final : public ProgressReporter {
+ public:
+  void start(const std::string&, size_t) override {}
+  void finished(const std::string&) override {}
+  void failed(const std::string&, const std::string&, bool) override {}
+  void end() override {}
+};
+
+// Stage 1's --stdin is uploaded as a constant, so it must fit one.
+constexpr uintmax_t MAX_STDIN_BYTES = 48u << 20;
+
+// The locale of this shell (LANG, LANGUAGE, LC_*), so that sort, grep and
+// friends on the governors behave as they do here.
+std::vector<std::pair<std::string, std::string>> localeEnvironment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** e = environ; *e != nullptr; e++) {
+    std::string entry = *e;
+    auto eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    auto name = entry.substr(0, eq);
+    if (name == "LANG" || name == "LANGUAGE" || name.rfind("LC_", 0) == 0) {
+      env.emplace_back(name, entry.substr(eq + 1));
+    }
+  }
+  std::sort(env.begin(), env.end());
+  return env;
 }
 
 }  // namespace
@@ -120,6 +157,108 @@ int runPipeline(const RunOptions& options) {
            status == 0 ? "done" : "FAILED", plan.name.c_str(), finished, failed, skipped,
            plan.tasks.size() - finished - failed - skipped, seconds);
     fflush(stdout);
+    session.close();
+    return status;
+  } catch (const Error& e) {
+    fprintf(stderr, "squall run: %s\n", e.what());
+    return 1;
+  }
+}
+
+int runCommandLine(const RunOptions& options) {
+  CommandOptions command;
+  command.name = options.name.empty() ? "command" : options.name;
+  command.cpus = options.cpus;
+  command.env = localeEnvironment();
+  std::vector<PipeStage> stages;
+  PipelinePlan plan;
+  try {
+    stages = splitShellPipe(options.command);
+    if (!options.stdinFile.empty() && options.stdinFile != "-") {
+      auto path = fs::absolute(options.stdinFile).lexically_normal();
+      std::error_code ec;
+      if (!fs::is_regular_file(path, ec)) {
+        throw PipelineError("--stdin: '" + options.stdinFile + "' is not a readable file");
+      }
+      if (fs::file_size(path, ec) > MAX_STDIN_BYTES) {
+        throw PipelineError("--stdin: '" + options.stdinFile + "' is larger than 48 MiB, the most squall "
+                            "uploads; put it where the governors can read it and name it by absolute "
+                            "path in the first stage (e.g. 'zcat /data/big.gz | ...')");
+      }
+      command.stdinFile = path.string();
+    } else {
+      command.stdinFile = options.stdinFile;
+    }
+    if (!options.outputFile.empty()) command.outputFile = fs::absolute(options.outputFile).lexically_normal();
+    plan = planCommand(stages, command);
+  } catch (const PipelineError& e) {
+    fprintf(stderr, "squall run: %s\n", e.what());
+    return 2;
+  }
+  for (auto& name : relativeLocalPaths(stages, fs::current_path().string())) {
+    fprintf(stderr, "squall run: warning: %s is a file here, but each stage runs in a sandbox on a "
+                    "governor, where relative paths are relative to the sandbox: name it by absolute "
+                    "path\n", name.c_str());
+  }
+  if (options.dryRun) {
+    fputs(describePlan(plan).c_str(), stdout);
+    return 0;
+  }
+
+  try {
+    Client client(options.server, options.token);
+    auto session = client.newSession(plan.name);
+    PipelineBuilder builder(session, false);
+    auto built = builder.build(plan);
+    session.submit();
+
+    std::vector<WatchedTask> watched;
+    std::vector<uint64_t> ids;
+    for (size_t i = 0; i < plan.tasks.size(); i++) {
+      watched.push_back({built.tasks[i], plan.tasks[i].name});
+      ids.push_back(built.tasks[i].id());
+    }
+    std::unique_ptr<ProgressReporter> reporter = std::make_unique<SilentProgress>();
+    if (isatty(STDERR_FILENO)) reporter = makeProgressReporter(stderr, true);
+    reporter->start(plan.name + " (session " + std::to_string(session.id()) + ")", watched.size());
+    auto result = watchTasks(session, watched, *reporter);
+    bool succeeded = !result.sessionFailure;
+    for (auto& outcome : result.outcomes) succeeded = succeeded && outcome.state == TaskOutcome::State::FINISHED;
+
+    auto infos = session.tasks(ids);
+    int status = 0;
+    if (succeeded) {
+      // What the stages said on stderr, as a shell would have shown it.
+      for (auto& info : infos) fputs(info.stderrTail.c_str(), stderr);
+      fflush(stderr);
+      auto& target = built.collect.at(0);
+      try {
+        if (target.path == "-") {
+          target.object.fetchTo(stdout);
+          fflush(stdout);
+        } else {
+          writeCollected(target);
+        }
+      } catch (const Error& e) {
+        fprintf(stderr, "squall run: cannot write the output%s: %s\n",
+                target.path == "-" ? "" : (" to " + target.path).c_str(), e.what());
+        status = 1;
+      }
+    } else {
+      // The failed stages, left to right: the first is the cause, the ones
+      // after it read from it.
+      status = 1;
+      bool first = true;
+      for (size_t i = 0; i < infos.size(); i++) {
+        auto& info = infos[i];
+        if (info.state != "failed") continue;
+        fprintf(stderr, "squall run: stage %zu (%s) failed: %s\n", i + 1, info.name.c_str(), info.error.c_str());
+        if (!info.stderrTail.empty()) fputs(indent(info.stderrTail, "  | ").c_str(), stderr);
+        if (first && info.exitStatus > 0 && info.exitStatus < 256) status = info.exitStatus;
+        first = false;
+      }
+      if (first && result.sessionFailure) fprintf(stderr, "squall run: %s\n", result.sessionFailure->what());
+    }
     session.close();
     return status;
   } catch (const Error& e) {
