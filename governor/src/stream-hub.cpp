@@ -184,8 +184,9 @@ class StreamHub::Stream {
   void detach(size_t slot, const kj::Exception& why);
   void readerGone(size_t slot, const kj::Exception& why);
   // The producer failed (or never ran): `reason` follows "producer task P
-  // (name) " in readers' errors.
-  void failProducer(kj::StringPtr reason);
+  // (name) " in readers' errors; `producerError`, when given, is what the
+  // producer's own task fails with (else `reason`).
+  void failProducer(kj::StringPtr reason, kj::Maybe<kj::String> producerError = nullptr);
 
  private:
   friend class ProducerHandle;
@@ -583,17 +584,22 @@ void StreamHub::Stream::producerExited(kj::Maybe<kj::String> reason) {
   }
 }
 
-void StreamHub::Stream::failProducer(kj::StringPtr reason) {
+void StreamHub::Stream::failProducer(kj::StringPtr reason, kj::Maybe<kj::String> producerError) {
   if (isSettled()) return;
   auto name = producerName.size() > 0 ? kj::str(" (", producerName, ")") : kj::str();
-  settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
-               kj::str(reason));
+  KJ_IF_MAYBE(e, producerError) {
+    settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
+                 kj::mv(*e));
+  } else {
+    settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
+                 kj::str(reason));
+  }
 }
 
 void StreamHub::Stream::trySettle() {
   if (phase != Phase::DRAINED || !producerDone) return;
   if (earlyCloseErrors.size() > 0) {
-    failProducer(kj::str("failed: ", earlyCloseErrors[0]));
+    failProducer(kj::str("failed: ", earlyCloseErrors[0]), kj::str(earlyCloseErrors[0]));
     return;
   }
   StreamOutput::Result r;
@@ -982,7 +988,10 @@ kj::Own<LiveInput> StreamHub::attach(Id stream, Id reader, bool earlyCloseIsErro
                   }
                   return kj::READY_NOW;
                 },
-                [stream, address = kj::str(*address)](kj::Exception&& e) -> kj::Promise<void> {
+                [&feedRef, stream, address = kj::str(*address)](kj::Exception&& e) -> kj::Promise<void> {
+                  // The program closed its input early (its pipe broke): what
+                  // the stream did next is no concern of this reader's.
+                  if (feedRef.gone && !feedRef.ended) return kj::READY_NOW;
                   if (e.getType() == kj::Exception::Type::DISCONNECTED) {
                     return failed(kj::str("input stream ", stream, " failed: lost the producer's governor ",
                                           address, " (", userMessage(e), ")"));
