@@ -91,6 +91,18 @@ class StreamHub::Sink {
   virtual void closed(const kj::Exception& why) { (void)why; }
   // A pipe the stream may splice into, and what its breaking means.
   virtual kj::Maybe<PipeEnd&> splicePipe() { return nullptr; }
+  // Room for up to `max` bytes inside the sink's own next write (a message
+  // being built), so that they are read from the producer straight into
+  // it; `commit(n)` sends the first n. nullptr when the sink cannot.
+  struct DirectWrite {
+    kj::ArrayPtr<kj::byte> space;
+    kj::Function<kj::Promise<void>(size_t)> commit;
+  };
+  virtual bool writesDirect() const { return false; }
+  virtual kj::Maybe<DirectWrite> directWrite(size_t max) {
+    (void)max;
+    return nullptr;
+  }
   virtual kj::Exception goneReason() const { return readerClosed(Id{}, false); }
 
   // Set while attached (Stream::attachSink / detach).
@@ -226,6 +238,7 @@ class StreamHub::Stream {
   void maybeStart();
   kj::Promise<void> pumpChunks();
   kj::Promise<void> pumpSplice(size_t index);
+  kj::Promise<void> pumpDirect(size_t index);
   void pumpFailed(kj::Exception&& e);
   kj::Own<ChunkBuffer> takeBuffer();
   void deliver(kj::Own<ChunkBuffer> chunk);
@@ -418,14 +431,23 @@ void StreamHub::Stream::maybeStart() {
     closeByReaders();
     return;
   }
+  // A single reader is fed without a buffer of ours: spliced into its
+  // pipe, or read straight into its next message.
   kj::Maybe<size_t> only;
   if (live == 1 && persistSink == nullptr) {
     for (size_t i = 0; i < slots.size(); i++) {
-      if (!slots[i]->closed && slots[i]->sink != nullptr && slots[i]->sink->splicePipe() != nullptr) only = i;
+      if (!slots[i]->closed && slots[i]->sink != nullptr) only = i;
     }
   }
   KJ_IF_MAYBE(i, only) {
-    pumping = pumpSplice(*i);
+    auto& sink = *slots[*i]->sink;
+    if (sink.splicePipe() != nullptr) {
+      pumping = pumpSplice(*i);
+    } else if (sink.writesDirect()) {
+      pumping = pumpDirect(*i);
+    } else {
+      pumping = pumpChunks();
+    }
   } else {
     pumping = pumpChunks();
   }
@@ -500,6 +522,32 @@ kj::Promise<void> StreamHub::Stream::pumpSplice(size_t index) {
         });
     }
   }
+}
+
+kj::Promise<void> StreamHub::Stream::pumpDirect(size_t index) {
+  if (phase != Phase::FLOWING) return kj::READY_NOW;
+  auto& slot = *slots[index];
+  if (slot.closed || slot.sink == nullptr) return kj::READY_NOW;  // closeByReaders() ran
+  auto direct = KJ_ASSERT_NONNULL(slot.sink->directWrite(CHUNK_SIZE));
+  auto space = direct.space;
+  return KJ_ASSERT_NONNULL(source)->read(space).then(
+      [this, index, direct = kj::mv(direct)](size_t n) mutable -> kj::Promise<void> {
+        if (phase != Phase::FLOWING) return kj::READY_NOW;
+        if (n == 0) {
+          return whenDelivered().then([this]() -> kj::Promise<void> {
+            return phase == Phase::FLOWING ? endOfInput() : kj::READY_NOW;
+          });
+        }
+        flowed += n;
+        // Sent once the one before is on its way; the next is read meanwhile.
+        return whenDelivered().then([this, index, n, direct = kj::mv(direct)]() mutable -> kj::Promise<void> {
+          if (phase != Phase::FLOWING) return kj::READY_NOW;
+          auto& slot = *slots[index];
+          if (slot.closed || slot.sink == nullptr) return kj::READY_NOW;
+          startOp(slot, direct.commit(n), false);
+          return pumpDirect(index);
+        });
+      });
 }
 
 void StreamHub::Stream::deliver(kj::Own<ChunkBuffer> chunk) {
@@ -761,6 +809,23 @@ class RemoteSink final : public StreamHub::Sink {
           KJ_IF_MAYBE(p, packed) { return send(*p, chunk->size); }
           return send(chunk->data(), 0);
         });
+  }
+  bool writesDirect() const override { return !compress; }
+  kj::Maybe<DirectWrite> directWrite(size_t max) override {
+    if (compress) return nullptr;
+    // The bytes land in the request's own chunk, which is then cut to what
+    // was read (it is the message's last object, so the message shrinks).
+    auto request = kj::heap(client.writeRequest(capnp::MessageSize{max / sizeof(capnp::word) + 16, 0}));
+    auto chunk = kj::heap(capnp::Orphanage::getForMessageContaining(
+                              wire::ByteSink::WriteParams::Builder(*request))
+                              .newOrphan<capnp::Data>(max));
+    auto space = chunk->get().asBytes();
+    return DirectWrite{space, [request = kj::mv(request), chunk = kj::mv(chunk)](size_t n) mutable {
+                         chunk->truncate(n);
+                         request->adoptChunk(kj::mv(*chunk));
+                         request->setRawSize(0);
+                         return request->send();
+                       }};
   }
   kj::Promise<void> finish() override { return client.doneRequest().send().ignoreResult(); }
   void settle(kj::Maybe<const kj::Exception&> failure, uint64_t size) override {

@@ -9,8 +9,11 @@
 #include "test-util.h"
 
 #include <dirent.h>
+#include <malloc.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <functional>
+#include <thread>
 #include <squall/proto/chunk-codec.h>
 #include <squall/proto/rpc.h>
 #include <unistd.h>
@@ -553,6 +556,84 @@ TEST_F(StreamTest, AReaderThatEndsBeforeAttachingDoesNotHoldUpItsProducer) {
   EXPECT_FALSE(resultOf(a, {1, 10}).ok);
   auto& p = resultOf(a, {1, 1});
   EXPECT_TRUE(p.ok) << p.error;
+}
+
+}  // namespace
+}  // namespace squall
+
+namespace squall {
+namespace {
+
+// Not a test: prints throughput. Run with
+//   squall-governor-test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
+// SQUALL_BENCH_PRODUCER / SQUALL_BENCH_CONSUMER replace the shell lines
+// (default `head -c 2147483648 /dev/zero` and `wc -c`). The second governor
+// runs its own loop on a thread of its own, as a separate process would.
+TEST_F(StreamTest, DISABLED_ThroughputAgainstAShellPipe) {
+  // As squall-governor's main() does.
+  mallopt(M_MMAP_THRESHOLD, 16 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+  auto fromEnv = [](const char* name, const char* otherwise) {
+    const char* value = getenv(name);
+    return std::string(value != nullptr ? value : otherwise);
+  };
+  auto producerLine = fromEnv("SQUALL_BENCH_PRODUCER", "head -c 2147483648 /dev/zero");
+  auto consumerLine = fromEnv("SQUALL_BENCH_CONSUMER", "wc -c");
+  auto seconds = [](uint64_t sinceUs) { return (monotonicUs() - sinceUs) / 1e6; };
+  auto t0 = monotonicUs();
+  ASSERT_EQ(system((producerLine + " | " + consumerLine + " > /dev/null").c_str()), 0);
+  double shell = seconds(t0);
+
+  auto& a = start("gov-a");
+  auto producer = [&](Id id) {
+    return ExecSpec{.id = id, .args = {producerLine}, .shell = true,
+                    .outputs = {{.object = {id.session, 2}, .stream = true, .liveReaders = 1}}};
+  };
+  auto reader = [&](Id id, std::vector<std::string> sources) {
+    return ExecSpec{.id = id, .args = {consumerLine}, .shell = true, .stdinInput = 0,
+                    .inputs = {{.object = {id.session, 2}, .sources = sources, .live = true}},
+                    .outputs = {{.object = {id.session, 11}}}};
+  };
+  t0 = monotonicUs();
+  assign(a, {producer({1, 1}), reader({1, 10}, {})});
+  ASSERT_TRUE(resultOf(a, {1, 10}).ok);
+  auto& p1 = resultOf(a, {1, 1});
+  ASSERT_TRUE(p1.ok);
+  double local = seconds(t0);
+  double mb = p1.outputs[0].second.first / 1e6;
+  auto localOutput = objectBytes(a, {1, 11});
+
+  // gov-b on its own thread and loop.
+  std::string remoteOutput, remoteError;
+  auto readerSpec = reader({2, 10}, {a.address.cStr()});
+  t0 = monotonicUs();
+  std::thread other([&]() {
+    StreamMembers own;
+    TestGovernor b(own.io, own.bridge, *own.logger, own.dir, "gov-b", CompressStreams::AUTO,
+                   60 * kj::SECONDS);
+    auto request = b.control.assignRequest();
+    fillExec(request.initTasks(1)[0], readerSpec);
+    waitWithTimeout(own.io, request.send());
+    waitWithTimeout(own.io, b.upstream->waitForAll({{2, 10}}), 600);
+    auto& r = b.upstream->results.at({2, 10});
+    remoteError = r.ok ? "" : r.error;
+    if (r.ok) remoteOutput = readWholeFile(KJ_ASSERT_NONNULL(b.store.data({2, 11})).get<kj::String>());
+    waitWithTimeout(own.io, b.queue->shutdown());
+  });
+  assign(a, {producer({2, 1})});
+  auto& p2 = resultOf(a, {2, 1});
+  other.join();
+  double remote = seconds(t0);
+  ASSERT_TRUE(p2.ok) << p2.error;
+  ASSERT_EQ(remoteError, "");
+  EXPECT_EQ(remoteOutput, localOutput);
+
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  printf("MB=%.0f shell_pipe=%.2fs (%.0f MB/s) one_governor=%.2fs (%.0f MB/s, %.0f%%) "
+         "two_governors=%.2fs (%.0f MB/s, %.0f%%) peak_rss=%ld MiB\n",
+         mb, shell, mb / shell, local, mb / local, 100 * shell / local, remote, mb / remote,
+         100 * shell / remote, usage.ru_maxrss / 1024);
 }
 
 }  // namespace
