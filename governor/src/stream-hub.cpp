@@ -99,6 +99,12 @@ class StreamHub::Sink {
     kj::Function<kj::Promise<void>(size_t)> commit;
   };
   virtual bool writesDirect() const { return false; }
+  // What this reader is told when no producer of the stream was expected
+  // here within the attach timeout.
+  virtual kj::Exception noProducer(Id stream, kj::StringPtr governor, double seconds) const {
+    return failed(kj::str("input stream ", stream, " failed: its producer did not appear on governor ",
+                          governor, " within ", seconds, " s"));
+  }
   virtual kj::Maybe<DirectWrite> directWrite(size_t max) {
     (void)max;
     return nullptr;
@@ -331,10 +337,16 @@ void StreamHub::Stream::startWaitingForProducer() {
   appearTimeout = hub.timer.afterDelay(timeout)
                       .then([this, timeout]() {
                         if (expected || isSettled()) return;
-                        settleFailed(failed(kj::str("input stream ", id,
-                                                    " failed: its producer did not appear on governor ",
-                                                    hub.governorName, " within ",
-                                                    timeout / kj::MILLISECONDS / 1000.0, " s")),
+                        double seconds = timeout / kj::MILLISECONDS / 1000.0;
+                        for (auto& slot : slots) {
+                          if (!slot->closed && slot->sink != nullptr) {
+                            slot->closed = true;
+                            slot->sink->settle(slot->sink->noProducer(id, hub.governorName, seconds), 0);
+                          }
+                        }
+                        settleFailed(failed(kj::str("input stream ", id, " failed: its producer did "
+                                                    "not appear on governor ", hub.governorName,
+                                                    " within ", seconds, " s")),
                                      kj::str("no producer"));
                       })
                       .eagerlyEvaluate(nullptr);
@@ -811,6 +823,11 @@ class RemoteSink final : public StreamHub::Sink {
         });
   }
   bool writesDirect() const override { return !compress; }
+  // The caller may as well have fetched an object that is not here.
+  kj::Exception noProducer(Id stream, kj::StringPtr governor, double seconds) const override {
+    return failed(kj::str("object ", stream, " is not held by governor ", governor, ", and no stream ",
+                          stream, " appeared there within ", seconds, " s"));
+  }
   kj::Maybe<DirectWrite> directWrite(size_t max) override {
     if (compress) return nullptr;
     // The bytes land in the request's own chunk, which is then cut to what

@@ -261,6 +261,46 @@ TEST_F(StreamTest, ReadersOnOtherGovernorsGetEveryByteWithAndWithoutLz4) {
   EXPECT_EQ(a.hub.activeCount(), 0u);
 }
 
+TEST_F(StreamTest, ASingleRemoteReaderGetsEveryByte) {
+  auto& a = start("gov-a");
+  auto& b = start("gov-b");
+  auto text = seqText(400000);
+  assign(b, {catReader(0, {a.address.cStr()})});
+  assign(a, {seqProducer(400000, 1)});
+  auto& r = resultOf(b, {1, 10});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(hashOf(objectBytes(b, {1, 11})), hashOf(text));
+  auto& p = resultOf(a, {1, 1});
+  ASSERT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(p.outputs[0].second.first, text.size());
+}
+
+TEST_F(StreamTest, LosingTheProducersGovernorFailsTheReader) {
+  auto& a = start("gov-a");
+  auto& b = start("gov-b");
+  ExecSpec yes{.id = {1, 1}, .args = {"yes"},
+               .outputs = {{.object = {1, 2}, .stream = true, .liveReaders = 1}}};
+  // The reader says when the first bytes arrived.
+  auto marker = dir.sub("flowing");
+  assign(b, {shellReader(0, kj::str("head -c 1 > /dev/null && touch ", marker, " && cat > /dev/null").cStr(),
+                         {a.address.cStr()})});
+  assign(a, {yes});
+  EXPECT_TRUE(eventually([&]() { return access(marker.cStr(), F_OK) == 0; }));
+  // gov-a's data connections go (as when its process dies).
+  a.listening = nullptr;
+  a.listener = nullptr;
+  auto& r = resultOf(b, {1, 10});
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error.rfind(std::string("input stream 1/2 failed: lost the producer's governor ") +
+                              a.address.cStr(), 0),
+            0u)
+      << r.error;
+  // For the producer the reader has gone: a broken pipe, not an error.
+  auto& p = resultOf(a, {1, 1});
+  EXPECT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(b.hub.activeCount(), 0u);
+}
+
 TEST_F(StreamTest, ChoosesCompressionByTheProducersAddress) {
   EXPECT_FALSE(shouldCompress(CompressStreams::AUTO, "127.0.0.1:7211"));
   EXPECT_FALSE(shouldCompress(CompressStreams::AUTO, "127.3.4.5:1"));
@@ -541,9 +581,11 @@ TEST_F(StreamTest, ReaderWhoseProducerNeverAppearsFailsClearly) {
   auto& b = start("gov-b");
   assign(a, {catReader(0)});
   assign(b, {catReader(1, {a.address.cStr()})});
-  std::string expected = "input stream 1/2 failed: its producer did not appear on governor gov-a within 0.3 s";
-  EXPECT_EQ(resultOf(a, {1, 10}).error, expected);
-  EXPECT_EQ(resultOf(b, {1, 12}).error, expected);
+  EXPECT_EQ(resultOf(a, {1, 10}).error,
+            "input stream 1/2 failed: its producer did not appear on governor gov-a within 0.3 s");
+  EXPECT_EQ(resultOf(b, {1, 12}).error,
+            "input stream 1/2 failed: object 1/2 is not held by governor gov-a, and no stream 1/2 "
+            "appeared there within 0.3 s");
 }
 
 TEST_F(StreamTest, AReaderThatEndsBeforeAttachingDoesNotHoldUpItsProducer) {
