@@ -18,6 +18,7 @@
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 #include <kj/debug.h>
+#include <malloc.h>
 #include <sched.h>
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
@@ -144,6 +145,13 @@ int run(const Flags& flags) {
   kj::UnixEventPort::captureSignal(SIGINT);
   kj::UnixEventPort::captureSignal(SIGTERM);
   signal(SIGPIPE, SIG_IGN);
+  // Streams move 1 MiB messages through capnp (built and read afresh for
+  // each chunk). glibc's adaptive thresholds hand such blocks back to the
+  // kernel and fault them in again each time; measured here, a stream
+  // between two governors went from ~300 to ~600 MB/s with the heap kept.
+  // Memory stays bounded: streams hold a few chunks at a time.
+  mallopt(M_MMAP_THRESHOLD, 16 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
   auto io = kj::setupAsyncIo();
   auto& timer = io.provider->getTimer();

@@ -10,6 +10,15 @@
 // link fails the task, and links inside a dir output stay links. stdout and
 // stderr are read back through the descriptors the governor opened, not by
 // name.
+//
+// Live streams (stream-hub.h): a stream output is the program's stdout (a
+// pipe) or a named pipe made in the sandbox before it starts; a live input
+// is its stdin (a pipe) or a named pipe. Both are attached to the hub before
+// the program starts. A failing live input kills the program at once; after
+// the exit, inputs that reached their end wait for their producer's verdict,
+// then the outputs are taken, the streams get this task's verdict (a death
+// by SIGPIPE, or a shell's 141, after every reader had gone counts as
+// success) and the outcome waits until they have ended for every reader.
 #include "dir-tree.h"
 #include "stream-hub.h"
 #include "task-env.h"
@@ -270,9 +279,8 @@ kj::Own<StreamEnds> openStreamEnds(StreamHub& hub, kj::StringPtr sandbox, Id tas
 }
 
 // What readers of the task's streams are told when it did not succeed.
-kj::String producerFailure(TaskControl& control, ProcessExit exit, kj::StringPtr program,
-                           kj::Maybe<kj::StringPtr> inputFailure, kj::Maybe<kj::StringPtr> harvestError) {
-  (void)program;
+kj::String producerFailure(TaskControl& control, ProcessExit exit, kj::Maybe<kj::StringPtr> inputFailure,
+                           kj::Maybe<kj::StringPtr> harvestError) {
   if (control.isCancelled()) return kj::str(control.hasTimedOut() ? "timed out" : "was cancelled");
   KJ_IF_MAYBE(f, inputFailure) { return kj::str("failed: ", *f); }
   if (exit.termSignal != 0) {
@@ -372,7 +380,7 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
       ends->producerExited(nullptr);
     } else {
       ends->producerExited(kj::StringPtr(producerFailure(
-          control, exitedOk ? ProcessExit{} : exit, program,
+          control, exitedOk ? ProcessExit{} : exit,
           ends->inputFailure.map([](const kj::String& s) -> kj::StringPtr { return s; }),
           h.error.map([](const kj::String& s) -> kj::StringPtr { return s; }))));
     }

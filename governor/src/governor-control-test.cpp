@@ -1,9 +1,10 @@
 // Drives GovernorControlImpl in-process, with a fake GovernorUpstream
-// collecting the results: execute with real programs, built-ins, fetching,
-// cancel and batching. Test thread only.
+// (test-tasks.h) collecting the results: execute with real programs,
+// built-ins, fetching, cancel and batching. Test thread only.
 #include "governor-control.h"
 
 #include "result-batcher.h"
+#include "test-tasks.h"
 #include "test-util.h"
 
 #include <fcntl.h>
@@ -15,134 +16,6 @@
 
 namespace squall {
 namespace {
-
-struct Result {
-  bool ok = false;
-  std::string error;
-  int32_t exitStatus = -1;
-  int32_t signal = 0;
-  std::vector<std::pair<Id, std::pair<uint64_t, uint64_t>>> outputs;  // id, size, hash
-  std::string stderrTail;
-  uint64_t startTimeUs = 0;
-};
-
-class FakeUpstream final : public wire::GovernorUpstream::Server {
- public:
-  std::map<Id, Result> results;
-  size_t updates = 0;
-
-  kj::Promise<void> update(UpdateContext context) override {
-    updates++;
-    for (auto r : context.getParams().getResults()) {
-      Result result;
-      result.ok = r.getOk();
-      result.error = r.getError();
-      result.exitStatus = r.getExitStatus();
-      result.signal = r.getSignal();
-      result.stderrTail = r.getStderrTail();
-      result.startTimeUs = r.getStartTimeUs();
-      for (auto o : r.getOutputs()) {
-        result.outputs.push_back({Id::from(o.getId()), {o.getSize(), o.getHash()}});
-      }
-      Id id = Id::from(r.getId());
-      EXPECT_TRUE(results.find(id) == results.end()) << "reported twice: " << kj::str(id).cStr();
-      results[id] = result;
-    }
-    check();
-    return kj::READY_NOW;
-  }
-
-  kj::Promise<void> waitFor(size_t count) {
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    waiting = count;
-    fulfiller = kj::mv(paf.fulfiller);
-    check();
-    return kj::mv(paf.promise);
-  }
-
- private:
-  size_t waiting = 0;
-  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> fulfiller;
-  void check() {
-    if (results.size() >= waiting) {
-      KJ_IF_MAYBE(f, fulfiller) {
-        (*f)->fulfill();
-        fulfiller = nullptr;
-      }
-    }
-  }
-};
-
-struct InputSpec {
-  Id object = {};
-  std::string path = {};
-  std::vector<std::string> sources = {};
-};
-
-struct OutputSpec {
-  Id object = {};
-  std::string path = {};  // empty: stdout
-};
-
-struct ExecSpec {
-  Id id = {};
-  std::vector<std::string> args = {};
-  bool shell = false;
-  int32_t stdinInput = -1;
-  std::vector<InputSpec> inputs = {};
-  std::vector<OutputSpec> outputs = {};
-  std::vector<std::pair<std::string, std::string>> env = {};
-  uint32_t cpus = 1;
-};
-
-void fillCommon(wire::Assignment::Builder a, Id id, const std::vector<InputSpec>& inputs,
-                const std::vector<Id>& outputs, uint32_t cpus) {
-  auto task = a.initTask();
-  id.to(task.initId());
-  task.initResources().setCpus(cpus);
-  auto in = task.initInputs(inputs.size());
-  auto locations = a.initInputs(inputs.size());
-  for (size_t i = 0; i < inputs.size(); i++) {
-    inputs[i].object.to(in[i].initObject());
-    in[i].setPath(inputs[i].path);
-    auto sources = locations[i].initSources(inputs[i].sources.size());
-    for (size_t j = 0; j < inputs[i].sources.size(); j++) sources.set(j, inputs[i].sources[j]);
-  }
-  auto out = task.initOutputs(outputs.size());
-  auto kinds = a.initOutputKinds(outputs.size());
-  for (size_t i = 0; i < outputs.size(); i++) {
-    outputs[i].to(out[i]);
-    kinds.set(i, wire::ObjectKind::BLOB);
-  }
-}
-
-void fillExec(wire::Assignment::Builder a, const ExecSpec& spec) {
-  std::vector<Id> outputs;
-  for (auto& o : spec.outputs) outputs.push_back(o.object);
-  fillCommon(a, spec.id, spec.inputs, outputs, spec.cpus);
-  auto config = a.getTask().getConfig().initExecute();
-  auto args = config.initArgs(spec.args.size());
-  for (size_t i = 0; i < spec.args.size(); i++) args.set(i, spec.args[i]);
-  config.setShell(spec.shell);
-  config.setStdinInput(spec.stdinInput);
-  auto mappings = config.initOutputs(spec.outputs.size());
-  for (size_t i = 0; i < spec.outputs.size(); i++) {
-    if (spec.outputs[i].path.empty()) {
-      mappings[i].setStdout();
-    } else {
-      mappings[i].setPath(spec.outputs[i].path);
-    }
-  }
-  auto env = config.initEnv(spec.env.size());
-  for (size_t i = 0; i < spec.env.size(); i++) {
-    env[i].setName(spec.env[i].first);
-    env[i].setValue(spec.env[i].second);
-  }
-}
-
-std::string bytesOf(kj::ArrayPtr<const kj::byte> bytes) {
-  return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-}
 
 struct ControlMembers {
   kj::AsyncIoContext io = kj::setupAsyncIo();

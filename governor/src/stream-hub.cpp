@@ -91,6 +91,24 @@ class StreamHub::Sink {
   virtual void closed(const kj::Exception& why) { (void)why; }
   // A pipe the stream may splice into, and what its breaking means.
   virtual kj::Maybe<PipeEnd&> splicePipe() { return nullptr; }
+  // Room for up to `max` bytes inside the sink's own next write (a message
+  // being built), so that they are read from the producer straight into
+  // it; `commit(n)` sends the first n. nullptr when the sink cannot.
+  struct DirectWrite {
+    kj::ArrayPtr<kj::byte> space;
+    kj::Function<kj::Promise<void>(size_t)> commit;
+  };
+  virtual bool writesDirect() const { return false; }
+  // What this reader is told when no producer of the stream was expected
+  // here within the attach timeout.
+  virtual kj::Exception noProducer(Id stream, kj::StringPtr governor, double seconds) const {
+    return failed(kj::str("input stream ", stream, " failed: its producer did not appear on governor ",
+                          governor, " within ", seconds, " s"));
+  }
+  virtual kj::Maybe<DirectWrite> directWrite(size_t max) {
+    (void)max;
+    return nullptr;
+  }
   virtual kj::Exception goneReason() const { return readerClosed(Id{}, false); }
 
   // Set while attached (Stream::attachSink / detach).
@@ -184,8 +202,9 @@ class StreamHub::Stream {
   void detach(size_t slot, const kj::Exception& why);
   void readerGone(size_t slot, const kj::Exception& why);
   // The producer failed (or never ran): `reason` follows "producer task P
-  // (name) " in readers' errors.
-  void failProducer(kj::StringPtr reason);
+  // (name) " in readers' errors; `producerError`, when given, is what the
+  // producer's own task fails with (else `reason`).
+  void failProducer(kj::StringPtr reason, kj::Maybe<kj::String> producerError = nullptr);
 
  private:
   friend class ProducerHandle;
@@ -225,6 +244,7 @@ class StreamHub::Stream {
   void maybeStart();
   kj::Promise<void> pumpChunks();
   kj::Promise<void> pumpSplice(size_t index);
+  kj::Promise<void> pumpDirect(size_t index);
   void pumpFailed(kj::Exception&& e);
   kj::Own<ChunkBuffer> takeBuffer();
   void deliver(kj::Own<ChunkBuffer> chunk);
@@ -317,10 +337,16 @@ void StreamHub::Stream::startWaitingForProducer() {
   appearTimeout = hub.timer.afterDelay(timeout)
                       .then([this, timeout]() {
                         if (expected || isSettled()) return;
-                        settleFailed(failed(kj::str("input stream ", id,
-                                                    " failed: its producer did not appear on governor ",
-                                                    hub.governorName, " within ",
-                                                    timeout / kj::MILLISECONDS / 1000.0, " s")),
+                        double seconds = timeout / kj::MILLISECONDS / 1000.0;
+                        for (auto& slot : slots) {
+                          if (!slot->closed && slot->sink != nullptr) {
+                            slot->closed = true;
+                            slot->sink->settle(slot->sink->noProducer(id, hub.governorName, seconds), 0);
+                          }
+                        }
+                        settleFailed(failed(kj::str("input stream ", id, " failed: its producer did "
+                                                    "not appear on governor ", hub.governorName,
+                                                    " within ", seconds, " s")),
                                      kj::str("no producer"));
                       })
                       .eagerlyEvaluate(nullptr);
@@ -417,14 +443,23 @@ void StreamHub::Stream::maybeStart() {
     closeByReaders();
     return;
   }
+  // A single reader is fed without a buffer of ours: spliced into its
+  // pipe, or read straight into its next message.
   kj::Maybe<size_t> only;
   if (live == 1 && persistSink == nullptr) {
     for (size_t i = 0; i < slots.size(); i++) {
-      if (!slots[i]->closed && slots[i]->sink != nullptr && slots[i]->sink->splicePipe() != nullptr) only = i;
+      if (!slots[i]->closed && slots[i]->sink != nullptr) only = i;
     }
   }
   KJ_IF_MAYBE(i, only) {
-    pumping = pumpSplice(*i);
+    auto& sink = *slots[*i]->sink;
+    if (sink.splicePipe() != nullptr) {
+      pumping = pumpSplice(*i);
+    } else if (sink.writesDirect()) {
+      pumping = pumpDirect(*i);
+    } else {
+      pumping = pumpChunks();
+    }
   } else {
     pumping = pumpChunks();
   }
@@ -499,6 +534,32 @@ kj::Promise<void> StreamHub::Stream::pumpSplice(size_t index) {
         });
     }
   }
+}
+
+kj::Promise<void> StreamHub::Stream::pumpDirect(size_t index) {
+  if (phase != Phase::FLOWING) return kj::READY_NOW;
+  auto& slot = *slots[index];
+  if (slot.closed || slot.sink == nullptr) return kj::READY_NOW;  // closeByReaders() ran
+  auto direct = KJ_ASSERT_NONNULL(slot.sink->directWrite(CHUNK_SIZE));
+  auto space = direct.space;
+  return KJ_ASSERT_NONNULL(source)->read(space).then(
+      [this, index, direct = kj::mv(direct)](size_t n) mutable -> kj::Promise<void> {
+        if (phase != Phase::FLOWING) return kj::READY_NOW;
+        if (n == 0) {
+          return whenDelivered().then([this]() -> kj::Promise<void> {
+            return phase == Phase::FLOWING ? endOfInput() : kj::READY_NOW;
+          });
+        }
+        flowed += n;
+        // Sent once the one before is on its way; the next is read meanwhile.
+        return whenDelivered().then([this, index, n, direct = kj::mv(direct)]() mutable -> kj::Promise<void> {
+          if (phase != Phase::FLOWING) return kj::READY_NOW;
+          auto& slot = *slots[index];
+          if (slot.closed || slot.sink == nullptr) return kj::READY_NOW;
+          startOp(slot, direct.commit(n), false);
+          return pumpDirect(index);
+        });
+      });
 }
 
 void StreamHub::Stream::deliver(kj::Own<ChunkBuffer> chunk) {
@@ -583,17 +644,22 @@ void StreamHub::Stream::producerExited(kj::Maybe<kj::String> reason) {
   }
 }
 
-void StreamHub::Stream::failProducer(kj::StringPtr reason) {
+void StreamHub::Stream::failProducer(kj::StringPtr reason, kj::Maybe<kj::String> producerError) {
   if (isSettled()) return;
   auto name = producerName.size() > 0 ? kj::str(" (", producerName, ")") : kj::str();
-  settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
-               kj::str(reason));
+  KJ_IF_MAYBE(e, producerError) {
+    settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
+                 kj::mv(*e));
+  } else {
+    settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
+                 kj::str(reason));
+  }
 }
 
 void StreamHub::Stream::trySettle() {
   if (phase != Phase::DRAINED || !producerDone) return;
   if (earlyCloseErrors.size() > 0) {
-    failProducer(kj::str("failed: ", earlyCloseErrors[0]));
+    failProducer(kj::str("failed: ", earlyCloseErrors[0]), kj::str(earlyCloseErrors[0]));
     return;
   }
   StreamOutput::Result r;
@@ -755,6 +821,28 @@ class RemoteSink final : public StreamHub::Sink {
           KJ_IF_MAYBE(p, packed) { return send(*p, chunk->size); }
           return send(chunk->data(), 0);
         });
+  }
+  bool writesDirect() const override { return !compress; }
+  // The caller may as well have fetched an object that is not here.
+  kj::Exception noProducer(Id stream, kj::StringPtr governor, double seconds) const override {
+    return failed(kj::str("object ", stream, " is not held by governor ", governor, ", and no stream ",
+                          stream, " appeared there within ", seconds, " s"));
+  }
+  kj::Maybe<DirectWrite> directWrite(size_t max) override {
+    if (compress) return nullptr;
+    // The bytes land in the request's own chunk, which is then cut to what
+    // was read (it is the message's last object, so the message shrinks).
+    auto request = kj::heap(client.writeRequest(capnp::MessageSize{max / sizeof(capnp::word) + 16, 0}));
+    auto chunk = kj::heap(capnp::Orphanage::getForMessageContaining(
+                              wire::ByteSink::WriteParams::Builder(*request))
+                              .newOrphan<capnp::Data>(max));
+    auto space = chunk->get().asBytes();
+    return DirectWrite{space, [request = kj::mv(request), chunk = kj::mv(chunk)](size_t n) mutable {
+                         chunk->truncate(n);
+                         request->adoptChunk(kj::mv(*chunk));
+                         request->setRawSize(0);
+                         return request->send();
+                       }};
   }
   kj::Promise<void> finish() override { return client.doneRequest().send().ignoreResult(); }
   void settle(kj::Maybe<const kj::Exception&> failure, uint64_t size) override {
@@ -982,7 +1070,10 @@ kj::Own<LiveInput> StreamHub::attach(Id stream, Id reader, bool earlyCloseIsErro
                   }
                   return kj::READY_NOW;
                 },
-                [stream, address = kj::str(*address)](kj::Exception&& e) -> kj::Promise<void> {
+                [&feedRef, stream, address = kj::str(*address)](kj::Exception&& e) -> kj::Promise<void> {
+                  // The program closed its input early (its pipe broke): what
+                  // the stream did next is no concern of this reader's.
+                  if (feedRef.gone && !feedRef.ended) return kj::READY_NOW;
                   if (e.getType() == kj::Exception::Type::DISCONNECTED) {
                     return failed(kj::str("input stream ", stream, " failed: lost the producer's governor ",
                                           address, " (", userMessage(e), ")"));

@@ -21,22 +21,46 @@
 // pipe is closed (it gets SIGPIPE/EPIPE, which counts as success unless the
 // reader's edge says earlyCloseIsError).
 //
-// Flow design (measured on this 2-core VM, 2 GiB through one relay
-// process, `dd bs=1M | relay | dd bs=1M`: splice 0.5-2.2 s, read/write with
-// a 1 MiB buffer 1.6-2.9 s; a plain `dd | dd` 0.7-1.4 s; a plain
-// `head -c 2G /dev/zero | wc -c` 5.5-12 s (small writes on a 64 KiB pipe),
-// which every relay with 1 MiB pipes beats):
-//   * exactly one local reader and nothing persisted: splice(2) from the
+// A reader's verdict: end of file reaches it as soon as the producer's pipe
+// ends, but a reader task succeeds only once its producer has: if the
+// producer then fails, the reader is killed (process group) and fails with
+// "input stream S failed: producer task P (name) exited with status 1" (or
+// was cancelled, killed by signal N, could not start, ...). A reader that
+// closed early is judged by its own exit alone.
+//
+// Across governors the reader's edge flag travels as the exception type of
+// its sink's write(): FAILED "reader task R closed the stream early" when
+// earlyCloseIsError, DISCONNECTED otherwise (see readerClosed()).
+//
+// Flow design (decided by measurement on this 2-core VM, under a load of
+// 8-12 from other work, so ranges):
+//   2 GiB through one relay process, `dd bs=1M | relay | dd bs=1M`: splice
+//   0.5-1.1 s, read/write with a 1 MiB buffer 1.6-2.9 s, an epoll-driven
+//   non-blocking splice 0.6-0.8 s; the plain `dd | dd` 0.8-1.4 s. A plain
+//   `head -c 2G /dev/zero | wc -c` takes 4-14 s (small writes on a 64 KiB
+//   pipe), which every relay with 1 MiB pipes beats.
+//   * exactly one local reader, nothing persisted: splice(2) from the
 //     producer's pipe into the reader's, no copy through user space.
+//     Through a governor (task start and reporting included): dd|dd 2 GiB
+//     0.8-1.5 s against 0.8-1.6 s for the shell pipe (58-155%, noise);
+//     head|wc 6.4-6.9 s against 13-14 s.
+//   * exactly one remote reader, nothing persisted, no LZ4: read straight
+//     into the next capnp message's chunk (then truncated), no buffer of
+//     ours. dd|dd 2 GiB between two governor loops: 4.2-6.1 s, where a
+//     minimal C relay over loopback TCP (4 processes) takes 2.9-4.6 s: on
+//     two cores the copies through TCP are the limit. head|wc: 8.2-8.4 s,
+//     twice the shell pipe's speed. Peak RSS of both governors ~20-30 MiB.
 //   * otherwise: read up to 1 MiB from the producer's pipe into a buffer and
 //     hand that chunk to every sink (local pipes written without blocking,
-//     remote sinks by awaited capnp streaming writes, the persist file by a
-//     pool job), reading the next chunk meanwhile: at most two chunks per
-//     stream in memory, and the slowest reader sets the pace.
+//     remote sinks by awaited capnp streaming writes, LZ4 on the pool, the
+//     persist file by a pool job), reading the next chunk meanwhile: at
+//     most two chunks per stream in memory, and the slowest reader sets the
+//     pace.
 //   Handing the producer's pipe straight to a single local reader would
-//   cost nothing at all, but then the governor could not hold a reader's
-//   verdict for its producer's exit or tell an early close from the end.
-//   Pipes are enlarged to 1 MiB (F_SETPIPE_SZ).
+//   cost nothing at all, but then the governor could not count the bytes,
+//   hold back a late reader, or tell an early close from the end.
+//   Pipes are enlarged to 1 MiB (F_SETPIPE_SZ); main() keeps freed heap so
+//   1 MiB messages do not fault in fresh pages (300 -> 550 MB/s remote).
 #pragma once
 
 #include "object-store.h"
