@@ -292,7 +292,7 @@ TEST_F(CrossGovernorStreamTest, ASlowReaderThrottlesTheProducer) {
     }
     if (pid != 0) {
       wchan = slurp("/proc/" + std::to_string(pid) + "/wchan");
-      if (wchan.find("pipe_write") != std::string::npos) break;
+      if (gateFd >= 0 && wchan.find("pipe_write") != std::string::npos) break;
     }
     std::this_thread::sleep_for(10ms);
   }
