@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # What the status page costs with a 100,000-task session running.
 #
-# Starts a server and two governors, runs a pipeline of 100,000 tiny tasks
-# (`true`, so states change all the time: the worst case for live updates),
-# then measures:
+# Starts a server and two governors, runs a session of 100,000 short tasks
+# (states change all the time: the worst case for live updates), then
+# measures:
 #   - page load: headless Chromium opens the session view, until its counts,
 #     graph and first table page are shown (3 loads; the first is cold);
 #   - server CPU: the server's own CPU time (/proc utime+stime) over HOLD
 #     seconds with no page open, then with the session page open and live;
 #   - the loop time the status port itself spent (squall_status_seconds_total
 #     in /metrics), the direct figure for "what updates cost".
-# usage: tools/bench/status-page.sh [BUILD_DIR] (default: build); TASKS=, HOLD=
+# usage: tools/bench/status-page.sh [BUILD_DIR] (default: build); TASKS=,
+# HOLD= (seconds per window), MODE=sleep (default: built-in sleep tasks of
+# SLEEP_MS=20 ms in named groups, tools/bench/status-page-session.cpp; states
+# change all the time, the machine stays free) or MODE=true (`squall run` of
+# `true` programs: both cores busy starting processes, the harshest case).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build}
 tasks=${TASKS:-100000}
 hold=${HOLD:-30}
+mode=${MODE:-sleep}
 work=$(mktemp -d /tmp/squall-status-bench.XXXX)
 pids=()
 cleanup() {
@@ -38,13 +43,17 @@ for i in 0 1; do
 done
 sleep 1
 
-cat >"$work/big.toml" <<TOML
+if [[ $mode == true ]]; then
+  cat >"$work/big.toml" <<TOML
 name = "big"
 [step.work]
 range = "1-$tasks"
 command = ["true"]
 TOML
-SQUALL_SERVER=$rpc "$build/tools/squall" run "$work/big.toml" >/dev/null 2>&1 &
+  SQUALL_SERVER=$rpc "$build/tools/squall" run "$work/big.toml" >/dev/null 2>&1 &
+else
+  "$build/tools/bench/status-page-session" "$rpc" "$tasks" "${SLEEP_MS:-20}" >/dev/null &
+fi
 pids+=($!)
 for _ in $(seq 600); do
   total=$(curl -s "http://$http/api/sessions/1" | sed -n 's/.*"tasks":\([0-9]*\).*/\1/p')

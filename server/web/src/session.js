@@ -123,7 +123,7 @@ export function sessionPage(root, ctx, id) {
       clear(tableBox).append(h('p', { class: 'error' }, e.message));
       return;
     }
-    if (disposed) return;
+    if (disposed || missing) return;
     clear(tableBox);
     if (!data.tasks.length) {
       tableBox.append(h('p', { class: 'empty' }, data.total ? 'No tasks on this page.' : 'No task matches.'));
@@ -151,7 +151,7 @@ export function sessionPage(root, ctx, id) {
   async function loadGraph() {
     try {
       const graph = await getJson(`/api/sessions/${id}/graph`);
-      if (!disposed) dag.update(graph);
+      if (!disposed && !missing) dag.update(graph);
     } catch (e) {
       clear(dagBox).append(h('p', { class: 'error' }, e.message));
     }
@@ -160,7 +160,7 @@ export function sessionPage(root, ctx, id) {
   async function loadTimeline() {
     try {
       const data = await getJson(`/api/sessions/${id}/timeline`);
-      if (!disposed) drawTimeline(timelineBox, data, openTask);
+      if (!disposed && !missing) drawTimeline(timelineBox, data, openTask);
     } catch (e) {
       clear(timelineBox).append(h('p', { class: 'error' }, e.message));
     }
@@ -194,18 +194,22 @@ export function sessionPage(root, ctx, id) {
   });
 
   let unsubscribe = () => {};
+  // Everything at once: the summary, the graph, the timeline and the table
+  // do not wait for each other.
+  let missing = false;
+  loadGraph();
+  loadTimeline();
+  loadTable();
   getJson(`/api/sessions/${id}`).then((s) => {
     if (disposed) return;
     summary = s;
     lastChanges = s.changes ?? -2;
     lastTasks = s.tasks;
     renderHeader();
-    loadGraph();
-    loadTimeline();
-    loadTable();
     loadFailures();
     unsubscribe = ctx.subscribe(id, onUpdate);
   }).catch((e) => {
+    missing = true;
     clear(root).append(h('section', { class: 'panel' }, h('h1', {}, `Session ${id}`),
       h('p', { class: 'error', 'data-testid': 'error' }, e.message), h('p', {}, link('/', 'Back to the overview'))));
   });
