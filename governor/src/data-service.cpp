@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <squall/proto/chunk-codec.h>
+#include <squall/proto/spec-names.h>
 #include <squall/proto/token.h>
 #include <xxhash.h>
 
@@ -102,15 +103,6 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
 // ---------------------------------------------------------------- fetching
 
 namespace {
-
-kj::StringPtr kindName(wire::ObjectKind kind) {
-  switch (kind) {
-    case wire::ObjectKind::BLOB: return "blob";
-    case wire::ObjectKind::DIR: return "dir";
-    case wire::ObjectKind::STREAM: return "stream";
-  }
-  return "object of an unknown kind";
-}
 
 // Collects one object's bytes: in memory while small, then in a temp file of
 // the store written on the pool. Writes are chained so they land in order.

@@ -12,21 +12,13 @@
 #include <cstdio>
 #include <fcntl.h>
 #include <linux/openat2.h>
+#include <squall/proto/spec-names.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 namespace squall {
 
 namespace {
-
-kj::StringPtr kindName(wire::ObjectKind kind) {
-  switch (kind) {
-    case wire::ObjectKind::BLOB: return "blob";
-    case wire::ObjectKind::DIR: return "dir";
-    case wire::ObjectKind::STREAM: return "stream";
-  }
-  return "object";
-}
 
 // Turns a FAILED exception from validation or a pool job into the task's
 // failure (its description is the user-facing message).

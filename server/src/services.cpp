@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/spec-names.h>
 #include <squall/proto/token.h>
 
 namespace squall {
@@ -222,7 +223,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     out.setStderrTail(task.stderrTail);
     out.setAttempt(task.attempt);
     out.setAttributes(task.spec.getAttributes());
-    out.setType(taskType(task.spec));
+    out.setType(taskTypeName(task.spec));
     auto inputs = out.initInputs(task.inputs.size());
     for (size_t i = 0; i < task.inputs.size(); i++) inputs.set(i, task.inputs[i]->id.n);
     auto outputs = out.initOutputs(task.outputs.size());
@@ -263,20 +264,6 @@ class ClientServiceImpl final : public wire::ClientService::Server {
       fillObject(out[i], it->second);
     }
     return kj::READY_NOW;
-  }
-
-  static kj::StringPtr taskType(wire::TaskSpec::Reader spec) {
-    switch (spec.getConfig().which()) {
-      case wire::TaskSpec::Config::CONCAT: return "concat";
-      case wire::TaskSpec::Config::SLEEP: return "sleep";
-      case wire::TaskSpec::Config::EXECUTE: return "execute";
-      case wire::TaskSpec::Config::MAKE_DIR: return "make_dir";
-      case wire::TaskSpec::Config::SLICE_DIR: return "slice_dir";
-      case wire::TaskSpec::Config::LOAD: return "load";
-      case wire::TaskSpec::Config::LOAD_DIR: return "load_dir";
-      case wire::TaskSpec::Config::STORE: return "store";
-    }
-    return "unknown";
   }
 
   static void fillState(wire::SessionState::Builder state, const Session& session) {

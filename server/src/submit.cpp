@@ -5,6 +5,7 @@
 #include <functional>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/spec-names.h>
 #include <unordered_set>
 #include <xxhash.h>
 
@@ -12,14 +13,6 @@ namespace squall {
 
 namespace {
 
-kj::StringPtr kindName(wire::ObjectKind kind) {
-  switch (kind) {
-    case wire::ObjectKind::BLOB: return "blob";
-    case wire::ObjectKind::DIR: return "dir";
-    case wire::ObjectKind::STREAM: return "stream";
-  }
-  return "unknown";
-}
 
 kj::String taskLabel(wire::TaskSpec::Reader spec) {
   if (spec.getName().size() > 0) return kj::str("task ", spec.getId().getN(), " (", spec.getName(), ")");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <squall/proto/spec-names.h>
 #include <unordered_map>
 
 namespace squall {
@@ -49,29 +50,6 @@ const char* objectStateName(ObjectNode::State state) {
     case ObjectNode::State::FINISHED: return "finished";
     case ObjectNode::State::REMOVED: return "removed";
     case ObjectNode::State::FAILED: return "failed";
-  }
-  return "unknown";
-}
-
-const char* kindName(wire::ObjectKind kind) {
-  switch (kind) {
-    case wire::ObjectKind::BLOB: return "blob";
-    case wire::ObjectKind::DIR: return "dir";
-    case wire::ObjectKind::STREAM: return "stream";
-  }
-  return "unknown";
-}
-
-const char* taskType(wire::TaskSpec::Reader spec) {
-  switch (spec.getConfig().which()) {
-    case wire::TaskSpec::Config::CONCAT: return "concat";
-    case wire::TaskSpec::Config::SLEEP: return "sleep";
-    case wire::TaskSpec::Config::EXECUTE: return "execute";
-    case wire::TaskSpec::Config::MAKE_DIR: return "make_dir";
-    case wire::TaskSpec::Config::SLICE_DIR: return "slice_dir";
-    case wire::TaskSpec::Config::LOAD: return "load";
-    case wire::TaskSpec::Config::LOAD_DIR: return "load_dir";
-    case wire::TaskSpec::Config::STORE: return "store";
   }
   return "unknown";
 }
@@ -423,7 +401,7 @@ Json StatusView::taskRow(const Session& session, const TaskNode& task) {
   (void)session;
   Json row = {{"id", task.id.n},
               {"name", task.spec.getName().cStr()},
-              {"type", taskType(task.spec)},
+              {"type", taskTypeName(task.spec).cStr()},
               {"state", taskStateName(task.state)},
               {"attempt", task.attempt},
               {"governor", task.state == S::ASSIGNED ? governorName(task.governor) : task.governorName},
@@ -526,7 +504,7 @@ Json StatusView::objectJson(const Session& session, const ObjectNode& object) {
   for (auto g : object.locations) locations.push_back(governorName(g));
   Json out = {{"id", object.id.n},
               {"label", object.label},
-              {"kind", kindName(object.kind)},
+              {"kind", kindName(object.kind).cStr()},
               {"contentType", object.contentType},
               {"keep", object.keep},
               {"constant", object.constant},

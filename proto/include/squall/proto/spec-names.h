@@ -1,0 +1,35 @@
+// The names users see for wire enums and task types, in error messages,
+// task info and the status page. No threading rules.
+#pragma once
+
+#include <kj/string.h>
+#include <squall/wire/common.capnp.h>
+
+namespace squall {
+
+// "blob", "dir", "stream"; "unknown" for a value from a newer peer.
+inline kj::StringPtr kindName(wire::ObjectKind kind) {
+  switch (kind) {
+    case wire::ObjectKind::BLOB: return "blob";
+    case wire::ObjectKind::DIR: return "dir";
+    case wire::ObjectKind::STREAM: return "stream";
+  }
+  return "unknown";
+}
+
+// "concat", "execute", "make_dir", ...; "unknown" for a newer type.
+inline kj::StringPtr taskTypeName(wire::TaskSpec::Reader spec) {
+  switch (spec.getConfig().which()) {
+    case wire::TaskSpec::Config::CONCAT: return "concat";
+    case wire::TaskSpec::Config::SLEEP: return "sleep";
+    case wire::TaskSpec::Config::EXECUTE: return "execute";
+    case wire::TaskSpec::Config::MAKE_DIR: return "make_dir";
+    case wire::TaskSpec::Config::SLICE_DIR: return "slice_dir";
+    case wire::TaskSpec::Config::LOAD: return "load";
+    case wire::TaskSpec::Config::LOAD_DIR: return "load_dir";
+    case wire::TaskSpec::Config::STORE: return "store";
+  }
+  return "unknown";
+}
+
+}  // namespace squall
