@@ -26,7 +26,9 @@ interface Bootstrap {
 # ---------------------------------------------------------------- clients
 
 interface ClientService {
-  newSession @0 (name :Text) -> (session :UInt64);
+  # A persistent session outlives this connection (anyone with the token
+  # may re-attach to it by id); others are closed when their client goes.
+  newSession @0 (name :Text, persistent :Bool) -> (session :UInt64);
   # Closing removes every object of the session (kept ones too) and cancels
   # its running tasks.
   closeSession @1 (session :UInt64);
@@ -63,6 +65,10 @@ interface ClientService {
   listSessions @12 () -> (sessions :List(SessionState));
   # Details of the session's objects with these ids (unknown ids throw).
   getObjects @13 (session :UInt64, ids :List(UInt64)) -> (objects :List(ObjectStatus));
+  # This connection owns the session from now: it is closed when this
+  # connection goes (unless persistent). A client that lost its connection
+  # (or whose server restarted) re-attaches its sessions with it.
+  adoptSession @14 (session :UInt64);
 }
 
 # What the server knows of a data object.
@@ -186,8 +192,11 @@ struct GovernorInfo {
   # Where its DataService listens (host:port), for governors and clients.
   dataAddress @1 :Text;
   resources @2 :Resources;
-  # Objects it still holds (after a server restart).
+  # Objects it still holds (after a server restart or a lost connection).
   inventory @3 :List(ObjectInfo);
+  # Tasks it holds: queued, running, or finished with results the server
+  # has not acknowledged yet (they follow in updates).
+  tasks @4 :List(Id);
 }
 
 # Server -> governor. Calls are batched: one per scheduling pass.
@@ -241,5 +250,7 @@ struct ConstantData {
 # Governor -> server. Results are batched: a governor sends the next batch
 # when the previous one is acknowledged.
 interface GovernorUpstream {
+  # Returns once the results are durable in the server's session log, so a
+  # governor forgets only what survives a server crash.
   update @0 (results :List(TaskResult)) -> ();
 }

@@ -2,12 +2,14 @@
 #include "src/context.h"
 #include "src/http/status-server.h"
 #include "src/services.h"
+#include "src/session-log.h"
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <kj/async-io.h>
 #include <kj/async-unix.h>
 #include <kj/debug.h>
@@ -16,12 +18,64 @@
 #include <squall/proto/rpc.h>
 #include <squall/proto/token.h>
 
+namespace {
+
+// $XDG_STATE_HOME/squall/server.sqlite, else under ~/.local/state.
+std::string defaultLogPath() {
+  const char* state = getenv("XDG_STATE_HOME");
+  if (state != nullptr && *state == '/') return std::string(state) + "/squall/server.sqlite";
+  const char* home = getenv("HOME");
+  if (home != nullptr && *home == '/') return std::string(home) + "/.local/state/squall/server.sqlite";
+  return "squall-server.sqlite";
+}
+
+// Replays the session log into the table. A session that cannot be brought
+// back is reported and left in the log untouched (never silently dropped);
+// the others carry on.
+bool recover(squall::SessionLog& log, squall::SessionTable& sessions,
+             squall::GovernorPool& governors, spdlog::logger& logger) {
+  auto started = std::chrono::steady_clock::now();
+  std::vector<squall::SessionLog::SessionRecord> records;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                records = log.load();
+                for (auto& name : log.loadGovernors()) governors.expect(name);
+              })) {
+    fprintf(stderr, "squall-server: %s\n", squall::userMessage(*e).cStr());
+    return false;
+  }
+  size_t tasks = 0, restored = 0;
+  for (auto& record : records) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  auto& session = sessions.restore(
+                      record, [&](const std::string& name) { return governors.expect(name); });
+                  tasks += session.tasks.size();
+                  restored++;
+                })) {
+      logger.error("event=session-not-restored session={} error=\"{}\"", record.id,
+                   e->getDescription().cStr());
+      fprintf(stderr, "squall-server: session %llu in the log %s could not be restored: %s\n",
+              static_cast<unsigned long long>(record.id), log.path().c_str(),
+              squall::userMessage(*e).cStr());
+      KJ_IF_MAYBE(partial, sessions.find(record.id)) { sessions.forget(partial->id); }
+    }
+  }
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
+  logger.info("event=recovered path={} sessions={} tasks={} governors_expected={} ms={}", log.path(),
+              restored, tasks, governors.expectedCount(), ms);
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"squall-server: sessions, the task graph and scheduling for squall governors"};
   std::string listen = "127.0.0.1:" + std::to_string(squall::SERVER_PORT);
   std::string http = "127.0.0.1:" + std::to_string(squall::STATUS_HTTP_PORT);
   std::string token, tokenFile, logLevel = "info";
   uint32_t queueDepth = squall::SchedulerOptions{}.queueDepth;
+  std::string logPath = defaultLogPath();
+  uint64_t logMaxMb = 0;
+  double governorGrace = 10, clientGrace = 60;
   app.add_option("--listen", listen, "host:port for clients and governors (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--http", http,
@@ -34,6 +88,24 @@ int main(int argc, char** argv) {
                  "cpus' worth of tasks queued on a governor beyond its cpus")
       ->capture_default_str();
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+  app.add_option("--log", logPath,
+                 "the session log (SQLite): open sessions, their graphs and finished work, "
+                 "replayed when the server starts again; 'off': nothing survives a restart")
+      ->capture_default_str();
+  app.add_option("--log-max-mb", logMaxMb,
+                 "refuse new sessions and submits once the session log reaches this size "
+                 "(0: no cap but the disk's)")
+      ->capture_default_str();
+  app.add_option("--governor-grace", governorGrace,
+                 "after a restart, seconds to wait for the log's governors to come back before "
+                 "placing tasks (what a missing one held is then made again)")
+      ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--client-grace", clientGrace,
+                 "after a restart, seconds a client has to re-attach to its non-persistent "
+                 "sessions before they are closed")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -72,6 +144,26 @@ int main(int argc, char** argv) {
   squall::Scheduler scheduler(squall::SchedulerOptions{queueDepth});
   squall::Dispatcher dispatcher(sessions, governors, scheduler, *logger);
   squall::ServerContext context{sessions, governors, dispatcher, *logger, secret, {}};
+
+  // The session log, and what it holds from the last run.
+  std::unique_ptr<squall::SessionLog> sessionLog;
+  if (logPath != "off") {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  auto parent = std::filesystem::path(logPath).parent_path();
+                  if (!parent.empty()) std::filesystem::create_directories(parent);
+                  sessionLog = std::make_unique<squall::SessionLog>(logPath, *logger);
+                  sessionLog->limitSize(logMaxMb);
+                })) {
+      fprintf(stderr, "squall-server: %s\n", squall::userMessage(*e).cStr());
+      return 1;
+    } else if (sessionLog == nullptr) {
+      fprintf(stderr, "squall-server: cannot create the directory of the session log %s\n",
+              logPath.c_str());
+      return 1;
+    }
+    sessions.useLog(sessionLog.get());
+    if (!recover(*sessionLog, sessions, governors, *logger)) return 1;
+  }
 
   kj::Own<kj::ConnectionReceiver> receiver;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
@@ -116,6 +208,39 @@ int main(int argc, char** argv) {
     fflush(stdout);
   }
 
+  // After a restart: governors get a while to come back and say what they
+  // still run and hold, clients to re-attach to their sessions.
+  kj::Promise<void> graceTimers = kj::READY_NOW;
+  if (sessionLog != nullptr) {
+    auto& timer = io.provider->getTimer();
+    auto ms = [](double seconds) { return static_cast<int64_t>(seconds * 1000) * kj::MILLISECONDS; };
+    kj::Vector<kj::Promise<void>> timers;
+    if (governors.expectedCount() > 0) {
+      dispatcher.hold();
+      timers.add(timer.afterDelay(ms(governorGrace)).then([&]() {
+        dispatcher.expectedGone(governors.takeExpected());
+        dispatcher.resume();
+      }));
+    }
+    std::vector<uint64_t> orphans;
+    for (auto& [id, session] : sessions.all()) {
+      if (!session.persistent) orphans.push_back(id);
+    }
+    if (!orphans.empty()) {
+      timers.add(timer.afterDelay(ms(clientGrace)).then([&sessions, &dispatcher, &logger, orphans]() {
+        for (auto id : orphans) {
+          KJ_IF_MAYBE(session, sessions.find(id)) {
+            if (session->owner != nullptr) continue;
+            logger->info("event=session-not-reattached session={} action=close", id);
+            sessions.close(id);
+          }
+        }
+        dispatcher.kick();
+      }));
+    }
+    graceTimers = kj::joinPromises(timers.releaseAsArray()).eagerlyEvaluate(nullptr);
+  }
+
   auto running = listener.run();
   auto& port = io.unixEventPort;
   auto signalled = port.onSignal(SIGINT)
@@ -124,13 +249,18 @@ int main(int argc, char** argv) {
   auto stop = running.then([]() { return 0; }).exclusiveJoin(kj::mv(signalled));
   int signo = stop.wait(io.waitScope);
   logger->info("event=shutdown signal={}", signo);
-  // Leave without running destructors: the event loop (made before the
-  // session table) still holds RPC calls that capnp detached when their
-  // connections went, and destroying them later closes sessions in a
-  // table that is gone already (an endless loop over freed memory was seen
-  // at exit). Nothing else needs flushing: the logs are.
+  // From here on the parts are torn down in reverse order, and the event
+  // loop (made first) goes last, with RPC calls capnp detached when their
+  // connections went. Their destructors see `running` false and leave the
+  // session table alone: shutting down is not a client leaving, and the
+  // sessions stay in the log for the next start.
+  *context.running = false;
+  if (sessionLog != nullptr) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { sessionLog->flush(); })) {
+      logger->error("event=log-failed action=final-flush error=\"{}\"", e->getDescription().cStr());
+    }
+    sessions.useLog(nullptr);
+  }
   logger->flush();
-  fflush(stdout);
-  fflush(stderr);
-  std::quick_exit(0);
+  return 0;
 }

@@ -6,6 +6,7 @@
 #include "governor-pool.h"
 #include "session-table.h"
 
+#include <memory>
 #include <spdlog/logger.h>
 #include <string>
 
@@ -18,6 +19,10 @@ struct ServerContext {
   spdlog::logger& logger;
   std::string token;
   SubmitLimits limits;
+  // False once main() starts tearing the server down. RPC objects copy it:
+  // capnp keeps some of them alive in the event loop, which outlives the
+  // parts above, and their destructors must then leave those parts alone.
+  std::shared_ptr<bool> running = std::make_shared<bool>(true);
 };
 
 }  // namespace squall

@@ -32,7 +32,51 @@ void Dispatcher::governorLost(GovernorId id) {
   logger.log(held.empty() ? spdlog::level::info : spdlog::level::warn,
              "event=governor-lost governor={} name={} tasks={}", id, name, held.size());
   sessions.governorLost(id, name, held);
+  if (auto* log = sessions.sessionLog()) log->governorGone(name);
   kick();
+}
+
+kj::Promise<void> Dispatcher::durable() {
+  if (sessions.sessionLog() == nullptr) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waitingForLog.push_back(kj::mv(paf.fulfiller));
+  kick();
+  return kj::mv(paf.promise);
+}
+
+void Dispatcher::resume() {
+  if (!holding) return;
+  holding = false;
+  logger.info("event=placement-resumed ready={}", ready.size());
+  kick();
+}
+
+void Dispatcher::expectedGone(const std::map<std::string, GovernorId>& missing) {
+  for (auto& [name, id] : missing) {
+    logger.warn("event=governor-not-back name={} action=remake-its-objects", name);
+    sessions.governorLost(id, name, {});
+    if (auto* log = sessions.sessionLog()) log->governorGone(name);
+  }
+  kick();
+}
+
+void Dispatcher::flushLog() {
+  auto* log = sessions.sessionLog();
+  if (log == nullptr) return;
+  auto waiting = kj::mv(waitingForLog);
+  waitingForLog.clear();
+  try {
+    log->flush();
+  } catch (const kj::Exception& e) {
+    logger.error("event=log-failed action=flush queued={} error=\"{}\"", log->queued(),
+                 e.getDescription().cStr());
+    for (auto& f : waiting) {
+      f->reject(KJ_EXCEPTION(OVERLOADED, "the server cannot write its session log; retry later",
+                             e.getDescription()));
+    }
+    return;
+  }
+  for (auto& f : waiting) f->fulfill();
 }
 
 void Dispatcher::pass() {
@@ -50,7 +94,9 @@ void Dispatcher::pass() {
   }
   effects.remove.clear();
 
-  scheduler.place(ready, sessions, governors);
+  if (!holding) scheduler.place(ready, sessions, governors);
+  // Durable before anything it leads to is sent.
+  flushLog();
   for (auto& [gid, governor] : governors.all()) flush(governor);
   auto took = std::chrono::steady_clock::now() - started;
   sessions.stats().recordPass(std::chrono::duration_cast<std::chrono::microseconds>(took).count());

@@ -4,7 +4,14 @@ namespace squall {
 
 GovernorState& GovernorPool::add(std::string name, std::string dataAddress, uint32_t cpus,
                                  wire::GovernorControl::Client control) {
-  GovernorId id = nextId++;
+  GovernorId id;
+  auto was = expectedIds.find(name);
+  if (was != expectedIds.end()) {
+    id = was->second;  // back after a server restart: the log's copies are its
+    expectedIds.erase(was);
+  } else {
+    id = nextId++;
+  }
   return governors
       .emplace(std::piecewise_construct, std::forward_as_tuple(id),
                std::forward_as_tuple(id, std::move(name), std::move(dataAddress), cpus,
@@ -19,6 +26,26 @@ std::vector<Id> GovernorPool::remove(GovernorId id) {
   for (auto& [task, cpus] : it->second.assigned) held.push_back(task);
   governors.erase(it);
   return held;
+}
+
+GovernorId GovernorPool::expect(const std::string& name) {
+  for (auto& [id, governor] : governors) {
+    if (governor.name == name) return id;
+  }
+  auto [it, inserted] = expectedIds.emplace(name, 0);
+  if (inserted) it->second = nextId++;
+  return it->second;
+}
+
+std::map<std::string, GovernorId> GovernorPool::takeExpected() {
+  std::map<std::string, GovernorId> out;
+  out.swap(expectedIds);
+  return out;
+}
+
+void GovernorPool::adopt(GovernorState& governor, Id task, uint32_t cpus) {
+  if (!governor.assigned.emplace(task, cpus).second) return;
+  governor.load += cpus;
 }
 
 kj::Maybe<GovernorState&> GovernorPool::find(GovernorId id) {

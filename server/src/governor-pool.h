@@ -38,12 +38,21 @@ class GovernorPool {
   std::vector<Id> remove(GovernorId id);
   kj::Maybe<GovernorState&> find(GovernorId id);
   void hold(GovernorState& governor, Id task, uint32_t cpus);
+  // A task it reported running when it (re)registered: held, not sent.
+  void adopt(GovernorState& governor, Id task, uint32_t cpus);
+  // The id a governor named `name` has, or will get when it registers
+  // (a governor the session log says the server had before a restart).
+  GovernorId expect(const std::string& name);
+  // Those expected that have not registered; forgets them.
+  std::map<std::string, GovernorId> takeExpected();
+  size_t expectedCount() const { return expectedIds.size(); }
   // A task's result arrived: its capacity is free again.
   void release(GovernorId id, Id task);
   std::map<GovernorId, GovernorState>& all() { return governors; }
 
  private:
   std::map<GovernorId, GovernorState> governors;
+  std::map<std::string, GovernorId> expectedIds;
   GovernorId nextId = 1;
 };
 

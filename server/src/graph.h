@@ -115,8 +115,11 @@ struct Session {
   uint64_t id;
   std::string name;
   State state = State::OPEN;
-  // Who closes it when they disconnect (an opaque client-connection key).
+  // Who closes it when they disconnect (an opaque client-connection key);
+  // none for a session replayed from the log until its client re-attaches.
   const void* owner = nullptr;
+  // Outlives its client: not closed when the owner disconnects.
+  bool persistent = false;
   std::string failureMessage;
   uint64_t failedTask = 0;
   std::string failedTaskName;

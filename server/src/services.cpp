@@ -46,7 +46,19 @@ class SubmissionImpl final : public wire::Submission::Server {
       capacity.totalCpus += governor.cpus;
       capacity.largestCpus = std::max(capacity.largestCpus, governor.cpus);
     }
-    auto ready = pending.commit(target, capacity);
+    auto ready = pending.commit(target, capacity, [this]() {
+      // Acknowledged only once durable: a crash after this keeps the graph.
+      auto* log = context.sessions.sessionLog();
+      if (log == nullptr) return;
+      auto flat = pending.flatChunks();
+      std::vector<kj::ArrayPtr<const uint8_t>> chunks;
+      for (auto& chunk : flat) chunks.push_back(chunk.asBytes());
+      std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constants;
+      for (auto& [n, bytes] : pending.appendedData()) {
+        constants.emplace_back(n, kj::arrayPtr(bytes.data(), bytes.size()));
+      }
+      log->submitted(session, chunks, constants);
+    });
     context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
                         pending.taskCount(), pending.objectCount(), ready.size());
     call.getResults().setTasks(pending.taskCount());
@@ -66,18 +78,27 @@ class SubmissionImpl final : public wire::Submission::Server {
 class ClientServiceImpl final : public wire::ClientService::Server {
  public:
   ClientServiceImpl(ServerContext& context, kj::String peer)
-      : context(context), peer(kj::mv(peer)) {}
+      : context(context), running(context.running), peer(kj::mv(peer)) {}
 
   // The client's connection is gone: its sessions go too.
   ~ClientServiceImpl() noexcept(false) {
+    if (!*running) return;
     context.logger.info("event=client-gone peer={}", peer.cStr());
     context.sessions.closeOwnedBy(this);
     context.dispatcher.kick();
   }
 
   kj::Promise<void> newSession(NewSessionContext call) override {
-    auto& session = context.sessions.open(call.getParams().getName().cStr(), this);
+    auto params = call.getParams();
+    auto& session = context.sessions.open(params.getName().cStr(), this, params.getPersistent());
     call.getResults().setSession(session.id);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> adoptSession(AdoptSessionContext call) override {
+    auto id = call.getParams().getSession();
+    context.sessions.adopt(context.sessions.get(id), this);
+    context.logger.info("event=session-adopted session={} peer={}", id, peer.cStr());
     return kj::READY_NOW;
   }
 
@@ -366,6 +387,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
  private:
   ServerContext& context;
+  std::shared_ptr<bool> running;
   kj::String peer;
 
   // Ok, unless the session failed or one of `ids` ended without being made
@@ -412,10 +434,13 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
 class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
  public:
-  GovernorUpstreamImpl(ServerContext& context, GovernorId id) : context(context), id(id) {}
+  GovernorUpstreamImpl(ServerContext& context, GovernorId id)
+      : context(context), running(context.running), id(id) {}
 
   // The governor's connection is gone.
-  ~GovernorUpstreamImpl() noexcept(false) { context.dispatcher.governorLost(id); }
+  ~GovernorUpstreamImpl() noexcept(false) {
+    if (*running) context.dispatcher.governorLost(id);
+  }
 
   kj::Promise<void> update(UpdateContext call) override {
     auto results = call.getParams().getResults();
@@ -425,12 +450,12 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
       context.governors.release(id, Id::from(result.getId()));
       context.sessions.taskResult(result, id, name);
     }
-    context.dispatcher.kick();
-    return kj::READY_NOW;
+    return context.dispatcher.durable();
   }
 
  private:
   ServerContext& context;
+  std::shared_ptr<bool> running;
   GovernorId id;
 };
 
@@ -458,6 +483,19 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
                                            params.getControl());
     context.logger.info("event=governor-registered governor={} name={} data={} cpus={}",
                         governor.id, governor.name, governor.dataAddress, cpus);
+    if (auto* log = context.sessions.sessionLog()) log->governorSeen(governor.name);
+    if (info.getTasks().size() > 0 || info.getInventory().size() > 0 ||
+        context.dispatcher.held()) {
+      // Back after a server restart or a lost connection: take over what
+      // it still runs and holds.
+      for (auto* task : context.sessions.governorReturned(governor.id, governor.name, info.getTasks(),
+                                                          info.getInventory())) {
+        context.governors.adopt(governor, task->id, task->cpus);
+      }
+    }
+    if (context.dispatcher.held() && context.governors.expectedCount() == 0) {
+      context.dispatcher.resume();
+    }
     call.getResults().setUpstream(kj::heap<GovernorUpstreamImpl>(context, governor.id));
     call.getResults().setGovernorId(governor.id);
     context.dispatcher.kick();

@@ -56,6 +56,11 @@ const char* const MIGRATIONS[] = {
         PRIMARY KEY (session, object)
       ) WITHOUT ROWID;
     )sql",
+    // 2: the governors the server had, so that a restarted server waits for
+    // them to come back before it places work elsewhere.
+    R"sql(
+      CREATE TABLE governors (name TEXT PRIMARY KEY) WITHOUT ROWID;
+    )sql",
 };
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
 
@@ -107,6 +112,10 @@ void SessionLog::fail(const char* what, int code) {
       SQUALL_FAIL("session log ", file, ": ", what, ": the disk is full (", detail, ")");
     case SQLITE_NOTADB:
       SQUALL_FAIL("session log ", file, " is not a squall session log (not an SQLite database)");
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      SQUALL_FAIL("session log ", file, " is in use by another squall-server (", detail,
+                  "); give each server its own --log");
     case SQLITE_CORRUPT:
       SQUALL_FAIL("session log ", file, " is corrupt: ", what, ": ", detail);
     default:
@@ -155,6 +164,9 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
     // The WAL is checkpointed every ~4 MiB; keep the file near that size.
     exec("PRAGMA journal_size_limit=8388608");
     exec("PRAGMA foreign_keys=ON");
+    // One server per log: the lock is taken by the first write below and
+    // held until the log is closed, so a second server fails at once.
+    exec("PRAGMA locking_mode=EXCLUSIVE");
     int version = 0;
     {
       Statement stmt{prepare("PRAGMA user_version")};
@@ -265,6 +277,23 @@ void SessionLog::sessionFailed(uint64_t id, const std::string& message) {
   pendingFailures.emplace_back(id, message);
 }
 
+void SessionLog::governorSeen(const std::string& name) {
+  pendingGovernors.emplace_back(name, true);
+}
+
+void SessionLog::governorGone(const std::string& name) {
+  pendingGovernors.emplace_back(name, false);
+}
+
+std::vector<std::string> SessionLog::loadGovernors() {
+  std::vector<std::string> names;
+  Statement stmt{prepare("SELECT name FROM governors ORDER BY name")};
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) names.push_back(columnText(stmt, 0));
+  if (rc != SQLITE_DONE) fail("reading governors", rc);
+  return names;
+}
+
 void SessionLog::taskDone(TaskRecord record) { pendingTasks.push_back(std::move(record)); }
 
 void SessionLog::objectChanged(ObjectRecord record) { pendingObjects.push_back(std::move(record)); }
@@ -316,7 +345,17 @@ void SessionLog::flush() {
       if (rc != SQLITE_DONE) fail("writing session failures", rc);
       sqlite3_reset(failure);
     }
+    Statement seen{prepare("INSERT OR IGNORE INTO governors (name) VALUES (?)")};
+    Statement gone{prepare("DELETE FROM governors WHERE name = ?")};
+    for (auto& [name, present] : pendingGovernors) {
+      sqlite3_stmt* stmt = present ? seen : gone;
+      sqlite3_bind_text(stmt, 1, name.data(), static_cast<int>(name.size()), SQLITE_STATIC);
+      int rc = sqlite3_step(stmt);
+      if (rc != SQLITE_DONE) fail("writing governors", rc);
+      sqlite3_reset(stmt);
+    }
   });
+  pendingGovernors.clear();
   pendingTasks.clear();
   pendingObjects.clear();
   pendingFailures.clear();

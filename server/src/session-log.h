@@ -91,7 +91,15 @@ class SessionLog {
   // Writes what is queued in one transaction. On failure the queue is kept
   // for the next flush and the error is thrown.
   void flush();
-  size_t queued() const { return pendingTasks.size() + pendingObjects.size() + pendingFailures.size(); }
+  size_t queued() const {
+    return pendingTasks.size() + pendingObjects.size() + pendingFailures.size() +
+           pendingGovernors.size();
+  }
+  // A governor registered / left for good (queued until flush()). Those
+  // still listed when the server restarts are waited for.
+  void governorSeen(const std::string& name);
+  void governorGone(const std::string& name);
+  std::vector<std::string> loadGovernors();
 
   // Everything the log holds, for replay at start.
   std::vector<SessionRecord> load();
@@ -111,6 +119,7 @@ class SessionLog {
   std::vector<TaskRecord> pendingTasks;
   std::vector<ObjectRecord> pendingObjects;
   std::vector<std::pair<uint64_t, std::string>> pendingFailures;
+  std::vector<std::pair<std::string, bool>> pendingGovernors;
 
   void exec(const char* sql);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back and rethrows.

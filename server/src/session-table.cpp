@@ -1,18 +1,99 @@
 #include "session-table.h"
 
 #include <algorithm>
+#include <capnp/serialize.h>
+#include <unordered_set>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
 
 namespace squall {
 
-Session& SessionTable::open(std::string name, const void* owner) {
-  uint64_t id = nextSession++;
+Session& SessionTable::open(std::string name, const void* owner, bool persistent) {
+  uint64_t id = nextSession;
+  if (log != nullptr) log->sessionOpened(id, name, persistent);
+  nextSession++;
   auto& session = sessions[id];
   session.id = id;
   session.name = std::move(name);
   session.owner = owner;
-  logger.info("event=session-open session={} name=\"{}\"", id, session.name);
+  session.persistent = persistent;
+  logger.info("event=session-open session={} name=\"{}\" persistent={}", id, session.name, persistent);
+  return session;
+}
+
+Session& SessionTable::restore(const SessionLog::SessionRecord& record,
+                               const std::function<GovernorId(const std::string&)>& governorId) {
+  SQUALL_REQUIRE(!sessions.count(record.id), "session ", record.id, " is in the log twice");
+  auto& session = sessions[record.id];
+  session.id = record.id;
+  session.name = record.name;
+  session.persistent = record.persistent;
+  nextSession = std::max(nextSession, record.id + 1);
+  restoring = true;
+  KJ_DEFER(restoring = false);
+
+  // The graph: every submit's chunks, validated and applied as one.
+  PendingSubmit submit(record.id, SubmitLimits{UINT64_MAX, UINT64_MAX, UINT64_MAX});
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = UINT64_MAX;
+  for (auto& chunk : record.chunks) {
+    KJ_REQUIRE(chunk.size() % sizeof(capnp::word) == 0, "a logged submit is truncated", record.id);
+    capnp::FlatArrayMessageReader reader(
+        kj::arrayPtr(reinterpret_cast<const capnp::word*>(chunk.data()), chunk.size() / sizeof(capnp::word)),
+        options);
+    submit.add(reader.getRoot<wire::Submission::AddParams>());
+  }
+  for (auto& [n, data] : record.constants) submit.appendData(n, kj::arrayPtr(data.data(), data.size()));
+  for (auto* task : submit.commit(session)) pending.ready.push_back(task->id);
+
+  // The outcomes, as their governors reported them: the finished ones first
+  // (a failure recorded later cancels what was still to run).
+  std::unordered_map<uint64_t, const SessionLog::ObjectRecord*> objects;
+  for (auto& object : record.objects) objects[object.object] = &object;
+  for (bool finished : {true, false}) {
+    for (auto& outcome : record.tasks) {
+      bool ok = outcome.state == static_cast<int>(TaskNode::State::FINISHED);
+      if (ok != finished) continue;
+      auto it = session.tasks.find(outcome.task);
+      if (it == session.tasks.end() || it->second.done()) continue;
+      auto& task = it->second;
+      capnp::MallocMessageBuilder message;
+      auto result = message.initRoot<wire::TaskResult>();
+      task.id.to(result.initId());
+      result.setOk(ok);
+      result.setError(outcome.error);
+      result.setExitStatus(outcome.exitStatus);
+      result.setStdoutTail(outcome.stdoutTail);
+      result.setStderrTail(outcome.stderrTail);
+      result.setStartTimeUs(outcome.startTimeUs);
+      result.setDurationUs(outcome.durationUs);
+      if (ok) {
+        auto outputs = result.initOutputs(task.outputs.size());
+        for (size_t i = 0; i < task.outputs.size(); i++) {
+          auto& output = *task.outputs[i];
+          output.id.to(outputs[i].initId());
+          auto oit = objects.find(output.id.n);
+          if (oit != objects.end()) {
+            outputs[i].setSize(oit->second->size);
+            outputs[i].setHash(oit->second->hash);
+          }
+          if (output.kind == wire::ObjectKind::STREAM) {
+            output.persisted = output.keep || !output.consumers.empty();
+          }
+        }
+      }
+      auto governor = governorId(outcome.governor);
+      if (task.state != TaskNode::State::ASSIGNED) session.setTaskState(task, TaskNode::State::ASSIGNED);
+      task.governor = governor;
+      task.attempt = outcome.attempt;
+      taskResult(result.asReader(), governor, outcome.governor);
+    }
+  }
+  if (!record.failure.empty()) fail(session, record.failure);
+  logger.info("event=session-restored session={} name=\"{}\" tasks={} finished={} failed={}",
+              session.id, session.name, session.tasks.size(),
+              session.counts[static_cast<int>(TaskNode::State::FINISHED)],
+              session.state != Session::State::OPEN);
   return session;
 }
 
@@ -39,6 +120,16 @@ void SessionTable::close(uint64_t id) {
     for (auto g : object.locations) pending.remove.emplace_back(g, object.id);
   }
   if (onClose) onClose(session);
+  if (log != nullptr) {
+    try {
+      log->sessionClosed(id);
+    } catch (const kj::Exception& e) {
+      // Closing goes on: the next start prunes what is left of it (its
+      // client is gone and it is not persistent), or shows it again.
+      logger.error("event=log-failed action=close session={} error=\"{}\"", id,
+                   e.getDescription().cStr());
+    }
+  }
   session.state = Session::State::CLOSED;
   notifyAll(session);
   logger.info("event=session-close session={} tasks={}", id, session.tasks.size());
@@ -51,7 +142,12 @@ void SessionTable::close(uint64_t id) {
 void SessionTable::closeOwnedBy(const void* owner) {
   std::vector<uint64_t> ids;
   for (auto& [id, session] : sessions) {
-    if (session.owner == owner) ids.push_back(id);
+    if (session.owner != owner) continue;
+    if (session.persistent) {
+      session.owner = nullptr;  // outlives its client; anyone may re-attach
+    } else {
+      ids.push_back(id);
+    }
   }
   for (auto id : ids) close(id);
 }
@@ -70,8 +166,22 @@ void SessionTable::assigned(TaskNode& task, GovernorId governor) {
 void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
                               kj::StringPtr fromName) {
   auto id = Id::from(result.getId());
+  // Outputs of a result nobody waits for any more go, unless the table
+  // counts them as held there already (a result sent again after a
+  // reconnect, which the log had recorded).
   auto orphanOutputs = [&]() {
-    for (auto output : result.getOutputs()) pending.remove.emplace_back(from, Id::from(output.getId()));
+    for (auto output : result.getOutputs()) {
+      auto oid = Id::from(output.getId());
+      KJ_IF_MAYBE(session, find(oid.session)) {
+        auto it = session->objects.find(oid.n);
+        if (it != session->objects.end() && it->second.state == ObjectNode::State::FINISHED &&
+            std::find(it->second.locations.begin(), it->second.locations.end(), from) !=
+                it->second.locations.end()) {
+          continue;
+        }
+      }
+      pending.remove.emplace_back(from, oid);
+    }
   };
   auto sit = sessions.find(id.session);
   if (sit == sessions.end()) return orphanOutputs();
@@ -113,6 +223,7 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
   session.setTaskState(task, TaskNode::State::FAILED);
   session.unfinishedTasks--;
   counters.tasksFailed++;
+  record(session, task, result);
   if (policy.getAllowFailure()) {
     abandon(session, task);
     return;
@@ -178,6 +289,7 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
   session.unfinishedTasks--;
   counters.tasksFinished++;
   logger.debug("event=task-finished session={} task={} governor={}", task.id.session, task.id.n, from);
+  record(session, task, result);
   auto infos = result.getOutputs();
   for (uint i = 0; i < task.outputs.size(); i++) {
     auto& object = *task.outputs[i];
@@ -218,6 +330,17 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
   for (auto* output : task.outputs) maybeRemove(*output);
 }
 
+void SessionTable::record(Session& session, TaskNode& task, wire::TaskResult::Reader result) {
+  if (log == nullptr || restoring) return;
+  log->taskDone({session.id, task.id.n, static_cast<int32_t>(task.state), task.attempt,
+                 task.governorName, task.startTimeUs, task.durationUs, task.exitStatus, task.error,
+                 task.stdoutTail, task.stderrTail});
+  for (auto info : result.getOutputs()) {
+    log->objectChanged({session.id, info.getId().getN(), static_cast<int32_t>(ObjectNode::State::FINISHED),
+                        info.getSize(), info.getHash(), {task.governorName}});
+  }
+}
+
 void SessionTable::releaseInput(ObjectNode& object) {
   KJ_ASSERT(object.unfinishedConsumers > 0);
   object.unfinishedConsumers--;
@@ -250,6 +373,7 @@ void SessionTable::fail(Session& session, std::string message, const TaskNode* t
     session.failedStderrTail = result.getStderrTail().cStr();
   }
   logger.info("event=session-failed session={} reason=\"{}\"", session.id, session.failureMessage);
+  if (log != nullptr && !restoring) log->sessionFailed(session.id, session.failureMessage);
   for (auto& [n, t] : session.tasks) {
     switch (t.state) {
       case TaskNode::State::ASSIGNED:
@@ -294,11 +418,20 @@ void SessionTable::governorLost(GovernorId governor, kj::StringPtr name,
       touched.emplace_back(session, &task);
     }
   }
+  locationsLost(governor, name, [](const ObjectNode&) { return false; }, touched);
+  for (auto& [session, task] : touched) {
+    if (session->state == Session::State::OPEN && !task->done()) requeue(*session, *task);
+  }
+}
+
+void SessionTable::locationsLost(GovernorId governor, kj::StringPtr name,
+                                 const std::function<bool(const ObjectNode&)>& held,
+                                 std::vector<std::pair<Session*, TaskNode*>>& touched) {
   for (auto& [sid, session] : sessions) {
     std::vector<TaskNode*> changed;
     for (auto& [n, object] : session.objects) {
       auto it = std::find(object.locations.begin(), object.locations.end(), governor);
-      if (it == object.locations.end()) continue;
+      if (it == object.locations.end() || held(object)) continue;
       object.locations.erase(it);
       if (object.locations.empty() && !object.constant &&
           object.state == ObjectNode::State::FINISHED &&
@@ -308,9 +441,70 @@ void SessionTable::governorLost(GovernorId governor, kj::StringPtr name,
     }
     for (auto* task : changed) touched.emplace_back(&session, task);
   }
+}
+
+std::vector<TaskNode*> SessionTable::governorReturned(GovernorId governor, kj::StringPtr name,
+                                                      capnp::List<wire::Id>::Reader tasks,
+                                                      capnp::List<wire::ObjectInfo>::Reader objects) {
+  std::vector<TaskNode*> adopted;
+  for (auto wireId : tasks) {
+    auto id = Id::from(wireId);
+    TaskNode* task = nullptr;
+    KJ_IF_MAYBE(session, find(id.session)) {
+      auto it = session->tasks.find(id.n);
+      if (it != session->tasks.end() && session->state == Session::State::OPEN &&
+          it->second.group == nullptr &&
+          (it->second.state == TaskNode::State::READY || it->second.state == TaskNode::State::WAITING)) {
+        task = &it->second;
+        session->setTaskState(*task, TaskNode::State::ASSIGNED);
+        task->governor = governor;
+        adopted.push_back(task);
+      } else if (it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
+                 it->second.governor == governor) {
+        continue;  // ours already
+      }
+    }
+    if (task == nullptr) {
+      // Done, running elsewhere, or of a closed session; a live-stream task
+      // cannot be taken over either (its peers were started again).
+      pending.cancel.emplace_back(governor, id);
+    }
+  }
+  std::unordered_set<Id, IdHash> reported;
+  for (auto info : objects) {
+    auto id = Id::from(info.getId());
+    reported.insert(id);
+    bool wanted = false;
+    KJ_IF_MAYBE(session, find(id.session)) {
+      auto it = session->objects.find(id.n);
+      if (it != session->objects.end()) {
+        auto& object = it->second;
+        if (object.state == ObjectNode::State::FINISHED && !object.constant &&
+            (object.keep || object.unfinishedConsumers > 0)) {
+          wanted = true;
+          if (std::find(object.locations.begin(), object.locations.end(), governor) ==
+              object.locations.end()) {
+            object.locations.push_back(governor);
+          }
+        } else if (object.state == ObjectNode::State::UNFINISHED && object.producer != nullptr &&
+                   object.producer->state == TaskNode::State::ASSIGNED &&
+                   object.producer->governor == governor) {
+          wanted = true;  // its producer's result is on its way
+        }
+      }
+    }
+    if (!wanted) pending.remove.emplace_back(governor, id);
+  }
+  std::vector<std::pair<Session*, TaskNode*>> touched;
+  locationsLost(governor, name, [&](const ObjectNode& object) { return reported.count(object.id) > 0; },
+                touched);
   for (auto& [session, task] : touched) {
     if (session->state == Session::State::OPEN && !task->done()) requeue(*session, *task);
   }
+  logger.info("event=governor-returned governor={} name={} tasks_adopted={} tasks_reported={} "
+              "objects_reported={}",
+              governor, name.cStr(), adopted.size(), tasks.size(), objects.size());
+  return adopted;
 }
 
 bool SessionTable::remake(Session& session, ObjectNode& lost, kj::StringPtr governor,

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "graph.h"
+#include "session-log.h"
 #include "stats.h"
 #include "submit.h"
 
@@ -26,12 +27,30 @@ class SessionTable {
  public:
   explicit SessionTable(spdlog::logger& logger) : logger(logger) {}
 
-  Session& open(std::string name, const void* owner);
+  // Writes to `log` (none: nothing survives a restart). Not owned.
+  void useLog(SessionLog* sessionLog) { log = sessionLog; }
+  SessionLog* sessionLog() { return log; }
+
+  // Durable before it returns when there is a log (throws FAILED naming
+  // the log's problem, e.g. a full disk; nothing is opened then).
+  Session& open(std::string name, const void* owner, bool persistent = false);
+  // Brings back a session the log holds: its graph through the same
+  // validation as a submit, then the recorded outcomes as if their
+  // governors had reported them (`governorId` maps a recorded governor
+  // name to the id it has or will have when it reconnects). Logs nothing.
+  Session& restore(const SessionLog::SessionRecord& record,
+                   const std::function<GovernorId(const std::string&)>& governorId);
+  // The calling client owns the session from now (it re-attached after
+  // losing its connection, or the server restarted).
+  void adopt(Session& session, const void* owner) { session.owner = owner; }
   // Throws FAILED "unknown session" for ids never opened or already closed.
   Session& get(uint64_t id);
   kj::Maybe<Session&> find(uint64_t id);
   void close(uint64_t id);
   void closeOwnedBy(const void* owner);
+  // Drops a session from memory only (one that could not be restored: its
+  // rows stay in the log).
+  void forget(uint64_t id) { sessions.erase(id); }
 
   // Applies a validated submit (see PendingSubmit::commit).
   void submitted(Session& session, std::vector<TaskNode*> ready);
@@ -48,6 +67,16 @@ class SessionTable {
   // inputs that are gone too, and no further. Tasks joined by live streams
   // cannot be resumed or remade: their session fails, naming them.
   void governorLost(GovernorId governor, kj::StringPtr name, const std::vector<Id>& assigned);
+  // A governor (re)registered holding `tasks` (queued, running, or done
+  // with results it has not delivered yet) and `objects`. Tasks still to be
+  // run are adopted (ASSIGNED to it, returned so that the caller holds
+  // their capacity); the rest are cancelled there. Objects that are
+  // finished and wanted are adopted; others are removed there. Objects the
+  // table thought it held but it no longer reports are lost (made again
+  // as governorLost does).
+  std::vector<TaskNode*> governorReturned(GovernorId governor, kj::StringPtr name,
+                                          capnp::List<wire::Id>::Reader tasks,
+                                          capnp::List<wire::ObjectInfo>::Reader objects);
 
   // Fails the session: its unfinished tasks are cancelled.
   void fail(Session& session, std::string message, const TaskNode* task = nullptr,
@@ -68,12 +97,22 @@ class SessionTable {
 
  private:
   spdlog::logger& logger;
+  SessionLog* log = nullptr;
+  // Set while restore() re-applies what the log holds.
+  bool restoring = false;
   std::map<uint64_t, Session> sessions;
   uint64_t nextSession = 1;
   Effects pending;
   ServerStats counters;
 
   void finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result, GovernorId from);
+  // Queues the task's outcome (and its outputs') for the log's next flush.
+  void record(Session& session, TaskNode& task, wire::TaskResult::Reader result);
+  // `governor` no longer holds the objects for which `held` says false:
+  // forgets those copies and makes again what is still needed.
+  void locationsLost(GovernorId governor, kj::StringPtr name,
+                     const std::function<bool(const ObjectNode&)>& held,
+                     std::vector<std::pair<Session*, TaskNode*>>& touched);
   // An allowed failure: the task's outputs will never be made; tasks that
   // need them are skipped, transitively. The session carries on.
   void abandon(Session& session, TaskNode& task);

@@ -1,6 +1,7 @@
 #include "submit.h"
 
 #include <algorithm>
+#include <capnp/serialize.h>
 #include <deque>
 #include <functional>
 #include <kj/debug.h>
@@ -55,6 +56,12 @@ void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
   messages.push_back(std::move(message));
 }
 
+std::vector<kj::Array<capnp::word>> PendingSubmit::flatChunks() const {
+  std::vector<kj::Array<capnp::word>> chunks;
+  for (auto& message : messages) chunks.push_back(capnp::messageToFlatArray(*message));
+  return chunks;
+}
+
 void PendingSubmit::appendData(uint64_t object, kj::ArrayPtr<const kj::byte> data) {
   SQUALL_REQUIRE(declaredConstants.count(object), "appendData: object ", object,
                  " is not declared as a constant in this submit");
@@ -67,7 +74,8 @@ void PendingSubmit::appendData(uint64_t object, kj::ArrayPtr<const kj::byte> dat
   buffer.insert(buffer.end(), data.begin(), data.end());
 }
 
-std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity capacity) {
+std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity capacity,
+                                             const std::function<void()>& beforeApply) {
   SQUALL_REQUIRE(target.state == Session::State::OPEN, "session ", target.id,
                  " is not open: ", target.failureMessage);
 
@@ -404,6 +412,10 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
                    " are joined by streams and must run at the same time: together they need ",
                    cpus, " cpus but the governors have ", capacity.totalCpus);
   }
+
+  // Made durable (the session log) before anything is applied; throwing
+  // refuses the submit as a validation error would.
+  if (beforeApply) beforeApply();
 
   // ---- apply: nothing below may fail on bad input
   for (auto& [n, spec] : newObjects) {

@@ -4,6 +4,7 @@
 
 #include "graph.h"
 
+#include <functional>
 #include <kj/string.h>
 #include <squall/wire/service.capnp.h>
 
@@ -38,7 +39,15 @@ class PendingSubmit {
   // moves the graph in. Returns the tasks that are ready at once. Throws
   // FAILED naming the first problem; `target` is then untouched.
   // Tasks joined by live streams must fit `capacity` all at once.
-  std::vector<TaskNode*> commit(Session& target, ClusterCapacity capacity = {});
+  // `beforeApply` runs once everything is valid, before anything is applied
+  // (the server makes the submit durable there); if it throws, the submit
+  // is refused and `target` is untouched.
+  std::vector<TaskNode*> commit(Session& target, ClusterCapacity capacity = {},
+                                const std::function<void()>& beforeApply = {});
+  // The chunks as flat messages and the appended constants' bytes, as the
+  // session log stores them.
+  std::vector<kj::Array<capnp::word>> flatChunks() const;
+  const std::unordered_map<uint64_t, std::vector<kj::byte>>& appendedData() const { return appended; }
 
   uint64_t taskCount() const { return tasks; }
   uint64_t objectCount() const { return objects; }

@@ -65,7 +65,8 @@ function check(condition, message) {
 
 async function main() {
   work = fs.mkdtempSync(path.join(os.tmpdir(), 'squall-web-'));
-  const server = await start(SERVER, ['--listen', '127.0.0.1:0', '--http', '127.0.0.1:0', '--log-level', 'warn'],
+  const server = await start(SERVER, ['--listen', '127.0.0.1:0', '--http', '127.0.0.1:0', '--log-level', 'warn',
+    '--log', path.join(work, 'server.sqlite')],
     ['listening address=', 'http address=']);
   const rpc = server.found['listening address='];
   const http = `http://${server.found['http address=']}`;

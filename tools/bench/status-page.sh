@@ -30,7 +30,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$build/server/squall-server" --listen 127.0.0.1:0 --http 127.0.0.1:0 --log-level warn >"$work/server.out" &
+"$build/server/squall-server" --listen 127.0.0.1:0 --http 127.0.0.1:0 --log-level warn \
+  --log "$work/server.sqlite" >"$work/server.out" &
 pids+=($!)
 server_pid=$!
 for _ in $(seq 100); do grep -q '^http address=' "$work/server.out" 2>/dev/null && break; sleep 0.1; done

@@ -1,5 +1,7 @@
 #include <squall/tools/local-cluster.h>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -204,6 +206,10 @@ void LocalCluster::start() {
   std::vector<std::string> args = {"--listen", options.listen, "--http", options.http,
                                    "--log-level", options.logLevel};
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
+  // The session log lives with the rest of the cluster's state.
+  if (std::find(options.serverArgs.begin(), options.serverArgs.end(), "--log") == options.serverArgs.end()) {
+    args.insert(args.end(), {"--log", (fs::path(work) / "server.sqlite").string()});
+  }
   args.insert(args.end(), options.serverArgs.begin(), options.serverArgs.end());
   serverProcess = std::make_unique<ChildProcess>(findProgram("squall-server"), args);
   auto line = serverProcess->expectLine("listening address=", options.startTimeout);
