@@ -40,6 +40,7 @@ struct Flags {
   std::string tokenFile;
   std::string logLevel = "info";
   double connectTimeout = 10;
+  double reconnectTimeout = 600;
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::string compressStreams = "auto";
@@ -182,10 +183,8 @@ int run(const Flags& flags) {
     env.streams = streams;
     dataEnv.streams = streams;
 
-    // The server may assign (and tasks may finish) before registration
-    // returns: the batcher sends to the upstream capability once it is known.
-    auto upstreamPaf = kj::newPromiseAndFulfiller<wire::GovernorUpstream::Client>();
-    ResultBatcher batcher(wire::GovernorUpstream::Client(kj::mv(upstreamPaf.promise)), timer, logger);
+    // Results wait in the batcher while no server connection is up.
+    ResultBatcher batcher(timer, logger);
     TaskQueue queue(env, fetcher, flags.cpus,
                     [&batcher](TaskOutcome outcome) { batcher.report(kj::mv(outcome)); });
 
@@ -213,7 +212,39 @@ int run(const Flags& flags) {
       logger.error("event=data-listener-failed error=\"{}\"", e.getDescription().cStr());
     });
 
-    // Server connection and registration.
+    // Server connection and registration. `again`: after a lost connection
+    // (the server restarted, or the network failed): the governor tells
+    // what it still runs and holds, and carries on with it.
+    auto registerWith = [&](RpcClient& connection, bool again) -> kj::Promise<uint32_t> {
+      auto request = connection.bootstrap<wire::Bootstrap>().registerGovernorRequest();
+      request.setVersion(wire::PROTOCOL_VERSION);
+      request.setToken(token);
+      auto info = request.initInfo();
+      info.setName(name);
+      info.setDataAddress(dataAddress);
+      info.initResources().setCpus(flags.cpus);
+      std::vector<std::pair<Id, ObjectMeta>> objects;
+      std::vector<Id> tasks;
+      if (again) {
+        store.forEach([&](Id id, const ObjectMeta& meta) { objects.emplace_back(id, meta); });
+        tasks = queue.held();
+        for (auto id : batcher.unacknowledged()) tasks.push_back(id);
+      }
+      auto inventory = info.initInventory(objects.size());
+      for (size_t i = 0; i < objects.size(); i++) {
+        objects[i].first.to(inventory[i].initId());
+        inventory[i].setSize(objects[i].second.size);
+        inventory[i].setHash(objects[i].second.hash);
+      }
+      auto held = info.initTasks(tasks.size());
+      for (size_t i = 0; i < tasks.size(); i++) tasks[i].to(held[i]);
+      request.setControl(kj::heap<GovernorControlImpl>(store, queue, logger));
+      return request.send().then([&batcher](auto response) {
+        batcher.connected(response.getUpstream());
+        return response.getGovernorId();
+      });
+    };
+
     kj::Own<RpcClient> server;
     auto deadline =
         timer.now() + static_cast<int64_t>(flags.connectTimeout * 1000) * kj::MILLISECONDS;
@@ -226,20 +257,9 @@ int run(const Flags& flags) {
                         e->getDescription());
       return 1;
     }
-    auto request = server->bootstrap<wire::Bootstrap>().registerGovernorRequest();
-    request.setVersion(wire::PROTOCOL_VERSION);
-    request.setToken(token);
-    auto info = request.initInfo();
-    info.setName(name);
-    info.setDataAddress(dataAddress);
-    info.initResources().setCpus(flags.cpus);
-    info.initInventory(0);
-    request.setControl(kj::heap<GovernorControlImpl>(store, queue, logger));
     uint32_t governorId = 0;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  auto response = request.send().wait(io.waitScope);
-                  governorId = response.getGovernorId();
-                  upstreamPaf.fulfiller->fulfill(response.getUpstream());
+                  governorId = registerWith(*server, false).wait(io.waitScope);
                 })) {
       failure = kj::str("the server at ", flags.server.c_str(), " refused registration: ",
                         e->getDescription());
@@ -251,21 +271,70 @@ int run(const Flags& flags) {
                 governorId, name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr(),
                 env.allowedRoots.describe().cStr());
 
-    auto onSignal = io.unixEventPort.onSignal(SIGINT)
-                        .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
-                        .then([&logger](siginfo_t info) {
-                          logger.info("event=signal signal={}", signalName(info.si_signo).cStr());
-                          return Stop::SIGNAL;
-                        });
-    auto onServerLost = server->onDisconnect().then(
-        []() { return Stop::SERVER_LOST; }, [](kj::Exception&&) { return Stop::SERVER_LOST; });
-    Stop stop = onSignal.exclusiveJoin(kj::mv(onServerLost)).wait(io.waitScope);
+    auto signalled = io.unixEventPort.onSignal(SIGINT)
+                         .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
+                         .then([&logger](siginfo_t info) {
+                           logger.info("event=signal signal={}", signalName(info.si_signo).cStr());
+                         })
+                         .fork();
     int exitCode = 0;
-    if (stop == Stop::SERVER_LOST) {
-      // TODO(reconnect): retry with backoff and report the inventory instead.
-      logger.error("event=server-lost server={} action=exit", flags.server.c_str());
-      failure = kj::str("lost the connection to the server at ", flags.server.c_str());
-      exitCode = 1;
+    for (;;) {
+      auto onSignal = signalled.addBranch().then([]() { return Stop::SIGNAL; });
+      auto onServerLost = server->onDisconnect().then(
+          []() { return Stop::SERVER_LOST; }, [](kj::Exception&&) { return Stop::SERVER_LOST; });
+      if (onSignal.exclusiveJoin(kj::mv(onServerLost)).wait(io.waitScope) == Stop::SIGNAL) break;
+      // Tasks keep running and their results wait; reconnect with backoff.
+      logger.warn("event=server-lost server={} action=reconnect running={} waiting={}",
+                  flags.server.c_str(), queue.runningCount(), queue.waitingCount());
+      server = nullptr;
+      auto giveUp = timer.now() + static_cast<int64_t>(flags.reconnectTimeout * 1000) * kj::MILLISECONDS;
+      kj::Maybe<kj::String> lastError;
+      for (;;) {
+        auto attempt =
+            connectWithRetry(network, timer, flags.server.c_str(), giveUp, 100 * kj::MILLISECONDS, logger)
+                .then([&](kj::Own<RpcClient> connection) {
+                  auto& ref = *connection;
+                  return registerWith(ref, true).then(
+                      [connection = kj::mv(connection)](uint32_t id) mutable {
+                        return std::make_pair(kj::mv(connection), id);
+                      });
+                })
+                .then([](auto result) -> kj::Maybe<std::pair<kj::Own<RpcClient>, uint32_t>> {
+                  return kj::mv(result);
+                });
+        auto stopped = signalled.addBranch().then(
+            []() -> kj::Maybe<std::pair<kj::Own<RpcClient>, uint32_t>> { return nullptr; });
+        kj::Maybe<std::pair<kj::Own<RpcClient>, uint32_t>> outcome;
+        bool signal = false;
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                      outcome = attempt.exclusiveJoin(kj::mv(stopped)).wait(io.waitScope);
+                      signal = outcome == nullptr;
+                    })) {
+          lastError = kj::str(e->getDescription());
+          if (e->getType() == kj::Exception::Type::DISCONNECTED && timer.now() < giveUp) {
+            // Connected, then lost again while registering: go round.
+            logger.warn("event=reregister-retry error=\"{}\"", e->getDescription().cStr());
+            continue;
+          }
+        }
+        if (signal) break;
+        KJ_IF_MAYBE(connected, outcome) {
+          server = kj::mv(connected->first);
+          logger.info("event=reregistered governor={} name={} running={} objects={}",
+                      connected->second, name.cStr(), queue.runningCount(), store.count());
+        }
+        break;
+      }
+      if (server.get() == nullptr) {
+        KJ_IF_MAYBE(message, lastError) {
+          logger.error("event=server-lost server={} action=exit error=\"{}\"", flags.server.c_str(),
+                       message->cStr());
+          failure = kj::str("lost the connection to the server at ", flags.server.c_str(),
+                            " and could not register again: ", *message);
+          exitCode = 1;
+        }
+        break;
+      }
     }
 
     // Kill running tasks; wait (bounded) for their children and sandboxes.
@@ -315,6 +384,10 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", flags.tokenFile, "file holding the shared secret");
   app.add_option("--log-level", flags.logLevel, "trace, debug, info, warn, error or off");
   app.add_option("--connect-timeout", flags.connectTimeout, "seconds to keep retrying the server")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--reconnect-timeout", flags.reconnectTimeout,
+                 "seconds to keep trying to reach the server again after losing it (tasks keep "
+                 "running meanwhile); then the governor exits")
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--memory-mb", flags.memoryMb, "memory for small in-memory objects, MiB")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));

@@ -9,6 +9,7 @@
 #include <kj/async-io.h>
 #include <kj/debug.h>
 #include <map>
+#include <set>
 #include <squall/proto/chunk-codec.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/rpc.h>
@@ -93,6 +94,12 @@ struct ClientImpl {
   std::string token;
   kj::Own<RpcClient> connection;
   kj::Maybe<wire::ClientService::Client> service;
+  // Sessions this client made and has not closed: adopted again after a
+  // reconnect, so they stay tied to this client.
+  std::set<uint64_t> ownedSessions;
+  // How long a lost connection is tried again ($SQUALL_RECONNECT_TIMEOUT
+  // seconds, default 60; 0: never).
+  double reconnectSeconds = 60;
   std::map<std::string, std::pair<kj::Own<RpcClient>, wire::DataService::Client>> dataServices;
 
   ClientImpl() : loop(acquireLoop()) {}
@@ -116,11 +123,68 @@ struct ClientImpl {
     try {
       return body();
     } catch (const kj::Exception& e) {
-      std::string message = userMessage(e).cStr();
-      if (e.getType() == kj::Exception::Type::DISCONNECTED) {
-        message = "connection to the squall server at " + address + " lost: " + message;
+      throw Error(describe(e));
+    }
+  }
+
+  // As guard(), for calls that may be made again: when the connection is
+  // lost (the server restarted, the network failed) it is made again, this
+  // client's sessions are re-attached, and `body` runs again.
+  template <typename Body>
+  auto retrying(Body&& body) -> decltype(body()) {
+    for (;;) {
+      try {
+        return body();
+      } catch (const kj::Exception& e) {
+        if (e.getType() != kj::Exception::Type::DISCONNECTED) throw Error(describe(e));
+        reconnect(e);
       }
-      throw Error(message);
+    }
+  }
+
+  std::string describe(const kj::Exception& e) {
+    std::string message = userMessage(e).cStr();
+    if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+      message = "connection to the squall server at " + address + " lost: " + message;
+    }
+    return message;
+  }
+
+  // Connects and registers; throws kj::Exception.
+  void connect() {
+    auto& ws = waitScope();
+    service = nullptr;
+    connection = nullptr;
+    connection = connectTo(loop.io.provider->getNetwork(), address).wait(ws);
+    auto req = connection->bootstrap<wire::Bootstrap>().registerClientRequest();
+    req.setVersion(wire::PROTOCOL_VERSION);
+    req.setToken(token);
+    service = req.send().wait(ws).getService();
+  }
+
+  // Connects again with backoff (100 ms doubling to 1 s) until the
+  // reconnect timeout, then re-attaches owned sessions. Throws Error naming
+  // `lost` when it cannot.
+  void reconnect(const kj::Exception& lost) {
+    auto& timer = loop.io.provider->getTimer();
+    auto deadline = timer.now() + static_cast<int64_t>(reconnectSeconds * 1000) * kj::MILLISECONDS;
+    auto backoff = 100 * kj::MILLISECONDS;
+    dataServices.clear();
+    for (;;) {
+      if (timer.now() + backoff > deadline) throw Error(describe(lost));
+      timer.afterDelay(backoff).wait(waitScope());
+      backoff = kj::min(backoff * 2, 1 * kj::SECONDS);
+      try {
+        connect();
+        for (auto id : ownedSessions) {
+          auto req = svc().adoptSessionRequest();
+          req.setSession(id);
+          req.send().wait(waitScope());
+        }
+        return;
+      } catch (const kj::Exception& e) {
+        if (e.getType() != kj::Exception::Type::DISCONNECTED) throw Error(describe(e));
+      }
     }
   }
 
@@ -321,7 +385,32 @@ void SessionImpl::submit() {
     objectIndex.clear();
     taskIndex.clear();
   });
-  client.guard([&]() {
+  // After a lost connection: was the graph applied before it went? The
+  // server records a submit before it acknowledges it, so it has the first
+  // id or none of them.
+  auto applied = [&]() {
+    try {
+      if (!tasks.empty()) {
+        auto req = client.svc().getTasksRequest();
+        req.setSession(id);
+        req.initIds(1).set(0, tasks.front().n);
+        req.send().wait(client.waitScope());
+      } else if (!objects.empty()) {
+        auto req = client.svc().getObjectsRequest();
+        req.setSession(id);
+        req.initIds(1).set(0, objects.front().n);
+        req.send().wait(client.waitScope());
+      }
+      return true;
+    } catch (const kj::Exception& e) {
+      if (e.getType() == kj::Exception::Type::DISCONNECTED) throw;
+      return false;
+    }
+  };
+  bool resent = false;
+  client.retrying([&]() {
+    if (resent && applied()) return;
+    resent = true;
     auto& ws = client.waitScope();
     auto req = client.svc().submitRequest();
     req.setSession(id);
@@ -384,7 +473,7 @@ void SessionImpl::submit() {
 
 void SessionImpl::wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished) {
   checkOpen();
-  client.guard([&]() {
+  client.retrying([&]() {
     auto fill = [&](auto req) {
       req.setSession(id);
       auto list = req.initIds(ids.size());
@@ -415,10 +504,12 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
   checkOpen();
   client.guard([&]() {
     auto& ws = client.waitScope();
-    auto req = client.svc().fetchRequest();
-    req.setSession(id);
-    req.setObject(n);
-    auto response = req.send().wait(ws);
+    auto response = client.retrying([&]() {
+      auto req = client.svc().fetchRequest();
+      req.setSession(id);
+      req.setObject(n);
+      return req.send().wait(ws);
+    });
     auto location = response.getLocation();
     if (expect) {
       bool isDir = location.getKind() == wire::ObjectKind::DIR;
@@ -453,7 +544,7 @@ std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
   checkOpen();
   static const char* NAMES[] = {"waiting", "ready", "running", "finished",
                                 "failed", "cancelled", "skipped"};
-  return client.guard([&]() {
+  return client.retrying([&]() {
     auto req = client.svc().getTasksRequest();
     req.setSession(id);
     auto idList = req.initIds(ids.size());
@@ -501,7 +592,7 @@ ObjectInfo SessionImpl::objectInfo(wire::ObjectStatus::Reader o) {
 
 std::vector<ObjectInfo> SessionImpl::objectInfos(const std::vector<uint64_t>& ids) {
   checkOpen();
-  return client.guard([&]() {
+  return client.retrying([&]() {
     auto req = client.svc().getObjectsRequest();
     req.setSession(id);
     auto idList = req.initIds(ids.size());
@@ -900,7 +991,7 @@ std::vector<uint64_t> Session::waitSome(const std::vector<Task>& tasks) {
 
 void Session::unkeep(const std::vector<DataObject>& objects) {
   impl->checkOpen();
-  impl->client.guard([&]() {
+  impl->client.retrying([&]() {
     auto req = impl->client.svc().unkeepRequest();
     req.setSession(impl->id);
     auto list = req.initObjects(objects.size());
@@ -911,7 +1002,7 @@ void Session::unkeep(const std::vector<DataObject>& objects) {
 
 void Session::cancel() {
   impl->checkOpen();
-  impl->client.guard([&]() {
+  impl->client.retrying([&]() {
     auto req = impl->client.svc().cancelRequest();
     req.setSession(impl->id);
     req.send().wait(impl->client.waitScope());
@@ -935,7 +1026,7 @@ SessionState toState(wire::SessionState::Reader s) {
 
 SessionState Session::state() {
   impl->checkOpen();
-  return impl->client.guard([&]() {
+  return impl->client.retrying([&]() {
     auto req = impl->client.svc().getStateRequest();
     req.setSession(impl->id);
     return toState(req.send().wait(impl->client.waitScope()).getState());
@@ -950,14 +1041,18 @@ std::vector<TaskInfo> Session::tasks(const std::vector<uint64_t>& ids,
 void Session::close() {
   if (impl->closed) return;
   impl->closed = true;
-  impl->client.guard([&]() {
+  impl->client.ownedSessions.erase(impl->id);
+  impl->client.retrying([&]() {
     auto req = impl->client.svc().closeSessionRequest();
     req.setSession(impl->id);
     req.send().wait(impl->client.waitScope());
   });
 }
 
-void Session::detach() { impl->owned = false; }
+void Session::detach() {
+  impl->owned = false;
+  impl->client.ownedSessions.erase(impl->id);
+}
 
 DataObject Session::object(uint64_t id) {
   if (impl->kinds.count(id) == 0) impl->objectInfos({id});
@@ -978,37 +1073,38 @@ Client::Client(const std::string& address, const std::string& token)
     impl->address = env && *env ? env : "127.0.0.1:" + std::to_string(SERVER_PORT);
   }
   impl->guard([&]() { impl->token = resolveToken(token, ""); });
-  impl->guard([&]() {
-    auto& ws = impl->waitScope();
-    try {
-      impl->connection = connectTo(impl->loop.io.provider->getNetwork(), impl->address).wait(ws);
-    } catch (const kj::Exception& e) {
-      throw Error("cannot connect to the squall server at " + impl->address + ": " +
-                  userMessage(e).cStr());
+  if (const char* env = getenv("SQUALL_RECONNECT_TIMEOUT"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    double seconds = strtod(env, &end);
+    if (end == env || *end != '\0' || !(seconds >= 0)) {
+      throw Error(std::string("bad SQUALL_RECONNECT_TIMEOUT '") + env + "': expected seconds");
     }
-    auto req = impl->connection->bootstrap<wire::Bootstrap>().registerClientRequest();
-    req.setVersion(wire::PROTOCOL_VERSION);
-    req.setToken(impl->token);
-    auto response = req.send().wait(ws);
-    impl->service = response.getService();
-  });
+    impl->reconnectSeconds = seconds;
+  }
+  try {
+    impl->connect();
+  } catch (const kj::Exception& e) {
+    throw Error("cannot connect to the squall server at " + impl->address + ": " + userMessage(e).cStr());
+  }
 }
 
 Client::~Client() = default;
 
 const std::string& Client::address() const { return impl->address; }
 
-Session Client::newSession(const std::string& name) {
+Session Client::newSession(const std::string& name, SessionOptions options) {
   return impl->guard([&]() {
     auto req = impl->svc().newSessionRequest();
     req.setName(name);
+    req.setPersistent(options.persistent);
     auto response = req.send().wait(impl->waitScope());
+    impl->ownedSessions.insert(response.getSession());
     return Session(std::make_unique<client::SessionImpl>(*impl, response.getSession()));
   });
 }
 
 Session Client::attach(uint64_t id) {
-  return impl->guard([&]() {
+  return impl->retrying([&]() {
     auto req = impl->svc().getStateRequest();
     req.setSession(id);
     auto state = req.send().wait(impl->waitScope()).getState();
@@ -1020,7 +1116,7 @@ Session Client::attach(uint64_t id) {
 }
 
 Session Client::attach(const std::string& name) {
-  uint64_t id = impl->guard([&]() {
+  uint64_t id = impl->retrying([&]() {
     auto req = impl->svc().findSessionRequest();
     req.setName(name);
     return req.send().wait(impl->waitScope()).getSession();
@@ -1029,7 +1125,7 @@ Session Client::attach(const std::string& name) {
 }
 
 std::vector<SessionState> Client::sessions() {
-  return impl->guard([&]() {
+  return impl->retrying([&]() {
     auto response = impl->svc().listSessionsRequest().send().wait(impl->waitScope());
     std::vector<SessionState> result;
     for (auto s : response.getSessions()) result.push_back(toState(s));
@@ -1038,7 +1134,7 @@ std::vector<SessionState> Client::sessions() {
 }
 
 std::vector<GovernorInfo> Client::governors() {
-  return impl->guard([&]() {
+  return impl->retrying([&]() {
     auto response = impl->svc().listGovernorsRequest().send().wait(impl->waitScope());
     std::vector<GovernorInfo> result;
     for (auto g : response.getGovernors()) {

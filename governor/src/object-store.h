@@ -101,6 +101,11 @@ class ObjectStore {
 
   kj::StringPtr directory() const { return dir; }
   size_t count() const { return objects.size(); }
+  // Calls `visit(id, meta)` for every object held.
+  template <typename Visit>
+  void forEach(Visit&& visit) const {
+    for (auto& [id, entry] : objects) visit(id, entry.meta);
+  }
   uint64_t memoryUsed() const { return memoryBytes; }
 
   kj::Maybe<const ObjectMeta&> find(Id id) const;

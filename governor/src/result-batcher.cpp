@@ -1,11 +1,28 @@
 // Batched upstream results. Loop thread only.
 #include "result-batcher.h"
 
+#include <kj/debug.h>
+
 namespace squall {
 
 ResultBatcher::ResultBatcher(wire::GovernorUpstream::Client upstream, kj::Timer& timer,
                              spdlog::logger& logger)
     : upstream(kj::mv(upstream)), timer(timer), logger(logger), tasks(*this) {}
+
+ResultBatcher::ResultBatcher(kj::Timer& timer, spdlog::logger& logger)
+    : timer(timer), logger(logger), tasks(*this) {}
+
+void ResultBatcher::connected(wire::GovernorUpstream::Client client) {
+  upstream = kj::mv(client);
+  generation++;
+  schedule();
+}
+
+std::vector<Id> ResultBatcher::unacknowledged() const {
+  std::vector<Id> ids = inFlight;
+  for (auto& outcome : pending) ids.push_back(outcome.id);
+  return ids;
+}
 
 void ResultBatcher::report(TaskOutcome outcome) {
   logger.debug("event=task-finished task={} ok={} error=\"{}\"", kj::str(outcome.id).cStr(),
@@ -15,14 +32,14 @@ void ResultBatcher::report(TaskOutcome outcome) {
 }
 
 void ResultBatcher::schedule() {
-  if (busy || pending.empty()) return;
+  if (busy || pending.empty() || upstream == nullptr) return;
   busy = true;
   // One evalLater so that results finishing in the same turn share a message.
   tasks.add(kj::evalLater([this]() { return sendBatch(); }));
 }
 
 kj::Promise<void> ResultBatcher::sendBatch() {
-  auto request = upstream.updateRequest();
+  auto request = KJ_ASSERT_NONNULL(upstream).updateRequest();
   size_t count = 0;
   size_t bytes = 0;
   for (auto& outcome : pending) {
@@ -36,7 +53,9 @@ kj::Promise<void> ResultBatcher::sendBatch() {
   }
   // Kept until acknowledged so an OVERLOADED server gets them again.
   kj::Vector<TaskOutcome> batch(count);
+  inFlight.clear();
   for (size_t i = 0; i < count; i++) {
+    inFlight.push_back(pending.front().id);
     batch.add(kj::mv(pending.front()));
     pending.pop_front();
   }
@@ -46,28 +65,38 @@ kj::Promise<void> ResultBatcher::sendBatch() {
       .ignoreResult()
       .then(
           [this]() -> kj::Promise<void> {
+            inFlight.clear();
             busy = false;
             schedule();
             return kj::READY_NOW;
           },
-          [this, batch = kj::mv(batch)](kj::Exception&& e) mutable -> kj::Promise<void> {
-            if (e.getType() == kj::Exception::Type::OVERLOADED) {
-              logger.warn("event=update-overloaded results={} retry_ms=1000", batch.size());
-              for (size_t i = batch.size(); i > 0; i--) {
-                pending.push_front(kj::mv(batch[i - 1]));
-              }
-              return timer.afterDelay(1 * kj::SECONDS).then([this]() { return sendBatch(); });
+          [this, batch = kj::mv(batch), sentOn = generation](kj::Exception&& e) mutable -> kj::Promise<void> {
+            inFlight.clear();
+            if (e.getType() == kj::Exception::Type::OVERLOADED ||
+                e.getType() == kj::Exception::Type::DISCONNECTED) {
+              // Kept: sent again (after a reconnect, for a lost connection).
+              for (size_t i = batch.size(); i > 0; i--) pending.push_front(kj::mv(batch[i - 1]));
             }
             if (e.getType() == kj::Exception::Type::DISCONNECTED) {
-              // The connection watcher in main() handles a lost server; stay
-              // busy so nothing more is sent into a dead connection.
-              logger.warn("event=update-lost results={} error=\"{}\"", batch.size(),
-                          e.getDescription().cStr());
+              logger.warn("event=update-lost results={} error=\"{}\" action=resend-after-reconnect",
+                          batch.size(), e.getDescription().cStr());
+              // Nothing more goes into the dead connection; a new one may
+              // have come meanwhile.
+              if (sentOn == generation) upstream = nullptr;
+              busy = false;
+              schedule();
               return kj::READY_NOW;
-            } else {
-              logger.error("event=update-rejected results={} error=\"{}\"", batch.size(),
-                           e.getDescription().cStr());
             }
+            if (e.getType() == kj::Exception::Type::OVERLOADED) {
+              logger.warn("event=update-overloaded results={} retry_ms=1000 error=\"{}\"",
+                          batch.size(), e.getDescription().cStr());
+              return timer.afterDelay(1 * kj::SECONDS).then([this]() {
+                busy = false;
+                schedule();
+              });
+            }
+            logger.error("event=update-rejected results={} error=\"{}\"", batch.size(),
+                         e.getDescription().cStr());
             busy = false;
             schedule();
             return kj::READY_NOW;

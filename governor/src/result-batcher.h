@@ -10,6 +10,7 @@
 #include <kj/timer.h>
 #include <spdlog/logger.h>
 #include <squall/wire/service.capnp.h>
+#include <vector>
 
 namespace squall {
 
@@ -19,19 +20,31 @@ class ResultBatcher final : private kj::TaskSet::ErrorHandler {
   static constexpr size_t MAX_BATCH_BYTES = 8 << 20;
 
   ResultBatcher(wire::GovernorUpstream::Client upstream, kj::Timer& timer, spdlog::logger& logger);
+  // Not connected yet: results wait for connected().
+  ResultBatcher(kj::Timer& timer, spdlog::logger& logger);
   KJ_DISALLOW_COPY(ResultBatcher);
 
   void report(TaskOutcome outcome);
+  // Registered (again) with the server: sends what waits. Results whose
+  // update was lost with the previous connection are sent again (the server
+  // drops those it has already recorded).
+  void connected(wire::GovernorUpstream::Client upstream);
+  // Tasks whose results are not acknowledged yet (for the inventory).
+  std::vector<Id> unacknowledged() const;
 
   size_t pendingCount() const { return pending.size(); }
   uint64_t updatesSent() const { return sent; }
 
  private:
-  wire::GovernorUpstream::Client upstream;
+  kj::Maybe<wire::GovernorUpstream::Client> upstream;
   kj::Timer& timer;
   spdlog::logger& logger;
   std::deque<TaskOutcome> pending;
+  // Ids of the results of the update in flight.
+  std::vector<Id> inFlight;
   bool busy = false;  // an update is scheduled or in flight
+  // Bumped by connected(): which connection an update went out on.
+  uint64_t generation = 0;
   uint64_t sent = 0;
   kj::TaskSet tasks;
 

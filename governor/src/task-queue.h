@@ -12,6 +12,7 @@
 #include <deque>
 #include <kj/function.h>
 #include <unordered_map>
+#include <vector>
 
 namespace squall {
 
@@ -40,6 +41,12 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   uint32_t freeCpus() const { return free; }
   size_t waitingCount() const { return tasks.size() - running; }
   size_t runningCount() const { return running; }
+  // Every task it holds (waiting for inputs, ready or running).
+  std::vector<Id> held() const {
+    std::vector<Id> ids;
+    for (auto& [id, task] : tasks) ids.push_back(id);
+    return ids;
+  }
 
  private:
   enum class State { WAITING_FOR_INPUTS, READY, RUNNING };

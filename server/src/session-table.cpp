@@ -45,6 +45,11 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
   }
   for (auto& [n, data] : record.constants) submit.appendData(n, kj::arrayPtr(data.data(), data.size()));
   for (auto* task : submit.commit(session)) pending.ready.push_back(task->id);
+  // Decided at assignment (see the Dispatcher), which may have happened
+  // before the restart: tasks adopted from their governors keep it.
+  for (auto& [n, object] : session.objects) {
+    if (object.kind == wire::ObjectKind::STREAM) object.persisted = object.keep || !object.consumers.empty();
+  }
 
   // The outcomes, as their governors reported them: the finished ones first
   // (a failure recorded later cancels what was still to run).
@@ -76,9 +81,6 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
           if (oit != objects.end()) {
             outputs[i].setSize(oit->second->size);
             outputs[i].setHash(oit->second->hash);
-          }
-          if (output.kind == wire::ObjectKind::STREAM) {
-            output.persisted = output.keep || !output.consumers.empty();
           }
         }
       }

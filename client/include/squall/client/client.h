@@ -299,6 +299,13 @@ class Session {
   std::unique_ptr<client::SessionImpl> impl;
 };
 
+struct SessionOptions {
+  // The session outlives this client: it is not closed when the client
+  // goes (or its connection drops for good); `squall wait ID`, or another
+  // Client's attach(ID), picks it up. Close it when done.
+  bool persistent = false;
+};
+
 class Client {
  public:
   // `address`: host:port; empty = $SQUALL_SERVER, else 127.0.0.1:7210.
@@ -308,7 +315,11 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  Session newSession(const std::string& name = "");
+  // A lost connection (the server restarted, the network failed) is made
+  // again for up to $SQUALL_RECONNECT_TIMEOUT seconds (default 60): this
+  // client's sessions are re-attached and waits carry on. A submit cut off
+  // by it is sent again unless the server had recorded it.
+  Session newSession(const std::string& name = "", SessionOptions options = {});
   // An existing session, by id or by name (the newest open one), e.g. one a
   // running `squall run` made. The returned Session does not close it when
   // destroyed. New tasks may be added to it.
