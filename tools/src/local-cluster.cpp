@@ -203,7 +203,12 @@ void LocalCluster::start() {
     ownsWorkDir = true;
   }
   fs::create_directories(work);
-  std::vector<std::string> args = {"--listen", options.listen, "--http", options.http,
+  startServer(options.listen);
+  for (int i = 0; i < options.governors; i++) addGovernor();
+}
+
+void LocalCluster::startServer(const std::string& listen) {
+  std::vector<std::string> args = {"--listen", listen, "--http", options.http,
                                    "--log-level", options.logLevel};
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
   // The session log lives with the rest of the cluster's state.
@@ -219,7 +224,17 @@ void LocalCluster::start() {
     line = serverProcess->expectLine("http address=", options.startTimeout);
     httpAddr = line.substr(std::string("http address=").size());
   }
-  for (int i = 0; i < options.governors; i++) addGovernor();
+}
+
+void LocalCluster::killServer() {
+  serverProcess->signal(SIGKILL);
+  serverProcess->waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+}
+
+void LocalCluster::restartServer() {
+  if (serverProcess && serverProcess->running()) killServer();
+  // Same address, so governors and clients find it again; same log.
+  startServer(address);
 }
 
 size_t LocalCluster::addGovernor() {

@@ -72,6 +72,11 @@ class LocalCluster {
   // Starts the server, then the governors, and returns once all of them
   // are registered. Throws std::runtime_error naming what failed.
   void start();
+  // Kills the server with SIGKILL (as a crash would) and reaps it.
+  void killServer();
+  // Starts the server again (killing it first if it runs) on the same
+  // address with the same session log; returns once it listens.
+  void restartServer();
   // Starts one more governor; returns its index.
   size_t addGovernor();
   const std::string& serverAddress() const { return address; }
@@ -92,6 +97,8 @@ class LocalCluster {
   bool ownsWorkDir = false;
   std::unique_ptr<ChildProcess> serverProcess;
   std::vector<std::unique_ptr<ChildProcess>> governorProcesses;
+
+  void startServer(const std::string& listen);
 };
 
 // Where a squall program lives: $SQUALL_BIN_DIR, beside the running
