@@ -18,13 +18,19 @@ interface DataService {
   # archive (pax format, relative paths, symlinks kept as links); `size` is
   # the number of bytes sent.
   #
-  # A stream that is flowing or about to (its producer is assigned here and
-  # the caller is one of its live readers): `offset` must be 0; the sink gets
-  # every byte from the start as the producer writes it, at the pace of the
-  # slowest reader (each write is awaited), then done(). If the producer
-  # fails, read() throws with the producer's error. A reader that goes away
-  # makes its sink's write() throw; the stream carries on for the others.
-  read @0 (id :Common.Id, offset :UInt64, sink :ByteSink, compress :Bool)
+  # An id the governor does not hold fails at once (FAILED, naming the
+  # object and the governor), unless `live` is set.
+  #
+  # `live`: the caller is one of the live readers of a stream whose
+  # producer is assigned to this governor (InputLocation.live). If the
+  # stream is not held as stored bytes, `offset` must be 0; the read waits
+  # (a bounded time) for the producer to be assigned here, then the sink
+  # gets every byte from the start as the producer writes it, at the pace
+  # of the slowest reader (each write is awaited), then done(). If the
+  # producer fails, read() throws with the producer's error. A reader that
+  # goes away makes its sink's write() throw; the stream carries on for the
+  # others. A live read of a stream already stored here reads those bytes.
+  read @0 (id :Common.Id, offset :UInt64, sink :ByteSink, compress :Bool, live :Bool)
       -> (size :UInt64, kind :Common.ObjectKind);
 }
 

@@ -182,19 +182,22 @@ TEST_F(StreamTest, AReaderThatStopsEarlyIsFineUnlessTheEdgeSaysOtherwise) {
   {
     auto session = client.newSession("strict-head");
     auto producer = session.execute(Program({"yes"}).stdoutOutput(ObjectKind::STREAM).name("yes"));
-    session.execute(Program({"head", "-n", "3"})
-                        .stdinFrom(producer.output())
-                        .stdoutOutput()
-                        .brokenPipeIsError()
-                        .name("head"));
+    auto head = session.execute(Program({"head", "-n", "3"})
+                                    .stdinFrom(producer.output())
+                                    .stdoutOutput()
+                                    .brokenPipeIsError()
+                                    .name("head"));
     session.submit();
     try {
       session.waitAll();
       FAIL() << "the producer should fail";
     } catch (const TaskFailed& failure) {
       EXPECT_EQ(failure.task, producer.id());
-      EXPECT_NE(std::string(failure.what()).find("closed the stream early"), std::string::npos)
-          << failure.what();
+      auto s = std::to_string(session.id()) + "/";
+      EXPECT_EQ(std::string(failure.what()),
+                "task " + std::to_string(producer.id()) + " (yes) failed: reader task " + s +
+                    std::to_string(head.id()) + " closed its end of stream " + s +
+                    std::to_string(producer.output().id()) + " early (broken pipe)");
     }
   }
 }

@@ -5,6 +5,7 @@
 
 #include <fcntl.h>
 #include <squall/proto/chunk-codec.h>
+#include <squall/proto/errors.h>
 #include <squall/proto/spec-names.h>
 #include <squall/proto/token.h>
 #include <xxhash.h>
@@ -84,9 +85,17 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
       results.setKind(meta.kind);
     }).attach(kj::mv(state));
   }
+  if (!params.getLive()) {
+    // A fetch of stored bytes: nothing to wait for.
+    return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held by governor ", env.governorName);
+  }
   KJ_IF_MAYBE(streams, env.streams) {
     // A live stream: the read lasts as long as the stream flows, and ends
     // (cancelling this reader) when the caller drops it.
+    if (offset != 0) {
+      return SQUALL_EXCEPTION(FAILED, "offset ", offset, " is not allowed for a live read of stream ", id,
+                              " on governor ", env.governorName, ": a live reader reads from offset 0");
+    }
     context.allowCancellation();
     auto sink = params.getSink();
     bool compress = params.getCompress();
@@ -97,7 +106,8 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
       results.setKind(wire::ObjectKind::STREAM);
     });
   }
-  return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held by governor ", env.governorName);
+  return SQUALL_EXCEPTION(FAILED, "stream ", id, " cannot be read live: governor ", env.governorName,
+                          " serves no live streams");
 }
 
 // ---------------------------------------------------------------- fetching
@@ -279,6 +289,7 @@ kj::Promise<uint64_t> DataFetcher::readLive(Id id, kj::StringPtr address, bool c
   request.setOffset(0);
   request.setCompress(compress);
   request.setSink(kj::mv(sink));
+  request.setLive(true);
   return request.send().then(
       [](auto response) -> kj::Promise<uint64_t> { return response.getSize(); },
       [this, address = kj::str(address)](kj::Exception&& e) -> kj::Promise<uint64_t> {
@@ -326,7 +337,7 @@ kj::Promise<void> DataFetcher::transfer(Id id, wire::ObjectKind expected, kj::St
         }
         return kj::Exception(e.getType(), __FILE__, __LINE__,
                              kj::str("cannot fetch object ", id, " from ", address, ": ",
-                                     e.getDescription()));
+                                     userMessage(e)));
       });
 }
 

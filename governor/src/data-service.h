@@ -44,8 +44,9 @@ class DataServiceImpl final : public wire::DataService::Server {
   explicit DataServiceImpl(DataServiceEnv& env) : env(env) {}
   // Streams the object from `offset` in CHUNK_SIZE chunks, awaiting each
   // send for flow control; the next chunk is read while one is in flight.
-  // An id the store does not hold is a live stream's (see StreamHub::serve):
-  // the caller becomes one of its readers.
+  // An id the store does not hold fails at once, unless the read is `live`:
+  // then it is a live stream's (see StreamHub::serve) and the caller
+  // becomes one of its readers.
   kj::Promise<void> read(ReadContext context) override;
 
  private:
@@ -67,8 +68,9 @@ class DataFetcher final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> fetch(Id id, wire::ObjectKind kind, kj::StringPtr address);
 
   // Reads the live stream `id` from the governor at `address` into `sink`
-  // (DataService.read); resolves with the bytes sent once its producer
-  // succeeded. The connection is shared with fetches.
+  // (DataService.read with `live` set: the producer's governor waits for
+  // the producer to be assigned there); resolves with the bytes sent once
+  // its producer succeeded. The connection is shared with fetches.
   kj::Promise<uint64_t> readLive(Id id, kj::StringPtr address, bool compress,
                                  wire::ByteSink::Client sink);
 

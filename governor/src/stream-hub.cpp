@@ -59,14 +59,15 @@ kj::Exception failed(kj::String message) {
   return kj::Exception(kj::Exception::Type::FAILED, __FILE__, __LINE__, kj::mv(message));
 }
 
-// How a reader going early is told to the producer's side: FAILED when its
-// edge says earlyCloseIsError (the producer then fails with this text),
-// DISCONNECTED otherwise. Remote readers' sinks throw the same (see
+// How a reader going early (or never coming: its task ended before it
+// attached) is told to the producer's side: FAILED when its edge says
+// earlyCloseIsError (the producer's task then fails with exactly this
+// text), DISCONNECTED otherwise. Remote readers' sinks throw the same (see
 // FeedSinkImpl), which is how the edge's flag crosses governors.
-kj::Exception readerClosed(Id reader, bool earlyCloseIsError) {
-  if (earlyCloseIsError) return failed(kj::str("reader task ", reader, " closed the stream early"));
-  return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
-                       kj::str("reader task ", reader, " closed its input before the end"));
+kj::Exception readerClosed(Id reader, Id stream, bool earlyCloseIsError) {
+  auto text = kj::str("reader task ", reader, " closed its end of stream ", stream, " early");
+  if (earlyCloseIsError) return failed(kj::str(text, " (broken pipe)"));
+  return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__, kj::mv(text));
 }
 
 }  // namespace
@@ -99,17 +100,13 @@ class StreamHub::Sink {
     kj::Function<kj::Promise<void>(size_t)> commit;
   };
   virtual bool writesDirect() const { return false; }
-  // What this reader is told when no producer of the stream was expected
-  // here within the attach timeout.
-  virtual kj::Exception noProducer(Id stream, kj::StringPtr governor, double seconds) const {
-    return failed(kj::str("input stream ", stream, " failed: its producer did not appear on governor ",
-                          governor, " within ", seconds, " s"));
-  }
   virtual kj::Maybe<DirectWrite> directWrite(size_t max) {
     (void)max;
     return nullptr;
   }
-  virtual kj::Exception goneReason() const { return readerClosed(Id{}, false); }
+  virtual kj::Exception goneReason() const {
+    return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__, kj::str("the reader has gone"));
+  }
 
   // Set while attached (Stream::attachSink / detach).
   Stream* stream = nullptr;
@@ -199,12 +196,22 @@ class StreamHub::Stream {
   void attachSink(Sink& sink);
   // A reader that will never read (its task ended before attaching).
   void attachClosed(const kj::Exception& why);
+  // Counts the readers of `old` (settled before its producer was expected:
+  // they gave up waiting, or never attached) as readers gone before the
+  // first byte, with their early-close errors. Before expect().
+  void countReadersOf(const Stream& old);
   void detach(size_t slot, const kj::Exception& why);
   void readerGone(size_t slot, const kj::Exception& why);
   // The producer failed (or never ran): `reason` follows "producer task P
-  // (name) " in readers' errors; `producerError`, when given, is what the
-  // producer's own task fails with (else `reason`).
-  void failProducer(kj::StringPtr reason, kj::Maybe<kj::String> producerError = nullptr);
+  // (name) " in readers' errors, and is the stream's error for the
+  // producer's task (which reports its own failure first).
+  void failProducer(kj::StringPtr reason);
+  // The stream fails although its producer did not: readers are told
+  // "input stream S failed: `readersReason`"; the producer's task fails
+  // with `producerError`.
+  void failStream(kj::StringPtr readersReason, kj::String producerError);
+  // This governor could not store a persisted stream's bytes.
+  void storeFailed(const kj::Exception& e);
 
  private:
   friend class ProducerHandle;
@@ -261,6 +268,8 @@ class StreamHub::Stream {
   void publish(StreamOutput::Result r);
   kj::Promise<StreamOutput::Result> whenSettled();
   kj::Exception lateReader() const;
+  // "producer task P (name)", as readers' errors name it.
+  kj::String producerLabel() const;
 };
 
 class StreamHub::Stream::ProducerHandle final : public StreamOutput {
@@ -338,12 +347,6 @@ void StreamHub::Stream::startWaitingForProducer() {
                       .then([this, timeout]() {
                         if (expected || isSettled()) return;
                         double seconds = timeout / kj::MILLISECONDS / 1000.0;
-                        for (auto& slot : slots) {
-                          if (!slot->closed && slot->sink != nullptr) {
-                            slot->closed = true;
-                            slot->sink->settle(slot->sink->noProducer(id, hub.governorName, seconds), 0);
-                          }
-                        }
                         settleFailed(failed(kj::str("input stream ", id, " failed: its producer did "
                                                     "not appear on governor ", hub.governorName,
                                                     " within ", seconds, " s")),
@@ -387,12 +390,24 @@ void StreamHub::Stream::attachSink(Sink& sink) {
 }
 
 void StreamHub::Stream::attachClosed(const kj::Exception& why) {
-  if (phase != Phase::WAITING) return;
+  // A flow under way waits for nobody; a stream that gave up on its
+  // producer still counts its readers for when it comes (countReadersOf()).
+  if (phase != Phase::WAITING && expected) return;
   auto slot = kj::heap<Slot>();
   slot->closed = true;
   if (why.getType() == kj::Exception::Type::FAILED) earlyCloseErrors.add(kj::str(userMessage(why)));
   slots.add(kj::mv(slot));
   maybeStart();
+}
+
+void StreamHub::Stream::countReadersOf(const Stream& old) {
+  KJ_ASSERT(!expected && phase == Phase::WAITING && slots.size() == 0);
+  for (size_t i = 0; i < old.slots.size(); i++) {
+    auto slot = kj::heap<Slot>();
+    slot->closed = true;
+    slots.add(kj::mv(slot));
+  }
+  for (auto& error : old.earlyCloseErrors) earlyCloseErrors.add(kj::str(error));
 }
 
 void StreamHub::Stream::detach(size_t index, const kj::Exception& why) {
@@ -429,8 +444,7 @@ void StreamHub::Stream::maybeStart() {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                   persistSink = kj::heap<PersistSink>(hub.bridge, hub.store);
                 })) {
-      failProducer(kj::str("failed: governor ", hub.governorName, " cannot store the stream: ",
-                           e->getDescription()));
+      storeFailed(*e);
       return;
     }
     persistSlot = kj::heap<Slot>();
@@ -472,8 +486,9 @@ void StreamHub::Stream::pumpFailed(kj::Exception&& e) {
   if (phase != Phase::FLOWING && phase != Phase::ENDING) return;
   hub.logger.warn("event=stream-pump-failed stream={} error=\"{}\"", kj::str(id).cStr(),
                   e.getDescription().cStr());
-  failProducer(kj::str("failed: governor ", hub.governorName, " could not pass the stream on: ",
-                       e.getDescription()));
+  failStream(kj::str("governor ", hub.governorName, " could not pass it on: ", e.getDescription()),
+             kj::str("governor ", hub.governorName, " could not pass stream ", id, " on: ",
+                     e.getDescription()));
 }
 
 kj::Own<ChunkBuffer> StreamHub::Stream::takeBuffer() {
@@ -579,8 +594,7 @@ void StreamHub::Stream::startOp(Slot& slot, kj::Promise<void> op, bool isPersist
   slot.inFlight = op.then([this, &slot]() { opDone(slot); },
                           [this, &slot, isPersist](kj::Exception&& e) {
                             if (isPersist) {
-                              failProducer(kj::str("failed: governor ", hub.governorName,
-                                                   " cannot store the stream: ", e.getDescription()));
+                              storeFailed(e);
                             } else if (slot.sink != nullptr) {
                               readerGone(slot.sink->slot, e);
                             }
@@ -644,30 +658,36 @@ void StreamHub::Stream::producerExited(kj::Maybe<kj::String> reason) {
   }
 }
 
-void StreamHub::Stream::failProducer(kj::StringPtr reason, kj::Maybe<kj::String> producerError) {
+kj::String StreamHub::Stream::producerLabel() const {
+  if (producerName.size() == 0) return kj::str("producer task ", producer);
+  return kj::str("producer task ", producer, " (", producerName, ")");
+}
+
+void StreamHub::Stream::failProducer(kj::StringPtr reason) {
+  failStream(kj::str(producerLabel(), " ", reason), kj::str(reason));
+}
+
+void StreamHub::Stream::failStream(kj::StringPtr readersReason, kj::String producerError) {
   if (isSettled()) return;
-  auto name = producerName.size() > 0 ? kj::str(" (", producerName, ")") : kj::str();
-  KJ_IF_MAYBE(e, producerError) {
-    settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
-                 kj::mv(*e));
-  } else {
-    settleFailed(failed(kj::str("input stream ", id, " failed: producer task ", producer, name, " ", reason)),
-                 kj::str(reason));
-  }
+  settleFailed(failed(kj::str("input stream ", id, " failed: ", readersReason)), kj::mv(producerError));
+}
+
+void StreamHub::Stream::storeFailed(const kj::Exception& e) {
+  failStream(kj::str("governor ", hub.governorName, " cannot store it: ", e.getDescription()),
+             kj::str("governor ", hub.governorName, " cannot store stream ", id, ": ", e.getDescription()));
 }
 
 void StreamHub::Stream::trySettle() {
   if (phase != Phase::DRAINED || !producerDone) return;
   if (earlyCloseErrors.size() > 0) {
-    failProducer(kj::str("failed: ", earlyCloseErrors[0]), kj::str(earlyCloseErrors[0]));
+    failStream(kj::str(producerLabel(), " fails because ", earlyCloseErrors[0]), kj::str(earlyCloseErrors[0]));
     return;
   }
   StreamOutput::Result r;
   r.size = flowed;
   KJ_IF_MAYBE(p, persistSink) {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { r = (*p)->adopt(id, hub.store); })) {
-      failProducer(kj::str("failed: governor ", hub.governorName, " cannot store the stream: ",
-                           e->getDescription()));
+      storeFailed(*e);
       return;
     }
   }
@@ -732,8 +752,9 @@ namespace {
 // stream writes (or splices) into the reader's pipe directly.
 class LocalReader final : public StreamHub::Sink, public LiveInput {
  public:
-  LocalReader(kj::Timer& timer, Id reader, bool earlyCloseIsError, kj::Own<ConsumerPipe> pipe)
-      : timer(timer), reader(reader), earlyCloseIsError(earlyCloseIsError), pipe(kj::mv(pipe)) {
+  LocalReader(kj::Timer& timer, Id reader, Id streamId, bool earlyCloseIsError, kj::Own<ConsumerPipe> pipe)
+      : timer(timer), reader(reader), streamId(streamId), earlyCloseIsError(earlyCloseIsError),
+        pipe(kj::mv(pipe)) {
     auto paf = kj::newPromiseAndFulfiller<void>();
     verdictFulfiller = kj::mv(paf.fulfiller);
     verdictPromise = paf.promise.fork();
@@ -768,7 +789,7 @@ class LocalReader final : public StreamHub::Sink, public LiveInput {
     if (exited) return nullptr;
     return pipe->end();
   }
-  kj::Exception goneReason() const override { return readerClosed(reader, earlyCloseIsError); }
+  kj::Exception goneReason() const override { return readerClosed(reader, streamId, earlyCloseIsError); }
 
   // LiveInput
   kj::Promise<void> verdict() override { return verdictPromise.addBranch(); }
@@ -785,6 +806,7 @@ class LocalReader final : public StreamHub::Sink, public LiveInput {
  private:
   kj::Timer& timer;
   Id reader;
+  Id streamId;
   bool earlyCloseIsError;
   kj::Own<ConsumerPipe> pipe;
   bool ended = false;
@@ -823,11 +845,6 @@ class RemoteSink final : public StreamHub::Sink {
         });
   }
   bool writesDirect() const override { return !compress; }
-  // The caller may as well have fetched an object that is not here.
-  kj::Exception noProducer(Id stream, kj::StringPtr governor, double seconds) const override {
-    return failed(kj::str("object ", stream, " is not held by governor ", governor, ", and no stream ",
-                          stream, " appeared there within ", seconds, " s"));
-  }
   kj::Maybe<DirectWrite> directWrite(size_t max) override {
     if (compress) return nullptr;
     // The bytes land in the request's own chunk, which is then cut to what
@@ -879,10 +896,12 @@ class RemoteSink final : public StreamHub::Sink {
 // our FeedSinkImpl goes into the reader program's pipe; a write completes
 // once it is in the pipe (the backpressure).
 struct RemoteFeed final : public kj::Refcounted {
-  RemoteFeed(kj::Timer& timer, Id reader, bool earlyCloseIsError, kj::Own<ConsumerPipe> pipe)
-      : timer(timer), reader(reader), earlyCloseIsError(earlyCloseIsError), pipe(kj::mv(pipe)) {}
+  RemoteFeed(kj::Timer& timer, Id reader, Id stream, bool earlyCloseIsError, kj::Own<ConsumerPipe> pipe)
+      : timer(timer), reader(reader), stream(stream), earlyCloseIsError(earlyCloseIsError),
+        pipe(kj::mv(pipe)) {}
   kj::Timer& timer;
   Id reader;
+  Id stream;
   bool earlyCloseIsError;
   kj::Own<ConsumerPipe> pipe;
   bool ended = false;
@@ -895,6 +914,7 @@ struct RemoteFeed final : public kj::Refcounted {
     gone = true;
     pipe->drop();
   }
+  kj::Exception closedReason() const { return readerClosed(reader, stream, earlyCloseIsError); }
   void breakWith(kj::Exception e) {
     KJ_IF_MAYBE(f, brokenFulfiller) { (*f)->reject(kj::mv(e)); }
     brokenFulfiller = nullptr;
@@ -907,7 +927,7 @@ class FeedSinkImpl final : public wire::ByteSink::Server {
   explicit FeedSinkImpl(kj::Own<RemoteFeed> feed) : feed(kj::mv(feed)) {}
 
   kj::Promise<void> write(WriteContext context) override {
-    if (feed->gone) return readerClosed(feed->reader, feed->earlyCloseIsError);
+    if (feed->gone) return feed->closedReason();
     auto params = context.getParams();
     auto chunk = params.getChunk();
     uint32_t rawSize = params.getRawSize();
@@ -928,14 +948,14 @@ class FeedSinkImpl final : public wire::ByteSink::Server {
         .attach(kj::mv(unpacked))
         .catch_([this](kj::Exception&&) -> kj::Promise<void> {
           feed->gone = true;
-          return readerClosed(feed->reader, feed->earlyCloseIsError);
+          return feed->closedReason();
         });
   }
 
   kj::Promise<void> done(DoneContext) override {
-    if (feed->gone) return readerClosed(feed->reader, feed->earlyCloseIsError);
+    if (feed->gone) return feed->closedReason();
     return feed->pipe->close(feed->timer).then([this]() -> kj::Promise<void> {
-      if (feed->gone) return readerClosed(feed->reader, feed->earlyCloseIsError);
+      if (feed->gone) return feed->closedReason();
       feed->ended = true;
       return kj::READY_NOW;
     });
@@ -1019,6 +1039,12 @@ StreamHub::Stream& StreamHub::streamFor(Id id) {
   return ref;
 }
 
+StreamHub::Stream& StreamHub::readerStream(Id id) {
+  auto& s = streamFor(id);
+  if (!s.expected && !s.isSettled() && s.slotsEmpty()) s.startWaitingForProducer();
+  return s;
+}
+
 void StreamHub::forgetLater(Id id, uint64_t serial) {
   // Kept a while for readers that come late (they learn how it ended).
   tasks.add(timer.afterDelay(attachTimeout).then([this, id, serial]() {
@@ -1031,14 +1057,22 @@ void StreamHub::forgetLater(Id id, uint64_t serial) {
 
 void StreamHub::expect(Id stream, Id producer, kj::StringPtr producerName, uint32_t readers,
                        bool persist) {
+  kj::Maybe<kj::Own<Stream>> gaveUp;
   auto it = streams.find(stream);
-  if (it != streams.end() && (it->second->expected || it->second->isSettled())) {
+  if (it != streams.end() && !it->second->expected && it->second->isSettled()) {
+    // Settled before its producer was assigned: its readers gave up
+    // waiting (or their tasks ended before attaching). They still count.
+    gaveUp = kj::mv(it->second);
+    streams.erase(it);
+  } else if (it != streams.end() && it->second->expected) {
     // A new attempt of its producer: the old run's stream is done with.
     streams.erase(it);
   }
   logger.debug("event=stream-expected stream={} producer={} readers={} persist={}",
                kj::str(stream).cStr(), kj::str(producer).cStr(), readers, persist);
-  streamFor(stream).expect(producer, producerName, readers, persist);
+  auto& s = streamFor(stream);
+  KJ_IF_MAYBE(old, gaveUp) { s.countReadersOf(**old); }
+  s.expect(producer, producerName, readers, persist);
 }
 
 kj::Own<StreamOutput> StreamHub::produce(Id stream, kj::AutoCloseFd source, kj::AutoCloseFd keepOpen) {
@@ -1050,9 +1084,9 @@ kj::Own<StreamOutput> StreamHub::produce(Id stream, kj::AutoCloseFd source, kj::
 kj::Own<LiveInput> StreamHub::attach(Id stream, Id reader, bool earlyCloseIsError,
                                      kj::Own<ConsumerPipe> pipe,
                                      kj::Maybe<kj::StringPtr> producerAddress) {
-  attachedReaders.insert({reader, stream});
+  attachedReaders[{reader, stream}]++;
   KJ_IF_MAYBE(address, producerAddress) {
-    auto feed = kj::refcounted<RemoteFeed>(timer, reader, earlyCloseIsError, kj::mv(pipe));
+    auto feed = kj::refcounted<RemoteFeed>(timer, reader, stream, earlyCloseIsError, kj::mv(pipe));
     auto broken = kj::newPromiseAndFulfiller<void>();
     feed->brokenFulfiller = kj::mv(broken.fulfiller);
     bool compressIt = shouldCompress(compress, *address);
@@ -1087,10 +1121,8 @@ kj::Own<LiveInput> StreamHub::attach(Id stream, Id reader, bool earlyCloseIsErro
     return kj::heap<RemoteInput>(tasks, kj::mv(feed), kj::mv(call));
   }
   logger.debug("event=stream-attach stream={} reader={}", kj::str(stream).cStr(), kj::str(reader).cStr());
-  auto input = kj::heap<LocalReader>(timer, reader, earlyCloseIsError, kj::mv(pipe));
-  auto& s = streamFor(stream);
-  if (!s.expected && !s.isSettled() && s.slotsEmpty()) s.startWaitingForProducer();
-  s.attachSink(*input);
+  auto input = kj::heap<LocalReader>(timer, reader, stream, earlyCloseIsError, kj::mv(pipe));
+  readerStream(stream).attachSink(*input);
   return kj::mv(input);
 }
 
@@ -1098,25 +1130,21 @@ kj::Promise<uint64_t> StreamHub::serve(Id stream, wire::ByteSink::Client sink, b
   logger.debug("event=stream-serve stream={} compress={}", kj::str(stream).cStr(), compressIt);
   auto remote = kj::heap<RemoteSink>(bridge, kj::mv(sink), compressIt);
   auto promise = remote->result();
-  auto& s = streamFor(stream);
-  if (!s.expected && !s.isSettled() && s.slotsEmpty()) s.startWaitingForProducer();
-  s.attachSink(*remote);
+  readerStream(stream).attachSink(*remote);
   return promise.attach(kj::mv(remote));
 }
 
 void StreamHub::abandon(Id stream, Id reader, bool earlyCloseIsError,
                         kj::Maybe<kj::StringPtr> producerAddress) {
   logger.debug("event=stream-abandon stream={} reader={}", kj::str(stream).cStr(), kj::str(reader).cStr());
-  auto why = readerClosed(reader, earlyCloseIsError);
+  auto why = readerClosed(reader, stream, earlyCloseIsError);
   KJ_IF_MAYBE(address, producerAddress) {
     tasks.add(fetcher.readLive(stream, *address, false, kj::heap<ClosedSinkImpl>(kj::mv(why)))
                   .ignoreResult()
                   .catch_([](kj::Exception&&) {}));
     return;
   }
-  auto& s = streamFor(stream);
-  if (!s.expected && !s.isSettled() && s.slotsEmpty()) s.startWaitingForProducer();
-  s.attachClosed(why);
+  readerStream(stream).attachClosed(why);
 }
 
 namespace {
@@ -1144,7 +1172,12 @@ void StreamHub::taskEnded(wire::Assignment::Reader assignment, const TaskOutcome
   for (uint i = 0; i < inputs.size() && i < locations.size(); i++) {
     if (!locations[i].getLive()) continue;
     Id stream = Id::from(inputs[i].getObject());
-    if (attachedReaders.erase({taskId, stream}) > 0) continue;
+    // One attachment per live input (a task may read a stream twice).
+    auto attached = attachedReaders.find({taskId, stream});
+    if (attached != attachedReaders.end()) {
+      if (--attached->second == 0) attachedReaders.erase(attached);
+      continue;
+    }
     auto sources = locations[i].getSources();
     abandon(stream, taskId, inputs[i].getEarlyCloseIsError(),
             sources.size() > 0 ? kj::Maybe<kj::StringPtr>(sources[0]) : nullptr);

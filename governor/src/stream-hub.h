@@ -8,7 +8,11 @@
 //   expect()   at assignment: its producer task, reader count, persist flag.
 //   attach()   each reader, local or (serve()) remote, before or after
 //              expect(): a reader that comes first waits for expect(), at
-//              most `attachTimeout`.
+//              most `attachTimeout`. A reader task that ends before it
+//              attached (failed, cancelled) counts as a reader that closed
+//              early (taskEnded()), and so do readers that gave up waiting
+//              if the producer comes while the stream is still remembered:
+//              the producer never waits for them.
 //   produce()  once the program is started: the pipe the governor reads.
 //   flow       once every reader has attached (so each gets every byte):
 //              producer pipe -> every reader (+ the store when persisted).
@@ -28,12 +32,16 @@
 // was cancelled, killed by signal N, could not start, ...). A reader that
 // closed early is judged by its own exit alone.
 //
-// Across governors the reader's edge flag travels as the exception type of
-// its sink's write(): FAILED "reader task R closed the stream early" when
+// With earlyCloseIsError, the producer's task fails with "reader task R
+// closed its end of stream S early (broken pipe)" (its other readers with
+// "input stream S failed: producer task P (name) fails because reader task
+// R closed ..."). Across governors the reader's edge flag travels as the
+// exception type of its sink's write(): FAILED with that text when
 // earlyCloseIsError, DISCONNECTED otherwise (see readerClosed()).
 //
 // Flow design (decided by measurement on this 2-core VM, under a load of
-// 8-12 from other work, so ranges):
+// 8-12 from other work, so ranges; `squall-bench --streams-only` measures
+// a stream on one governor and across two against a `dd | dd` pipe):
 //   2 GiB through one relay process, `dd bs=1M | relay | dd bs=1M`: splice
 //   0.5-1.1 s, read/write with a 1 MiB buffer 1.6-2.9 s, an epoll-driven
 //   non-blocking splice 0.6-0.8 s; the plain `dd | dd` 0.8-1.4 s. A plain
@@ -70,7 +78,7 @@
 
 #include <kj/async-unix.h>
 #include <kj/timer.h>
-#include <set>
+#include <map>
 #include <spdlog/logger.h>
 #include <squall/proto/ids.h>
 #include <squall/wire/data.capnp.h>
@@ -163,8 +171,8 @@ class StreamHub final : private kj::TaskSet::ErrorHandler {
   kj::Own<LiveInput> attach(Id stream, Id reader, bool earlyCloseIsError, kj::Own<ConsumerPipe> pipe,
                             kj::Maybe<kj::StringPtr> producerAddress);
 
-  // DataService.read of a stream produced (or about to be) here: one more
-  // remote reader. Resolves with the bytes sent once the producer succeeded;
+  // A live DataService.read of a stream produced (or about to be) here:
+  // one more remote reader. Resolves with the bytes sent once the producer succeeded;
   // rejects with the readers' error.
   kj::Promise<uint64_t> serve(Id stream, wire::ByteSink::Client sink, bool compress);
 
@@ -196,11 +204,15 @@ class StreamHub final : private kj::TaskSet::ErrorHandler {
   kj::Duration attachTimeout;
   uint64_t nextSerial = 1;
   std::unordered_map<Id, kj::Own<Stream>, IdHash> streams;
-  // (reader task, stream) pairs attached through attach(); see taskEnded().
-  std::set<std::pair<Id, Id>> attachedReaders;
+  // How many live inputs of (reader task, stream) attached through
+  // attach(); see taskEnded().
+  std::map<std::pair<Id, Id>, uint32_t> attachedReaders;
   kj::TaskSet tasks;
 
   Stream& streamFor(Id id);
+  // The stream a reader joins; one nobody produces here yet waits for its
+  // producer (at most attachTimeout).
+  Stream& readerStream(Id id);
   void forgetLater(Id id, uint64_t serial);
   void abandon(Id stream, Id reader, bool earlyCloseIsError, kj::Maybe<kj::StringPtr> producerAddress);
   void taskFailed(kj::Exception&& exception) override;

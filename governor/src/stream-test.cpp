@@ -9,12 +9,10 @@
 #include "test-util.h"
 
 #include <dirent.h>
-#include <malloc.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <functional>
-#include <thread>
 #include <squall/proto/chunk-codec.h>
+#include <squall/proto/errors.h>
 #include <squall/proto/rpc.h>
 #include <unistd.h>
 
@@ -464,7 +462,7 @@ TEST_F(StreamTest, EarlyCloseIsAnErrorWhenTheEdgeSaysSo) {
   EXPECT_TRUE(resultOf(a, {1, 10}).ok);
   auto& p = resultOf(a, {1, 1});
   EXPECT_FALSE(p.ok);
-  EXPECT_EQ(p.error, "reader task 1/10 closed the stream early");
+  EXPECT_EQ(p.error, "reader task 1/10 closed its end of stream 1/2 early (broken pipe)");
 
   ExecSpec yes2{.id = {2, 1}, .args = {"yes"},
                 .outputs = {{.object = {2, 2}, .stream = true, .liveReaders = 1}}};
@@ -477,7 +475,24 @@ TEST_F(StreamTest, EarlyCloseIsAnErrorWhenTheEdgeSaysSo) {
   EXPECT_TRUE(resultOf(b, {2, 10}).ok);
   auto& p2 = resultOf(a, {2, 1});
   EXPECT_FALSE(p2.ok);
-  EXPECT_EQ(p2.error, "reader task 2/10 closed the stream early");
+  EXPECT_EQ(p2.error, "reader task 2/10 closed its end of stream 2/2 early (broken pipe)");
+
+  // In a fan-out the other readers read on to the end, then fail with it.
+  ExecSpec seq{.id = {3, 1}, .args = {"seq", "1", "1000000"},  // far more than the pipes hold
+               .outputs = {{.object = {3, 2}, .stream = true, .liveReaders = 2}}, .name = "seq"};
+  ExecSpec head{.id = {3, 10}, .args = {"head -c 10"}, .shell = true, .stdinInput = 0,
+                .inputs = {{.object = {3, 2}, .live = true, .earlyCloseIsError = true}},
+                .outputs = {{.object = {3, 11}}}};
+  ExecSpec rest{.id = {3, 12}, .args = {"wc -c"}, .shell = true, .stdinInput = 0,
+                .inputs = {{.object = {3, 2}, .sources = {a.address.cStr()}, .live = true}},
+                .outputs = {{.object = {3, 13}}}};
+  assign(b, {rest});
+  assign(a, {seq, head});
+  EXPECT_TRUE(resultOf(a, {3, 10}).ok);
+  EXPECT_EQ(resultOf(a, {3, 1}).error, "reader task 3/10 closed its end of stream 3/2 early (broken pipe)");
+  EXPECT_EQ(resultOf(b, {3, 12}).error,
+            "input stream 3/2 failed: producer task 3/1 (seq) fails because reader task 3/10 closed its "
+            "end of stream 3/2 early (broken pipe)");
 }
 
 TEST_F(StreamTest, ASlowReaderThrottlesTheProducer) {
@@ -583,9 +598,39 @@ TEST_F(StreamTest, ReaderWhoseProducerNeverAppearsFailsClearly) {
   assign(b, {catReader(1, {a.address.cStr()})});
   EXPECT_EQ(resultOf(a, {1, 10}).error,
             "input stream 1/2 failed: its producer did not appear on governor gov-a within 0.3 s");
+  // A live read from another governor waits as long, and says the same.
   EXPECT_EQ(resultOf(b, {1, 12}).error,
-            "input stream 1/2 failed: object 1/2 is not held by governor gov-a, and no stream 1/2 "
-            "appeared there within 0.3 s");
+            "input stream 1/2 failed: its producer did not appear on governor gov-a within 0.3 s");
+  EXPECT_EQ(a.hub.activeCount(), 0u);
+}
+
+TEST_F(StreamTest, AFetchOfAnObjectNotHeldFailsAtOnce) {
+  // A governor with live streams still answers a plain read of an id it
+  // does not hold at once: only a live read waits for a producer.
+  auto& a = start("gov-a", CompressStreams::AUTO, 3600 * kj::SECONDS);
+  auto& b = start("gov-b");
+  auto error = waitWithTimeout(io, b.fetcher.fetch({1, 2}, wire::ObjectKind::BLOB, a.address)
+                                       .then([]() { return std::string("no error"); },
+                                             [](kj::Exception&& e) { return std::string(e.getDescription().cStr()); }));
+  EXPECT_EQ(error, std::string("cannot fetch object 1/2 from ") + a.address.cStr() +
+                       ": object 1/2 is not held by governor gov-a");
+  EXPECT_EQ(a.hub.activeCount(), 0u);
+  EXPECT_TRUE(b.store.find({1, 2}) == nullptr);
+
+  // A live read starts at offset 0.
+  auto client = waitWithTimeout(io, connectTo(io.provider->getNetwork(), a.address));
+  auto open = client->bootstrap<wire::DataBootstrap>().openRequest();
+  open.setVersion(wire::PROTOCOL_VERSION);
+  open.setToken("secret");
+  auto read = open.send().getService().readRequest();
+  Id{1, 2}.to(read.initId());
+  read.setOffset(5);
+  read.setLive(true);
+  auto refused = waitWithTimeout(io, read.send().then([](auto) { return std::string("no error"); },
+                                                      [](kj::Exception&& e) { return std::string(userMessage(e).cStr()); }));
+  EXPECT_EQ(refused, "offset 5 is not allowed for a live read of stream 1/2 on governor gov-a: a live "
+                     "reader reads from offset 0");
+  EXPECT_EQ(a.hub.activeCount(), 0u);
 }
 
 TEST_F(StreamTest, AReaderThatEndsBeforeAttachingDoesNotHoldUpItsProducer) {
@@ -600,82 +645,122 @@ TEST_F(StreamTest, AReaderThatEndsBeforeAttachingDoesNotHoldUpItsProducer) {
   EXPECT_TRUE(p.ok) << p.error;
 }
 
-}  // namespace
-}  // namespace squall
-
-namespace squall {
-namespace {
-
-// Not a test: prints throughput. Run with
-//   squall-governor-test --gtest_also_run_disabled_tests --gtest_filter='*Throughput*'
-// SQUALL_BENCH_PRODUCER / SQUALL_BENCH_CONSUMER replace the shell lines
-// (default `head -c 2147483648 /dev/zero` and `wc -c`). The second governor
-// runs its own loop on a thread of its own, as a separate process would.
-TEST_F(StreamTest, DISABLED_ThroughputAgainstAShellPipe) {
-  // As squall-governor's main() does.
-  mallopt(M_MMAP_THRESHOLD, 16 << 20);
-  mallopt(M_TRIM_THRESHOLD, 128 << 20);
-  auto fromEnv = [](const char* name, const char* otherwise) {
-    const char* value = getenv(name);
-    return std::string(value != nullptr ? value : otherwise);
-  };
-  auto producerLine = fromEnv("SQUALL_BENCH_PRODUCER", "head -c 2147483648 /dev/zero");
-  auto consumerLine = fromEnv("SQUALL_BENCH_CONSUMER", "wc -c");
-  auto seconds = [](uint64_t sinceUs) { return (monotonicUs() - sinceUs) / 1e6; };
-  auto t0 = monotonicUs();
-  ASSERT_EQ(system((producerLine + " | " + consumerLine + " > /dev/null").c_str()), 0);
-  double shell = seconds(t0);
-
+TEST_F(StreamTest, AReaderCancelledBeforeAttachingReleasesItsProducer) {
   auto& a = start("gov-a");
-  auto producer = [&](Id id) {
-    return ExecSpec{.id = id, .args = {producerLine}, .shell = true,
-                    .outputs = {{.object = {id.session, 2}, .stream = true, .liveReaders = 1}}};
+  auto& b = start("gov-b");
+  // `yes` never ends by itself: only its readers' ends closing stop it.
+  auto yes = [](uint64_t session, uint32_t readers) {
+    return ExecSpec{.id = {session, 1}, .args = {"yes"},
+                    .outputs = {{.object = {session, 2}, .stream = true, .liveReaders = readers}},
+                    .name = "yes"};
   };
-  auto reader = [&](Id id, std::vector<std::string> sources) {
-    return ExecSpec{.id = id, .args = {consumerLine}, .shell = true, .stdinInput = 0,
-                    .inputs = {{.object = {id.session, 2}, .sources = sources, .live = true}},
-                    .outputs = {{.object = {id.session, 11}}}};
+  // Readers that wait in their governor's queue for cpus (8 each, where
+  // the producer or another task holds one), so they never attach.
+  auto queued = [](uint64_t session, std::vector<std::string> sources, bool earlyCloseIsError) {
+    return ExecSpec{.id = {session, 10}, .args = {"cat"}, .stdinInput = 0,
+                    .inputs = {{.object = {session, 2}, .sources = sources, .live = true,
+                                .earlyCloseIsError = earlyCloseIsError}},
+                    .outputs = {{.object = {session, 11}}}, .cpus = 8};
   };
-  t0 = monotonicUs();
-  assign(a, {producer({1, 1}), reader({1, 10}, {})});
-  ASSERT_TRUE(resultOf(a, {1, 10}).ok);
+  ExecSpec occupant{.id = {9, 1}, .args = {"sleep", "1000"}};
+  assign(b, {occupant});
+
+  // Local reader, remote reader, each with and without earlyCloseIsError.
+  // (The queue does not let a task overtake one that waits for cpus.)
+  assign(a, {yes(1, 1), yes(2, 1), queued(1, {}, false)});
+  assign(b, {queued(2, {a.address.cStr()}, false)});
+  EXPECT_TRUE(eventually([&]() { return a.queue->runningCount() == 2 && b.queue->waitingCount() == 1; }));
+  cancel(a, {1, 10});
+  cancel(b, {2, 10});
+  EXPECT_EQ(resultOf(a, {1, 10}).error, "cancelled");
+  EXPECT_EQ(resultOf(b, {2, 10}).error, "cancelled");
   auto& p1 = resultOf(a, {1, 1});
-  ASSERT_TRUE(p1.ok);
-  double local = seconds(t0);
-  double mb = p1.outputs[0].second.first / 1e6;
-  auto localOutput = objectBytes(a, {1, 11});
-
-  // gov-b on its own thread and loop.
-  std::string remoteOutput, remoteError;
-  auto readerSpec = reader({2, 10}, {a.address.cStr()});
-  t0 = monotonicUs();
-  std::thread other([&]() {
-    StreamMembers own;
-    TestGovernor b(own.io, own.bridge, *own.logger, own.dir, "gov-b", CompressStreams::AUTO,
-                   60 * kj::SECONDS);
-    auto request = b.control.assignRequest();
-    fillExec(request.initTasks(1)[0], readerSpec);
-    waitWithTimeout(own.io, request.send());
-    waitWithTimeout(own.io, b.upstream->waitForAll({{2, 10}}), 600);
-    auto& r = b.upstream->results.at({2, 10});
-    remoteError = r.ok ? "" : r.error;
-    if (r.ok) remoteOutput = readWholeFile(KJ_ASSERT_NONNULL(b.store.data({2, 11})).get<kj::String>());
-    waitWithTimeout(own.io, b.queue->shutdown());
-  });
-  assign(a, {producer({2, 1})});
+  EXPECT_TRUE(p1.ok) << p1.error;
   auto& p2 = resultOf(a, {2, 1});
-  other.join();
-  double remote = seconds(t0);
-  ASSERT_TRUE(p2.ok) << p2.error;
-  ASSERT_EQ(remoteError, "");
-  EXPECT_EQ(remoteOutput, localOutput);
+  EXPECT_TRUE(p2.ok) << p2.error;
 
-  struct rusage usage;
-  getrusage(RUSAGE_SELF, &usage);
-  printf("MB=%.0f shell_pipe=%.2fs (%.0f MB/s) one_governor=%.2fs (%.0f MB/s, %.0f%%) "
-         "two_governors=%.2fs (%.0f MB/s, %.0f%%) peak_rss=%ld MiB\n",
-         mb, shell, mb / shell, local, mb / local, 100 * shell / local, remote, mb / remote,
-         100 * shell / remote, usage.ru_maxrss / 1024);
+  assign(a, {yes(3, 1), yes(4, 1), queued(3, {}, true)});
+  assign(b, {queued(4, {a.address.cStr()}, true)});
+  EXPECT_TRUE(eventually([&]() { return a.queue->runningCount() == 2 && b.queue->waitingCount() == 1; }));
+  cancel(a, {3, 10});
+  cancel(b, {4, 10});
+  auto& p3 = resultOf(a, {3, 1});
+  EXPECT_FALSE(p3.ok);
+  EXPECT_EQ(p3.error, "reader task 3/10 closed its end of stream 3/2 early (broken pipe)");
+  auto& p4 = resultOf(a, {4, 1});
+  EXPECT_FALSE(p4.ok);
+  EXPECT_EQ(p4.error, "reader task 4/10 closed its end of stream 4/2 early (broken pipe)");
+  EXPECT_EQ(a.hub.activeCount(), 0u);
+  EXPECT_EQ(b.hub.activeCount(), 0u);
+  cancel(b, {9, 1});
+}
+
+TEST_F(StreamTest, ATaskReadingAStreamTwiceCountsAsTwoReaders) {
+  auto& a = start("gov-a");
+  auto text = seqText(20000);
+  // Three readers: one task reading the stream twice, and catReader(0)
+  // assigned only once the first has been cancelled: the flow must wait
+  // for it, so it gets every byte.
+  ExecSpec twice{.id = {1, 20}, .args = {"sleep 1000 < in"}, .shell = true, .stdinInput = 0,
+                 .inputs = {{.object = {1, 2}, .live = true}, {.object = {1, 2}, .path = "in", .live = true}}};
+  assign(a, {seqProducer(20000, 3), twice});
+  EXPECT_TRUE(eventually([&]() { return a.queue->runningCount() == 2; }));
+  cancel(a, {1, 20});
+  EXPECT_EQ(resultOf(a, {1, 20}).error, "cancelled");
+  EXPECT_EQ(a.hub.activeCount(), 1u);
+  assign(a, {catReader(0)});
+  auto& r = resultOf(a, {1, 10});
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_EQ(objectBytes(a, {1, 11}), text);
+  auto& p = resultOf(a, {1, 1});
+  EXPECT_TRUE(p.ok) << p.error;
+}
+
+TEST_F(StreamTest, ReadersThatGaveUpBeforeTheProducerCameStillCount) {
+  // The stream is remembered for the attach timeout after it gave up: long
+  // enough for the waiting reader to be killed and reported.
+  auto& a = start("gov-a", CompressStreams::AUTO, 1 * kj::SECONDS);
+  // Readers that end before they attach (a missing input).
+  auto doomed = [](uint64_t n) {
+    return ExecSpec{.id = {1, n}, .args = {"cat"}, .stdinInput = 0,
+                    .inputs = {{.object = {1, 2}, .live = true}, {.object = {7, 7}, .path = "missing"}}};
+  };
+  // One ends before the stream gives up on its producer, one waits in
+  // vain, one ends after that.
+  assign(a, {doomed(20), catReader(0)});
+  EXPECT_FALSE(resultOf(a, {1, 20}).ok);
+  EXPECT_EQ(resultOf(a, {1, 10}).error,
+            "input stream 1/2 failed: its producer did not appear on governor gov-a within 1 s");
+  ASSERT_EQ(a.hub.activeCount(), 0u);
+  assign(a, {doomed(21)});
+  EXPECT_FALSE(resultOf(a, {1, 21}).ok);
+  // The producer comes late, while the stream is still remembered: its
+  // three readers have gone, so it meets a broken pipe instead of waiting
+  // for them forever.
+  ExecSpec yes{.id = {1, 1}, .args = {"yes"},
+               .outputs = {{.object = {1, 2}, .stream = true, .liveReaders = 3}}};
+  assign(a, {yes});
+  auto& p = resultOf(a, {1, 1});
+  EXPECT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(a.hub.activeCount(), 0u);
+}
+
+TEST_F(StreamTest, ARemoteReaderThatFailsBeforeAttachingReleasesItsProducer) {
+  auto& a = start("gov-a");
+  auto& b = start("gov-b");
+  ExecSpec yes{.id = {1, 1}, .args = {"yes"},
+               .outputs = {{.object = {1, 2}, .stream = true, .liveReaders = 2}}, .name = "yes"};
+  // One reader can never run on gov-b (9 cpus of 8); the other reads on.
+  auto doomed = catReader(0, {a.address.cStr()});
+  doomed.cpus = 9;
+  assign(b, {doomed});
+  assign(a, {yes, shellReader(1, "head -c 100000 > /dev/null")});
+  EXPECT_EQ(resultOf(b, {1, 10}).error, "task needs 9 cpus but governor gov-b has only 8");
+  auto& reader = resultOf(a, {1, 12});
+  EXPECT_TRUE(reader.ok) << reader.error;
+  auto& p = resultOf(a, {1, 1});
+  EXPECT_TRUE(p.ok) << p.error;
+  EXPECT_EQ(a.hub.activeCount(), 0u);
 }
 
 }  // namespace
