@@ -311,9 +311,11 @@ int run(const Flags& flags) {
                       signal = outcome == nullptr;
                     })) {
           lastError = kj::str(e->getDescription());
-          if (e->getType() == kj::Exception::Type::DISCONNECTED && timer.now() < giveUp) {
-            // Connected, then lost again while registering: go round.
+          if (timer.now() < giveUp) {
+            // Connected, then lost again while registering (a server going
+            // down or coming up), or refused: go round until the timeout.
             logger.warn("event=reregister-retry error=\"{}\"", e->getDescription().cStr());
+            timer.afterDelay(200 * kj::MILLISECONDS).wait(io.waitScope);
             continue;
           }
         }

@@ -37,6 +37,7 @@ void Dispatcher::governorLost(GovernorId id) {
 }
 
 kj::Promise<void> Dispatcher::durable() {
+  kick();
   if (sessions.sessionLog() == nullptr) return kj::READY_NOW;
   auto paf = kj::newPromiseAndFulfiller<void>();
   waitingForLog.push_back(kj::mv(paf.fulfiller));

@@ -99,6 +99,45 @@ TEST_F(SessionLogTest, ClosedSessionsArePrunedAndTheirQueuedChangesDropped) {
   EXPECT_LE(fs::file_size(path + "-wal"), 8u << 20);
 }
 
+TEST_F(SessionLogTest, ALargeClosedSessionGivesItsSpaceBack) {
+  {
+    SessionLog log(path, *logger);
+    log.sessionOpened(1, "big", false);
+    std::string chunk(1 << 20, 'q');
+    for (int i = 0; i < 16; i++) log.submitted(1, {bytes(chunk)}, {});
+    log.sessionClosed(1);
+  }  // closing checkpoints the WAL into the file
+  EXPECT_LT(fs::file_size(path), 1u << 20);
+}
+
+TEST_F(SessionLogTest, ALaterOutcomeOfATaskReplacesTheEarlierOne) {
+  {
+    SessionLog log(path, *logger);
+    log.sessionOpened(1, "remade", false);
+    log.taskDone({1, 7, 3, 1, "gov-a", 0, 0, 0, "", "", ""});
+    log.objectChanged({1, 8, 1, 5, 1, {"gov-a"}});
+    log.flush();
+    // gov-a was lost; the task ran again on gov-b.
+    log.taskDone({1, 7, 3, 1, "gov-b", 0, 0, 0, "", "", ""});
+    log.objectChanged({1, 8, 1, 5, 1, {"gov-b"}});
+    log.flush();
+  }
+  SessionLog log(path, *logger);
+  auto sessions = log.load();
+  ASSERT_EQ(sessions.size(), 1u);
+  ASSERT_EQ(sessions[0].tasks.size(), 1u);
+  EXPECT_EQ(sessions[0].tasks[0].governor, "gov-b");
+  ASSERT_EQ(sessions[0].objects.size(), 1u);
+  EXPECT_EQ(sessions[0].objects[0].locations, std::vector<std::string>{"gov-b"});
+}
+
+TEST_F(SessionLogTest, ASecondServerOnTheSameLogIsRefused) {
+  SessionLog first(path, *logger);
+  first.sessionOpened(1, "mine", false);
+  auto error = openError();
+  EXPECT_NE(error.find("is in use by another squall-server"), std::string::npos) << error;
+}
+
 TEST_F(SessionLogTest, AFileThatIsNotALogIsRefusedByName) {
   std::ofstream(path) << std::string(8192, 'z');
   auto error = openError();

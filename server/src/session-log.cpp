@@ -1,9 +1,12 @@
 #include "session-log.h"
 
 #include <algorithm>
+#include <capnp/serialize.h>
+#include <cstring>
 #include <map>
 #include <sqlite3.h>
 #include <squall/proto/errors.h>
+#include <squall/wire/log.capnp.h>
 
 namespace squall {
 
@@ -61,6 +64,18 @@ const char* const MIGRATIONS[] = {
     R"sql(
       CREATE TABLE governors (name TEXT PRIMARY KEY) WITHOUT ROWID;
     )sql",
+    // 3: outcomes in one row per session and scheduling pass (a
+    // LoggedOutcomes message), instead of a row per task and per object.
+    R"sql(
+      DROP TABLE tasks;
+      DROP TABLE objects;
+      CREATE TABLE outcomes (
+        session INTEGER NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+        seq INTEGER NOT NULL,
+        batch BLOB NOT NULL,
+        PRIMARY KEY (session, seq)
+      ) WITHOUT ROWID;
+    )sql",
 };
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
 
@@ -70,26 +85,6 @@ struct Statement {
   ~Statement() { sqlite3_finalize(stmt); }
   operator sqlite3_stmt*() const { return stmt; }
 };
-
-// Governor names joined by '\n' (names hold no newline: they are host:pid
-// or what the operator chose on one command line).
-std::string joinLines(const std::vector<std::string>& parts) {
-  std::string out;
-  for (auto& part : parts) out += (out.empty() ? "" : "\n") + part;
-  return out;
-}
-
-std::vector<std::string> splitLines(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (start < text.size()) {
-    auto end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  return parts;
-}
 
 std::string columnText(sqlite3_stmt* stmt, int i) {
   auto text = reinterpret_cast<const char*>(sqlite3_column_text(stmt, i));
@@ -159,11 +154,17 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
     SQUALL_FAIL("session log ", path, ": cannot open: ", detail);
   }
   try {
+    // Pages of closed sessions go back to the file system (see
+    // sessionClosed). Takes effect only on a new file, and only before WAL
+    // mode is set; a no-op on an existing one.
+    exec("PRAGMA auto_vacuum=INCREMENTAL");
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
     // The WAL is checkpointed every ~4 MiB; keep the file near that size.
     exec("PRAGMA journal_size_limit=8388608");
     exec("PRAGMA foreign_keys=ON");
+    // Pages of recent submits stay in memory (checkpoints read them back).
+    exec("PRAGMA cache_size=-16384");
     // One server per log: the lock is taken by the first write below and
     // held until the log is closed, so a second server fails at once.
     exec("PRAGMA locking_mode=EXCLUSIVE");
@@ -190,6 +191,12 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
         exec(("PRAGMA user_version=" + std::to_string(v + 1)).c_str());
       });
       logger.info("event=log-migrated path={} version={}", path, v + 1);
+    }
+    {
+      Statement stmt{prepare("SELECT COALESCE(MAX(seq) + 1, 0) FROM outcomes")};
+      rc = sqlite3_step(stmt);
+      if (rc != SQLITE_ROW) fail("reading task outcomes", rc);
+      nextOutcomeSeq = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
     }
   } catch (...) {
     sqlite3_close(db);
@@ -271,6 +278,7 @@ void SessionLog::sessionClosed(uint64_t id) {
     int rc = sqlite3_step(stmt);
     if (rc != SQLITE_DONE) fail("pruning a closed session", rc);
   });
+  exec("PRAGMA incremental_vacuum");
 }
 
 void SessionLog::sessionFailed(uint64_t id, const std::string& message) {
@@ -301,41 +309,50 @@ void SessionLog::objectChanged(ObjectRecord record) { pendingObjects.push_back(s
 void SessionLog::flush() {
   if (queued() == 0) return;
   transaction("writing state changes", [&]() {
-    Statement task{prepare(
-        "INSERT OR REPLACE INTO tasks (session, task, state, attempt, governor, start_us, "
-        "duration_us, exit_status, error, stdout_tail, stderr_tail) "
-        "SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE EXISTS "
+    // One message per session for this pass.
+    std::map<uint64_t, std::pair<std::vector<const TaskRecord*>, std::vector<const ObjectRecord*>>> bySession;
+    for (auto& r : pendingTasks) bySession[r.session].first.push_back(&r);
+    for (auto& r : pendingObjects) bySession[r.session].second.push_back(&r);
+    Statement insert{prepare(
+        "INSERT INTO outcomes (session, seq, batch) SELECT ?1, ?2, ?3 WHERE EXISTS "
         "(SELECT 1 FROM sessions WHERE id = ?1)")};
-    for (auto& r : pendingTasks) {
-      sqlite3_bind_int64(task, 1, static_cast<sqlite3_int64>(r.session));
-      sqlite3_bind_int64(task, 2, static_cast<sqlite3_int64>(r.task));
-      sqlite3_bind_int(task, 3, r.state);
-      sqlite3_bind_int(task, 4, static_cast<int>(r.attempt));
-      sqlite3_bind_text(task, 5, r.governor.data(), static_cast<int>(r.governor.size()), SQLITE_STATIC);
-      sqlite3_bind_int64(task, 6, static_cast<sqlite3_int64>(r.startTimeUs));
-      sqlite3_bind_int64(task, 7, static_cast<sqlite3_int64>(r.durationUs));
-      sqlite3_bind_int(task, 8, r.exitStatus);
-      sqlite3_bind_text(task, 9, r.error.data(), static_cast<int>(r.error.size()), SQLITE_STATIC);
-      sqlite3_bind_text(task, 10, r.stdoutTail.data(), static_cast<int>(r.stdoutTail.size()), SQLITE_STATIC);
-      sqlite3_bind_text(task, 11, r.stderrTail.data(), static_cast<int>(r.stderrTail.size()), SQLITE_STATIC);
-      int rc = sqlite3_step(task);
-      if (rc != SQLITE_DONE) fail("writing task states", rc);
-      sqlite3_reset(task);
-    }
-    Statement object{prepare(
-        "INSERT OR REPLACE INTO objects (session, object, state, size, hash, locations) "
-        "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?1)")};
-    for (auto& r : pendingObjects) {
-      auto locations = joinLines(r.locations);
-      sqlite3_bind_int64(object, 1, static_cast<sqlite3_int64>(r.session));
-      sqlite3_bind_int64(object, 2, static_cast<sqlite3_int64>(r.object));
-      sqlite3_bind_int(object, 3, r.state);
-      sqlite3_bind_int64(object, 4, static_cast<sqlite3_int64>(r.size));
-      sqlite3_bind_int64(object, 5, static_cast<sqlite3_int64>(r.hash));
-      sqlite3_bind_text(object, 6, locations.data(), static_cast<int>(locations.size()), SQLITE_TRANSIENT);
-      int rc = sqlite3_step(object);
-      if (rc != SQLITE_DONE) fail("writing object states", rc);
-      sqlite3_reset(object);
+    for (auto& [session, records] : bySession) {
+      capnp::MallocMessageBuilder message;
+      auto batch = message.initRoot<wire::LoggedOutcomes>();
+      auto tasks = batch.initTasks(records.first.size());
+      for (size_t i = 0; i < records.first.size(); i++) {
+        auto& r = *records.first[i];
+        auto out = tasks[i];
+        out.setTask(r.task);
+        out.setState(r.state);
+        out.setAttempt(r.attempt);
+        out.setGovernor(r.governor);
+        out.setStartTimeUs(r.startTimeUs);
+        out.setDurationUs(r.durationUs);
+        out.setExitStatus(r.exitStatus);
+        out.setError(r.error);
+        out.setStdoutTail(r.stdoutTail);
+        out.setStderrTail(r.stderrTail);
+      }
+      auto objects = batch.initObjects(records.second.size());
+      for (size_t i = 0; i < records.second.size(); i++) {
+        auto& r = *records.second[i];
+        auto out = objects[i];
+        out.setObject(r.object);
+        out.setState(r.state);
+        out.setSize(r.size);
+        out.setHash(r.hash);
+        auto locations = out.initLocations(r.locations.size());
+        for (size_t l = 0; l < r.locations.size(); l++) locations.set(l, r.locations[l]);
+      }
+      auto words = capnp::messageToFlatArray(message);
+      auto bytes = words.asBytes();
+      sqlite3_bind_int64(insert, 1, static_cast<sqlite3_int64>(session));
+      sqlite3_bind_int64(insert, 2, static_cast<sqlite3_int64>(nextOutcomeSeq++));
+      sqlite3_bind_blob64(insert, 3, bytes.begin(), bytes.size(), SQLITE_STATIC);
+      int rc = sqlite3_step(insert);
+      if (rc != SQLITE_DONE) fail("writing task outcomes", rc);
+      sqlite3_reset(insert);
     }
     Statement failure{prepare("UPDATE sessions SET failure = ? WHERE id = ?")};
     for (auto& [id, message] : pendingFailures) {
@@ -395,31 +412,44 @@ std::vector<SessionLog::SessionRecord> SessionLog::load() {
     if (rc != SQLITE_DONE) fail("reading constants", rc);
   }
   {
-    Statement stmt{prepare(
-        "SELECT session, task, state, attempt, governor, start_us, duration_us, exit_status, error, "
-        "stdout_tail, stderr_tail FROM tasks ORDER BY session, task")};
+    // Later passes override earlier ones (a task made again after a loss).
+    Statement stmt{prepare("SELECT session, batch FROM outcomes ORDER BY seq")};
+    std::map<std::pair<uint64_t, uint64_t>, size_t> taskAt, objectAt;
+    capnp::ReaderOptions options;
+    options.traversalLimitInWords = UINT64_MAX;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
       auto& session = sessionOf(stmt);
-      session.tasks.push_back(TaskRecord{
-          session.id, static_cast<uint64_t>(sqlite3_column_int64(stmt, 1)), sqlite3_column_int(stmt, 2),
-          static_cast<uint32_t>(sqlite3_column_int(stmt, 3)), columnText(stmt, 4),
-          static_cast<uint64_t>(sqlite3_column_int64(stmt, 5)),
-          static_cast<uint64_t>(sqlite3_column_int64(stmt, 6)), sqlite3_column_int(stmt, 7),
-          columnText(stmt, 8), columnText(stmt, 9), columnText(stmt, 10)});
+      auto size = static_cast<size_t>(sqlite3_column_bytes(stmt, 1));
+      SQUALL_REQUIRE(size % sizeof(capnp::word) == 0, "session log ", file, " is corrupt: an outcome record of session ",
+                     session.id, " is truncated");
+      kj::Array<capnp::word> words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+      memcpy(words.begin(), sqlite3_column_blob(stmt, 1), size);
+      capnp::FlatArrayMessageReader reader(words, options);
+      auto batch = reader.getRoot<wire::LoggedOutcomes>();
+      for (auto t : batch.getTasks()) {
+        TaskRecord record{session.id,        t.getTask(),      t.getState(),
+                          t.getAttempt(),    t.getGovernor(),  t.getStartTimeUs(),
+                          t.getDurationUs(), t.getExitStatus(), t.getError(),
+                          t.getStdoutTail(), t.getStderrTail()};
+        auto [it, fresh] = taskAt.emplace(std::make_pair(session.id, record.task), session.tasks.size());
+        if (fresh) {
+          session.tasks.push_back(std::move(record));
+        } else {
+          session.tasks[it->second] = std::move(record);
+        }
+      }
+      for (auto o : batch.getObjects()) {
+        ObjectRecord record{session.id, o.getObject(), o.getState(), o.getSize(), o.getHash(), {}};
+        for (auto name : o.getLocations()) record.locations.push_back(name);
+        auto [it, fresh] = objectAt.emplace(std::make_pair(session.id, record.object), session.objects.size());
+        if (fresh) {
+          session.objects.push_back(std::move(record));
+        } else {
+          session.objects[it->second] = std::move(record);
+        }
+      }
     }
-    if (rc != SQLITE_DONE) fail("reading tasks", rc);
-  }
-  {
-    Statement stmt{prepare(
-        "SELECT session, object, state, size, hash, locations FROM objects ORDER BY session, object")};
-    while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
-      auto& session = sessionOf(stmt);
-      session.objects.push_back(ObjectRecord{
-          session.id, static_cast<uint64_t>(sqlite3_column_int64(stmt, 1)), sqlite3_column_int(stmt, 2),
-          static_cast<uint64_t>(sqlite3_column_int64(stmt, 3)),
-          static_cast<uint64_t>(sqlite3_column_int64(stmt, 4)), splitLines(columnText(stmt, 5))});
-    }
-    if (rc != SQLITE_DONE) fail("reading objects", rc);
+    if (rc != SQLITE_DONE) fail("reading task outcomes", rc);
   }
   return sessions;
 }

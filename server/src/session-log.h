@@ -120,6 +120,8 @@ class SessionLog {
   std::vector<ObjectRecord> pendingObjects;
   std::vector<std::pair<uint64_t, std::string>> pendingFailures;
   std::vector<std::pair<std::string, bool>> pendingGovernors;
+  // Order of outcome rows across sessions (read back at open by load()).
+  uint64_t nextOutcomeSeq = 0;
 
   void exec(const char* sql);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back and rethrows.

@@ -136,13 +136,32 @@ double localFirstByteMs() {
 }
 
 // A cluster of its own for one benchmark.
-std::unique_ptr<squall::LocalCluster> startCluster(int governors, int cpus) {
+std::unique_ptr<squall::LocalCluster> startCluster(int governors, int cpus,
+                                                   std::vector<std::string> serverArgs = {}) {
   squall::ClusterOptions options;
   options.governors = governors;
   options.cpus = cpus;
+  options.serverArgs = std::move(serverArgs);
   auto cluster = std::make_unique<squall::LocalCluster>(options);
   cluster->start();
   return cluster;
+}
+
+// Milliseconds from starting the server on a session log that holds one
+// open session of `n` finished trivial tasks (each with its output) until it
+// listens again: replaying the log. The server is killed (SIGKILL) first.
+double recoveryMs(int n) {
+  auto cluster = startCluster(1, 4);
+  squall::Client client(cluster->serverAddress());
+  auto session = client.newSession("bench-recovery", squall::SessionOptions{.persistent = true});
+  for (int i = 0; i < n; i++) session.concat({});
+  session.submit();
+  session.waitAll();
+  session.detach();
+  cluster->killServer();
+  auto start = Clock::now();
+  cluster->restartServer();
+  return seconds(start) * 1000;
 }
 
 }  // namespace
@@ -151,7 +170,8 @@ int main(int argc, char** argv) {
   CLI::App app{"squall-bench: squall's task throughput and latency"};
   int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
   int streamMib = 2048;
-  bool streamsOnly = false;
+  bool streamsOnly = false, recoveryOnly = false;
+  int recoveryTasks = 100000;
   std::string server;
   app.add_option("--governors", governors)->capture_default_str();
   app.add_option("--cpus", cpus, "cpus per governor")->capture_default_str();
@@ -164,11 +184,16 @@ int main(int argc, char** argv) {
   app.add_option("--stream-mib", streamMib, "MiB sent through each stream benchmark (0: none)")
       ->capture_default_str();
   app.add_flag("--streams-only", streamsOnly, "run only the stream benchmarks");
+  app.add_flag("--recovery-only", recoveryOnly,
+               "run only the session-log benchmarks (trivial tasks with and without the log, "
+               "replay of a large log)");
+  app.add_option("--recovery-tasks", recoveryTasks, "tasks in the log the recovery benchmark replays")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   std::unique_ptr<squall::LocalCluster> cluster;
   try {
-    if (server.empty()) {
+    if (server.empty() && !recoveryOnly) {
       squall::ClusterOptions options;
       options.governors = governors;
       options.cpus = cpus;
@@ -176,7 +201,6 @@ int main(int argc, char** argv) {
       cluster->start();
       server = cluster->serverAddress();
     }
-    squall::Client client(server);
     auto run = [&](const char* metric, auto&& body) {
       std::vector<double> values;
       for (int r = 0; r < reps; r++) {
@@ -186,6 +210,20 @@ int main(int argc, char** argv) {
       printf("%s %.1f\n", metric, median(values));
       fflush(stdout);
     };
+    if (recoveryOnly) {
+      // The session log's cost: the trivial benchmark on a server without
+      // it, and with it (the default), in the same run.
+      for (bool log : {false, true}) {
+        auto own = startCluster(governors, cpus, log ? std::vector<std::string>{}
+                                                     : std::vector<std::string>{"--log", "off"});
+        squall::Client ownClient(own->serverAddress());
+        run(log ? "squall_trivial_tasks_per_s_with_log" : "squall_trivial_tasks_per_s_without_log",
+            [&]() { return trivialTasksPerSecond(ownClient, n); });
+      }
+      run("squall_recovery_ms", [&]() { return recoveryMs(recoveryTasks); });
+      return 0;
+    }
+    squall::Client client(server);
     if (!streamsOnly) {
       fprintf(stderr, "# squall: %d governors x %d cpus; trivial N=%d, fft %d layers, latency N=%d, "
                       "programs N=%d\n", governors, cpus, n, layers, latencyN, programs);
