@@ -261,6 +261,29 @@ TEST(RecoveryTest, PersistentSessionOutlivesItsClientAndANewClientWaitsForIt) {
   for (auto& s : other.sessions()) EXPECT_NE(s.id, id);
 }
 
+TEST(RecoveryTest, SquallWaitCarriesOnAcrossAServerRestart) {
+  LocalCluster cluster(recoveryCluster());
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("waited", SessionOptions{.persistent = true});
+  auto marker = fs::path(cluster.workDir()) / "started";
+  session.execute(Program::shell("touch '" + marker.string() + "'; sleep 1"));
+  session.submit();
+  auto id = session.state().id;
+  ChildProcess wait(findProgram("squall"),
+                    {"wait", std::to_string(id), "--server", cluster.serverAddress()});
+  for (int i = 0; i < 200 && !fs::exists(marker); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(marker));
+  cluster.restartServer();
+  ASSERT_TRUE(wait.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  auto status = *wait.poll();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(session.state().finished, 1u);
+  session.close();
+}
+
 TEST(RecoveryTest, NonPersistentSessionIsClosedWhenItsClientGoes) {
   LocalCluster cluster(recoveryCluster());
   cluster.start();

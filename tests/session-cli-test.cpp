@@ -87,8 +87,9 @@ class SessionCliTest : public ::testing::Test {
     fs::remove_all(dir);
   }
 
-  CliResult squall(const std::string& args) {
-    std::string command = "cd '" + dir.string() + "' && SQUALL_SERVER=" + cluster->serverAddress() +
+  // `env`: more VAR=value assignments for the command.
+  CliResult squall(const std::string& args, const std::string& env = "") {
+    std::string command = "cd '" + dir.string() + "' && " + env + " SQUALL_SERVER=" + cluster->serverAddress() +
                           " '" + findProgram("squall") + "' " + args + " >out.txt 2>err.txt";
     int status = std::system(command.c_str());
     return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), slurp(dir / "out.txt"),
@@ -201,6 +202,12 @@ TEST_F(SessionCliTest, UnknownSessionIsAClearError) {
   auto r = squall("status --server 127.0.0.1:1");
   EXPECT_EQ(r.status, 1);
   EXPECT_CONTAINS(r.err, "cannot connect");
+  // `wait` tries a server that is not up for the reconnect timeout, then
+  // says how long it tried.
+  r = squall("wait 1 --server 127.0.0.1:1", "SQUALL_RECONNECT_TIMEOUT=0.5");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_CONTAINS(r.err, "cannot connect to the squall server at 127.0.0.1:1");
+  EXPECT_CONTAINS(r.err, "(tried for 0.5 s)");
 }
 
 TEST_F(SessionCliTest, CancelFailsThatSessionOnly) {

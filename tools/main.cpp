@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     return command;
   };
   auto* status = addSessionCommand("status", "list sessions, or show one session's tasks and failures", false);
-  auto* waitCommand = addSessionCommand("wait", "wait until a session's tasks are done; exit 1 if it failed", true);
+  auto* waitCommand = addSessionCommand("wait", "wait until a session's tasks are done, across server restarts; exit 1 if it failed", true);
   auto* fetch = addSessionCommand("fetch", "write a kept object of a session to a file (a dir: unpacked)", true);
   fetch->add_option("object", sessionOptions.object, "OBJECT id")->required();
   fetch->add_option("-o,--output", sessionOptions.output, "local path (default: stdout; a dir needs one)");

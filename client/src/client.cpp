@@ -163,15 +163,15 @@ struct ClientImpl {
   }
 
   // Connects again with backoff (100 ms doubling to 1 s) until the
-  // reconnect timeout, then re-attaches owned sessions. Throws Error naming
-  // `lost` when it cannot.
-  void reconnect(const kj::Exception& lost) {
+  // reconnect timeout, then re-attaches owned sessions. False when the time
+  // ran out; throws Error for a refusal other than a lost connection.
+  bool connectWithBackoff() {
     auto& timer = loop.io.provider->getTimer();
     auto deadline = timer.now() + static_cast<int64_t>(reconnectSeconds * 1000) * kj::MILLISECONDS;
     auto backoff = 100 * kj::MILLISECONDS;
     dataServices.clear();
     for (;;) {
-      if (timer.now() + backoff > deadline) throw Error(describe(lost));
+      if (timer.now() + backoff > deadline) return false;
       timer.afterDelay(backoff).wait(waitScope());
       backoff = kj::min(backoff * 2, 1 * kj::SECONDS);
       try {
@@ -181,11 +181,16 @@ struct ClientImpl {
           req.setSession(id);
           req.send().wait(waitScope());
         }
-        return;
+        return true;
       } catch (const kj::Exception& e) {
         if (e.getType() != kj::Exception::Type::DISCONNECTED) throw Error(describe(e));
       }
     }
+  }
+
+  // After `lost`: connects again or throws Error naming it.
+  void reconnect(const kj::Exception& lost) {
+    if (!connectWithBackoff()) throw Error(describe(lost));
   }
 
   wire::DataService::Client& dataService(const std::string& where) {
@@ -1066,7 +1071,11 @@ std::vector<ObjectInfo> Session::objects(const std::vector<uint64_t>& ids) {
 // ------------------------------------------------------------ Client
 
 Client::Client(const std::string& address, const std::string& token)
-    : impl(std::make_unique<client::ClientImpl>()) {
+    : Client(ClientOptions{.address = address, .token = token}) {}
+
+Client::Client(const ClientOptions& options) : impl(std::make_unique<client::ClientImpl>()) {
+  const auto& address = options.address;
+  const auto& token = options.token;
   impl->address = address;
   if (impl->address.empty()) {
     const char* env = getenv("SQUALL_SERVER");
@@ -1084,7 +1093,15 @@ Client::Client(const std::string& address, const std::string& token)
   try {
     impl->connect();
   } catch (const kj::Exception& e) {
-    throw Error("cannot connect to the squall server at " + impl->address + ": " + userMessage(e).cStr());
+    std::string message =
+        "cannot connect to the squall server at " + impl->address + ": " + userMessage(e).cStr();
+    bool unreachable = e.getType() == kj::Exception::Type::DISCONNECTED;
+    if (!options.waitForServer || !unreachable) throw Error(message);
+    if (!impl->connectWithBackoff()) {
+      char tried[64];
+      snprintf(tried, sizeof(tried), " (tried for %g s)", impl->reconnectSeconds);
+      throw Error(message + tried);
+    }
   }
 }
 

@@ -146,7 +146,8 @@ int runStatus(const SessionCommandOptions& options) {
 
 int runWait(const SessionCommandOptions& options) {
   return guarded("wait", [&]() {
-    Client client(options.server, options.token);
+    // Waiting outlasts a server restart, also one under way as it starts.
+    Client client(ClientOptions{.address = options.server, .token = options.token, .waitForServer = true});
     auto session = attachSession(client, options.session);
     try {
       session.waitAll();

@@ -306,11 +306,20 @@ struct SessionOptions {
   bool persistent = false;
 };
 
+struct ClientOptions {
+  // host:port; empty = $SQUALL_SERVER, else 127.0.0.1:7210.
+  std::string address;
+  // Empty = $SQUALL_TOKEN / $SQUALL_TOKEN_FILE, else none.
+  std::string token;
+  // A server that cannot be reached at first (restarting) is tried again
+  // for up to $SQUALL_RECONNECT_TIMEOUT seconds instead of failing at once.
+  bool waitForServer = false;
+};
+
 class Client {
  public:
-  // `address`: host:port; empty = $SQUALL_SERVER, else 127.0.0.1:7210.
-  // `token`: empty = $SQUALL_TOKEN / $SQUALL_TOKEN_FILE, else none.
   explicit Client(const std::string& address = "", const std::string& token = "");
+  explicit Client(const ClientOptions& options);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
