@@ -238,7 +238,7 @@ int run(const Flags& flags) {
       }
       auto held = info.initTasks(tasks.size());
       for (size_t i = 0; i < tasks.size(); i++) tasks[i].to(held[i]);
-      request.setControl(kj::heap<GovernorControlImpl>(store, queue, logger));
+      request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
       return request.send().then([&batcher](auto response) {
         batcher.connected(response.getUpstream());
         return response.getGovernorId();
@@ -289,6 +289,7 @@ int run(const Flags& flags) {
       server = nullptr;
       auto giveUp = timer.now() + static_cast<int64_t>(flags.reconnectTimeout * 1000) * kj::MILLISECONDS;
       kj::Maybe<kj::String> lastError;
+      bool interrupted = false;  // a signal came while reconnecting
       for (;;) {
         auto attempt =
             connectWithRetry(network, timer, flags.server.c_str(), giveUp, 100 * kj::MILLISECONDS, logger)
@@ -319,7 +320,10 @@ int run(const Flags& flags) {
             continue;
           }
         }
-        if (signal) break;
+        if (signal) {
+          interrupted = true;
+          break;
+        }
         KJ_IF_MAYBE(connected, outcome) {
           server = kj::mv(connected->first);
           logger.info("event=reregistered governor={} name={} running={} objects={}",
@@ -328,6 +332,7 @@ int run(const Flags& flags) {
         break;
       }
       if (server.get() == nullptr) {
+        if (interrupted) break;  // told to stop: not a failure
         KJ_IF_MAYBE(message, lastError) {
           logger.error("event=server-lost server={} action=exit error=\"{}\"", flags.server.c_str(),
                        message->cStr());

@@ -7,7 +7,9 @@ $Cxx.namespace("squall::wire");
 
 # Bumped whenever a schema change makes old peers misbehave; every
 # registration carries it and a mismatch is refused with a clear message.
-const protocolVersion :UInt32 = 1;
+# 2: live stream reads (DataService.read `live`); results confirmed durable
+# by GovernorControl.resultsDurable.
+const protocolVersion :UInt32 = 2;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.

@@ -9,6 +9,8 @@ $Cxx.namespace("squall::wire");
 struct LoggedOutcomes {
   tasks @0 :List(LoggedTask);
   objects @1 :List(LoggedObject);
+  # Objects the client no longer keeps (unkeep).
+  unkept @2 :List(UInt64);
 }
 
 struct LoggedTask {

@@ -205,6 +205,9 @@ interface GovernorControl {
   removeObjects @1 (objects :List(Id)) -> ();
   # Kills the tasks (process groups) and reports each as failed "cancelled".
   cancelTasks @2 (tasks :List(Id)) -> ();
+  # The results of the governor's updates numbered up to `through` are in
+  # the server's session log: the governor may forget them.
+  resultsDurable @3 (through :UInt64) -> ();
 }
 
 struct Assignment {
@@ -250,7 +253,12 @@ struct ConstantData {
 # Governor -> server. Results are batched: a governor sends the next batch
 # when the previous one is acknowledged.
 interface GovernorUpstream {
-  # Returns once the results are durable in the server's session log, so a
-  # governor forgets only what survives a server crash.
-  update @0 (results :List(TaskResult)) -> ();
+  # Returns once the results are applied. `durable`: they are in the
+  # server's session log already (or it keeps none); otherwise the server
+  # calls GovernorControl.resultsDurable with this update's `number` (or a
+  # later one) once they are. Until then the governor keeps them and sends
+  # them again if it has to register again (a server crash), so that it
+  # forgets only what survives one. Numbers increase for the governor's
+  # lifetime.
+  update @0 (results :List(TaskResult), number :UInt64) -> (durable :Bool);
 }

@@ -142,7 +142,7 @@ int main(int argc, char** argv) {
     statusView.sessionClosed(session, wallMs());
   };
   squall::Scheduler scheduler(squall::SchedulerOptions{queueDepth});
-  squall::Dispatcher dispatcher(sessions, governors, scheduler, *logger);
+  squall::Dispatcher dispatcher(sessions, governors, scheduler, io.provider->getTimer(), *logger);
   squall::ServerContext context{sessions, governors, dispatcher, *logger, secret, {}};
 
   // The session log, and what it holds from the last run.

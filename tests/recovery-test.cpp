@@ -284,6 +284,29 @@ TEST(RecoveryTest, SquallWaitCarriesOnAcrossAServerRestart) {
   session.close();
 }
 
+TEST(RecoveryTest, AnObjectNoLongerKeptIsNotKeptAgainAfterARestart) {
+  LocalCluster cluster(recoveryCluster());
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("unkept", SessionOptions{.persistent = true});
+  auto dropped = session.execute(Program::shell("echo dropped").stdoutOutput()).output();
+  auto kept = session.execute(Program::shell("echo kept").stdoutOutput()).output();
+  dropped.keep();
+  kept.keep();
+  session.submit();
+  session.waitAll();
+  session.unkeep({dropped});
+  cluster.restartServer();
+  EXPECT_EQ(kept.fetch(), "kept\n");
+  try {
+    dropped.fetch();
+    ADD_FAILURE() << "an object no longer kept came back kept";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not kept"), std::string::npos) << e.what();
+  }
+  session.close();
+}
+
 TEST(RecoveryTest, NonPersistentSessionIsClosedWhenItsClientGoes) {
   LocalCluster cluster(recoveryCluster());
   cluster.start();

@@ -54,7 +54,7 @@ class GovernorControlTest : public ::testing::Test {
     batcher = kj::heap<ResultBatcher>(wire::GovernorUpstream::Client(kj::mv(fake)),
                                       io.provider->getTimer(), *logger);
     queue = kj::heap<TaskQueue>(env, fetcher, 2, [this](TaskOutcome o) { batcher->report(kj::mv(o)); });
-    control = kj::heap<GovernorControlImpl>(store, *queue, *logger);
+    control = kj::heap<GovernorControlImpl>(store, *queue, *batcher, *logger);
   }
 
   void TearDown() override {
@@ -93,6 +93,11 @@ class GovernorControlTest : public ::testing::Test {
       KJ_CASE_ONEOF(path, kj::String) { return readWholeFile(path); }
     }
     KJ_UNREACHABLE;
+  }
+
+  // Runs what is queued on the loop (an update's answer after its call).
+  void settle() {
+    for (int i = 0; i < 3; i++) kj::evalLast([]() {}).wait(io.waitScope);
   }
 
   bool sandboxesGone() {
@@ -325,6 +330,38 @@ TEST_F(GovernorControlTest, ABurstOfTrivialTasksCostsFewUpdates) {
   waitWithTimeout(io, request.send());
   waitWithTimeout(io, upstream->waitFor(200));
   EXPECT_LE(upstream->updates, 5u);
+}
+
+TEST_F(GovernorControlTest, ResultsAreKeptUntilTheServerHasThemInItsLog) {
+  upstream->durable = false;
+  auto runSleep = [&](Id id) {
+    auto request = control.assignRequest();
+    fillCommon(request.initTasks(1)[0], id, {}, {}, 0);
+    request.getTasks()[0].getTask().getConfig().initSleep().setMilliseconds(0);
+    waitWithTimeout(io, request.send());
+    waitWithTimeout(io, upstream->waitForAll({id}));
+    settle();
+  };
+  runSleep({7, 1});
+  EXPECT_EQ(batcher->undurableCount(), 1u);
+  EXPECT_EQ(batcher->unacknowledged(), (std::vector<Id>{Id{7, 1}}));
+  auto first = upstream->lastNumber;
+  runSleep({7, 2});
+  // Confirming the first update forgets its results only.
+  auto confirm = control.resultsDurableRequest();
+  confirm.setThrough(first);
+  waitWithTimeout(io, confirm.send());
+  EXPECT_EQ(batcher->unacknowledged(), (std::vector<Id>{Id{7, 2}}));
+  // A new server connection (a restarted server) gets the rest again.
+  auto fresh = kj::heap<FakeUpstream>();
+  auto* second = fresh.get();
+  batcher->connected(wire::GovernorUpstream::Client(kj::mv(fresh)));
+  waitWithTimeout(io, second->waitForAll({{7, 2}}));
+  settle();
+  EXPECT_EQ(second->results.size(), 1u);
+  // That one says they are durable at once: nothing is kept.
+  EXPECT_EQ(batcher->undurableCount(), 0u);
+  EXPECT_TRUE(batcher->unacknowledged().empty());
 }
 
 TEST_F(GovernorControlTest, RemoveObjectsDropsThemAndIgnoresUnknownIds) {

@@ -38,4 +38,9 @@ kj::Promise<void> GovernorControlImpl::cancelTasks(CancelTasksContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> GovernorControlImpl::resultsDurable(ResultsDurableContext context) {
+  batcher.durable(context.getParams().getThrough());
+  return kj::READY_NOW;
+}
+
 }  // namespace squall

@@ -1,8 +1,10 @@
 // GovernorControl: what the server calls on this governor (assign, remove,
-// cancel). A thin adapter over ObjectStore and TaskQueue. Loop thread only.
+// cancel, results durable). A thin adapter over ObjectStore, TaskQueue and
+// ResultBatcher. Loop thread only.
 #pragma once
 
 #include "object-store.h"
+#include "result-batcher.h"
 #include "task-queue.h"
 
 #include <spdlog/logger.h>
@@ -12,17 +14,20 @@ namespace squall {
 
 class GovernorControlImpl final : public wire::GovernorControl::Server {
  public:
-  GovernorControlImpl(ObjectStore& store, TaskQueue& queue, spdlog::logger& logger)
-      : store(store), queue(queue), logger(logger) {}
+  GovernorControlImpl(ObjectStore& store, TaskQueue& queue, ResultBatcher& batcher,
+                      spdlog::logger& logger)
+      : store(store), queue(queue), batcher(batcher), logger(logger) {}
 
   // Stores the constants first, so tasks of the same call find them.
   kj::Promise<void> assign(AssignContext context) override;
   kj::Promise<void> removeObjects(RemoveObjectsContext context) override;
   kj::Promise<void> cancelTasks(CancelTasksContext context) override;
+  kj::Promise<void> resultsDurable(ResultsDurableContext context) override;
 
  private:
   ObjectStore& store;
   TaskQueue& queue;
+  ResultBatcher& batcher;
   spdlog::logger& logger;
 };
 

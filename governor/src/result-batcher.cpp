@@ -15,13 +15,33 @@ ResultBatcher::ResultBatcher(kj::Timer& timer, spdlog::logger& logger)
 void ResultBatcher::connected(wire::GovernorUpstream::Client client) {
   upstream = kj::mv(client);
   generation++;
+  // Results the previous server had not logged yet go again, in order
+  // (one that had them drops the copies).
+  for (auto it = applied.rbegin(); it != applied.rend(); ++it) {
+    for (size_t i = it->second.size(); i > 0; i--) pending.push_front(kj::mv(it->second[i - 1]));
+  }
+  applied.clear();
   schedule();
+}
+
+void ResultBatcher::durable(uint64_t through) {
+  durableThrough = std::max(durableThrough, through);
+  applied.erase(applied.begin(), applied.upper_bound(through));
 }
 
 std::vector<Id> ResultBatcher::unacknowledged() const {
   std::vector<Id> ids = inFlight;
+  for (auto& [number, batch] : applied) {
+    for (auto& outcome : batch) ids.push_back(outcome.id);
+  }
   for (auto& outcome : pending) ids.push_back(outcome.id);
   return ids;
+}
+
+size_t ResultBatcher::undurableCount() const {
+  size_t count = 0;
+  for (auto& [number, batch] : applied) count += batch.size();
+  return count;
 }
 
 void ResultBatcher::report(TaskOutcome outcome) {
@@ -47,6 +67,8 @@ kj::Promise<void> ResultBatcher::sendBatch() {
     if (count > 0 && bytes > MAX_BATCH_BYTES) break;
     count++;
   }
+  uint64_t number = nextUpdate++;
+  request.setNumber(number);
   auto list = request.initResults(count);
   for (size_t i = 0; i < count; i++) {
     pending[i].toWire(list[i]);
@@ -61,16 +83,29 @@ kj::Promise<void> ResultBatcher::sendBatch() {
   }
   sent++;
   logger.debug("event=update-sent results={}", count);
+  // Shared by the two continuations (only one of them runs).
+  auto held = kj::heap<kj::Vector<TaskOutcome>>(kj::mv(batch));
+  auto& kept = *held;
   return request.send()
-      .ignoreResult()
       .then(
-          [this]() -> kj::Promise<void> {
+          [this, number, &kept, sentOn = generation](auto response) -> kj::Promise<void> {
             inFlight.clear();
+            // Applied; kept until logged (unless the confirmation came
+            // first, or the server keeps no log).
+            if (!response.getDurable() && number > durableThrough) {
+              if (sentOn == generation) {
+                applied.emplace(number, kj::mv(kept));
+              } else {
+                // Answered by a connection replaced since: sent again.
+                for (size_t i = kept.size(); i > 0; i--) pending.push_front(kj::mv(kept[i - 1]));
+              }
+            }
             busy = false;
             schedule();
             return kj::READY_NOW;
           },
-          [this, batch = kj::mv(batch), sentOn = generation](kj::Exception&& e) mutable -> kj::Promise<void> {
+          [this, &kept, sentOn = generation](kj::Exception&& e) mutable -> kj::Promise<void> {
+            auto& batch = kept;
             inFlight.clear();
             if (e.getType() == kj::Exception::Type::OVERLOADED ||
                 e.getType() == kj::Exception::Type::DISCONNECTED) {
@@ -100,7 +135,8 @@ kj::Promise<void> ResultBatcher::sendBatch() {
             busy = false;
             schedule();
             return kj::READY_NOW;
-          });
+          })
+      .attach(kj::mv(held));
 }
 
 void ResultBatcher::taskFailed(kj::Exception&& exception) {

@@ -1,6 +1,9 @@
 // Sends task results to the server in batches: at most one
 // GovernorUpstream.update is in flight; results that finish meanwhile go
-// together in the next one. Loop thread only.
+// together in the next one. A result is kept until the server has it in
+// its session log (the update said so, or GovernorControl.resultsDurable
+// came for it later), and sent again after a reconnect until then. Loop
+// thread only.
 #pragma once
 
 #include "task-outcome.h"
@@ -8,6 +11,7 @@
 #include <deque>
 #include <kj/async.h>
 #include <kj/timer.h>
+#include <map>
 #include <spdlog/logger.h>
 #include <squall/wire/service.capnp.h>
 #include <vector>
@@ -29,8 +33,12 @@ class ResultBatcher final : private kj::TaskSet::ErrorHandler {
   // update was lost with the previous connection are sent again (the server
   // drops those it has already recorded).
   void connected(wire::GovernorUpstream::Client upstream);
-  // Tasks whose results are not acknowledged yet (for the inventory).
+  // The server's log holds the results of updates numbered up to `through`.
+  void durable(uint64_t through);
+  // Tasks whose results are not durable at the server yet (for the
+  // inventory).
   std::vector<Id> unacknowledged() const;
+  size_t undurableCount() const;
 
   size_t pendingCount() const { return pending.size(); }
   uint64_t updatesSent() const { return sent; }
@@ -42,6 +50,10 @@ class ResultBatcher final : private kj::TaskSet::ErrorHandler {
   std::deque<TaskOutcome> pending;
   // Ids of the results of the update in flight.
   std::vector<Id> inFlight;
+  // Results applied by the server and not yet in its log, by update number.
+  std::map<uint64_t, kj::Vector<TaskOutcome>> applied;
+  uint64_t nextUpdate = 1;
+  uint64_t durableThrough = 0;
   bool busy = false;  // an update is scheduled or in flight
   // Bumped by connected(): which connection an update went out on.
   uint64_t generation = 0;

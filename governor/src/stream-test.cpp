@@ -45,7 +45,7 @@ struct TestGovernor {
     batcher = kj::heap<ResultBatcher>(wire::GovernorUpstream::Client(kj::mv(fake)), io.provider->getTimer(),
                                       logger);
     queue = kj::heap<TaskQueue>(env, fetcher, 8, [this](TaskOutcome o) { batcher->report(kj::mv(o)); });
-    control = kj::heap<GovernorControlImpl>(store, *queue, logger);
+    control = kj::heap<GovernorControlImpl>(store, *queue, *batcher, logger);
   }
 
   ObjectStore store;

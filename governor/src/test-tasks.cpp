@@ -8,6 +8,8 @@ namespace squall {
 
 kj::Promise<void> FakeUpstream::update(UpdateContext context) {
   updates++;
+  lastNumber = context.getParams().getNumber();
+  context.getResults().setDurable(durable);
   for (auto r : context.getParams().getResults()) {
     Result result;
     result.ok = r.getOk();

@@ -28,6 +28,10 @@ class FakeUpstream final : public wire::GovernorUpstream::Server {
  public:
   std::map<Id, Result> results;
   size_t updates = 0;
+  // What update() answers (a server with a session log says false and
+  // confirms later), and the number of the last update.
+  bool durable = true;
+  uint64_t lastNumber = 0;
 
   kj::Promise<void> update(UpdateContext context) override;
   // Resolves once `count` results have come in.

@@ -37,7 +37,6 @@ void Dispatcher::governorLost(GovernorId id) {
 }
 
 kj::Promise<void> Dispatcher::durable() {
-  kick();
   if (sessions.sessionLog() == nullptr) return kj::READY_NOW;
   auto paf = kj::newPromiseAndFulfiller<void>();
   waitingForLog.push_back(kj::mv(paf.fulfiller));
@@ -45,9 +44,18 @@ kj::Promise<void> Dispatcher::durable() {
   return kj::mv(paf.promise);
 }
 
+kj::Promise<void> Dispatcher::whenPlacing() {
+  if (!holding) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  waitingForPlacing.push_back(kj::mv(paf.fulfiller));
+  return kj::mv(paf.promise);
+}
+
 void Dispatcher::resume() {
   if (!holding) return;
   holding = false;
+  for (auto& f : waitingForPlacing) f->fulfill();
+  waitingForPlacing.clear();
   logger.info("event=placement-resumed ready={}", ready.size());
   kick();
 }
@@ -61,23 +69,61 @@ void Dispatcher::expectedGone(const std::map<std::string, GovernorId>& missing) 
   kick();
 }
 
-void Dispatcher::flushLog() {
-  auto* log = sessions.sessionLog();
-  if (log == nullptr) return;
-  auto waiting = kj::mv(waitingForLog);
-  waitingForLog.clear();
-  try {
-    log->flush();
-  } catch (const kj::Exception& e) {
-    logger.error("event=log-failed action=flush queued={} error=\"{}\"", log->queued(),
-                 e.getDescription().cStr());
-    for (auto& f : waiting) {
-      f->reject(KJ_EXCEPTION(OVERLOADED, "the server cannot write its session log; retry later",
-                             e.getDescription()));
-    }
-    return;
+Dispatcher::Cuts Dispatcher::cutAll() {
+  Cuts cuts;
+  for (auto& [gid, governor] : governors.all()) {
+    cuts[gid] = Cut{governor.toAssign.size(), governor.toCancel.size(), governor.toRemove.size(),
+                    governor.undurable ? governor.appliedUpdate : 0};
+    governor.undurable = false;
   }
-  for (auto& f : waiting) f->fulfill();
+  return cuts;
+}
+
+void Dispatcher::send(const Cuts& cuts) {
+  for (auto& [gid, cut] : cuts) {
+    KJ_IF_MAYBE(governor, governors.find(gid)) { flush(*governor, cut); }
+  }
+}
+
+void Dispatcher::commitLog() {
+  auto* log = sessions.sessionLog();
+  committing = true;
+  lastCommit = timer.now();
+  // Shared by the two continuations (only one of them runs).
+  auto commit = kj::heap<Commit>();
+  commit->cuts = cutAll();
+  commit->waiting = kj::mv(waitingForLog);
+  waitingForLog.clear();
+  auto& state = *commit;
+  rpcs.add(log->commit()
+               .then(
+                   [this, &state]() {
+                     committing = false;
+                     for (auto& f : state.waiting) f->fulfill();
+                     send(state.cuts);
+                     // What queued up meanwhile goes in the next commit.
+                     kick();
+                   },
+                   [this, &state](kj::Exception&& e) {
+                     committing = false;
+                     logger.error("event=log-failed action=commit queued={} error=\"{}\"",
+                                  sessions.sessionLog()->queued(), e.getDescription().cStr());
+                     // Not durable: the governors keep those results (and
+                     // the next commit writes them again). The work goes on;
+                     // no kick, so a full disk is not retried in a busy loop.
+                     for (auto& [gid, cut] : state.cuts) {
+                       if (cut.durableUpdate == 0) continue;
+                       KJ_IF_MAYBE(governor, governors.find(gid)) { governor->undurable = true; }
+                       cut.durableUpdate = 0;
+                     }
+                     for (auto& f : state.waiting) {
+                       f->reject(KJ_EXCEPTION(OVERLOADED,
+                                              "the server cannot write its session log; retry later",
+                                              e.getDescription()));
+                     }
+                     send(state.cuts);
+                   })
+               .attach(kj::mv(commit)));
 }
 
 void Dispatcher::pass() {
@@ -96,30 +142,86 @@ void Dispatcher::pass() {
   effects.remove.clear();
 
   if (!holding) scheduler.place(ready, sessions, governors);
-  // Durable before anything it leads to is sent.
-  flushLog();
-  for (auto& [gid, governor] : governors.all()) flush(governor);
+  auto* log = sessions.sessionLog();
+  if (log == nullptr) {
+    send(cutAll());
+  } else {
+    // Assignments go out at once: should the server die before the log has
+    // what led to them, the governors report what they run and the results
+    // the log lacks when they register again, so nothing is lost or run
+    // twice. Cancels and removals undo work and data: the log must say why
+    // first, so they wait for the commit, and a governor's assignments
+    // queued behind its cancels wait with them (a governor sees them in
+    // the order they were made).
+    Cuts now;
+    for (auto& [gid, governor] : governors.all()) {
+      if (governor.toCancel.empty() && !governor.toAssign.empty()) {
+        now[gid] = Cut{governor.toAssign.size(), 0, 0};
+      }
+    }
+    send(now);
+    if (!committing) {
+      bool unconfirmed = false;
+      for (auto& [gid, governor] : governors.all()) unconfirmed = unconfirmed || governor.undurable;
+      if (log->queued() > 0 || unconfirmed || !waitingForLog.empty()) {
+        if (timer.now() - lastCommit >= COMMIT_INTERVAL) {
+          commitLog();
+        } else if (!commitDue) {
+          commitDue = true;
+          rpcs.add(timer.atTime(lastCommit + COMMIT_INTERVAL).then([this]() {
+            commitDue = false;
+            kick();
+          }));
+        }
+      } else {
+        send(cutAll());  // all that led here is in the log already
+      }
+    }
+  }
   auto took = std::chrono::steady_clock::now() - started;
   sessions.stats().recordPass(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
 }
 
-void Dispatcher::flush(GovernorState& governor) {
-  if (!governor.toCancel.empty()) {
+void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
+  auto take = [](std::vector<Id>& box, size_t n) {
+    n = std::min(n, box.size());
+    std::vector<Id> out(box.begin(), box.begin() + static_cast<ptrdiff_t>(n));
+    box.erase(box.begin(), box.begin() + static_cast<ptrdiff_t>(n));
+    return out;
+  };
+  auto cancel = take(governor.toCancel, cut.cancel);
+  auto remove = take(governor.toRemove, cut.remove);
+  // Placed while a commit was under way: a task cancelled, or of a session
+  // closed, since is not sent, and its place on the governor is free again.
+  std::vector<Id> assign;
+  for (auto& id : take(governor.toAssign, cut.assign)) {
+    bool current = false;
+    KJ_IF_MAYBE(session, sessions.find(id.session)) {
+      auto it = session->tasks.find(id.n);
+      current = it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
+                it->second.governor == governor.id;
+    }
+    if (current) {
+      assign.push_back(id);
+    } else {
+      governors.release(governor.id, id);
+    }
+  }
+  if (!cancel.empty()) {
     auto req = governor.control.cancelTasksRequest();
-    auto list = req.initTasks(governor.toCancel.size());
-    for (uint i = 0; i < list.size(); i++) governor.toCancel[i].to(list[i]);
-    governor.toCancel.clear();
+    auto list = req.initTasks(cancel.size());
+    for (uint i = 0; i < list.size(); i++) cancel[i].to(list[i]);
     rpcs.add(req.send().ignoreResult());
   }
   // Assignments go in batches of bounded size (tasks and inline constant
   // bytes) so that no message nears capnp's 64 MiB limit.
   size_t next = 0;
-  while (next < governor.toAssign.size()) {
-    size_t end = std::min(governor.toAssign.size(), next + MAX_TASKS_PER_ASSIGN);
+  while (next < assign.size()) {
+    size_t end = std::min(assign.size(), next + MAX_TASKS_PER_ASSIGN);
     std::vector<ObjectNode*> constants;
     uint64_t constantBytes = 0;
     for (size_t k = next; k < end; k++) {
-      auto& task = sessions.get(governor.toAssign[k].session).tasks.at(governor.toAssign[k].n);
+      auto& task = sessions.get(assign[k].session).tasks.at(assign[k].n);
       for (auto* object : task.inputs) {
         auto& where = object->locations;
         if (!object->constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
@@ -137,7 +239,7 @@ void Dispatcher::flush(GovernorState& governor) {
     auto req = governor.control.assignRequest();
     auto list = req.initTasks(end - next);
     for (size_t k = next; k < end; k++) {
-      auto& task = sessions.get(governor.toAssign[k].session).tasks.at(governor.toAssign[k].n);
+      auto& task = sessions.get(assign[k].session).tasks.at(assign[k].n);
       auto assignment = list[k - next];
       assignment.setTask(task.spec);
       assignment.setAttempt(task.attempt);
@@ -196,12 +298,15 @@ void Dispatcher::flush(GovernorState& governor) {
     rpcs.add(req.send().ignoreResult());
     next = end;
   }
-  governor.toAssign.clear();
-  if (!governor.toRemove.empty()) {
+  if (!remove.empty()) {
     auto req = governor.control.removeObjectsRequest();
-    auto list = req.initObjects(governor.toRemove.size());
-    for (uint i = 0; i < list.size(); i++) governor.toRemove[i].to(list[i]);
-    governor.toRemove.clear();
+    auto list = req.initObjects(remove.size());
+    for (uint i = 0; i < list.size(); i++) remove[i].to(list[i]);
+    rpcs.add(req.send().ignoreResult());
+  }
+  if (cut.durableUpdate != 0) {
+    auto req = governor.control.resultsDurableRequest();
+    req.setThrough(cut.durableUpdate);
     rpcs.add(req.send().ignoreResult());
   }
 }

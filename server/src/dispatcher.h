@@ -1,6 +1,14 @@
 // Turns a burst of events into one scheduling pass and one batched RPC per
 // governor. Loop thread only: every event handler calls kick(); the pass
 // runs once the current burst of events has been handled.
+//
+// With a session log, the state changes of a pass are handed to a commit
+// on the log's writer thread, while the loop goes on; changes queued while
+// one is under way go together in the next (group commit). Assignments are
+// sent at once; cancels and removals, and a governor's assignments queued
+// behind its cancels, wait for the commit that has what led to them; and
+// a governor is told its results are durable (resultsDurable) by the
+// commit that wrote them. See docs/recovery.md.
 #pragma once
 
 #include "governor-pool.h"
@@ -8,24 +16,31 @@
 #include "session-table.h"
 
 #include <deque>
+#include <map>
 #include <kj/async.h>
+#include <kj/timer.h>
 #include <spdlog/logger.h>
 
 namespace squall {
 
 class Dispatcher final : private kj::TaskSet::ErrorHandler {
  public:
-  Dispatcher(SessionTable& sessions, GovernorPool& governors, Scheduler& scheduler,
+  // Log commits start at most this often: nothing waits on them but
+  // cancels, removals and governors' confirmations, and fewer, larger
+  // transactions cost far less.
+  static constexpr kj::Duration COMMIT_INTERVAL = 5 * kj::MILLISECONDS;
+
+  Dispatcher(SessionTable& sessions, GovernorPool& governors, Scheduler& scheduler, kj::Timer& timer,
              spdlog::logger& logger)
-      : sessions(sessions), governors(governors), scheduler(scheduler), logger(logger), rpcs(*this) {}
+      : sessions(sessions), governors(governors), scheduler(scheduler), timer(timer), logger(logger),
+        rpcs(*this) {}
 
   // Asks for a pass; many kicks before it runs make one pass.
   void kick();
   // The governor's connection is gone: forget it, fail what depended on it.
   void governorLost(GovernorId id);
-  // Resolves once what happened so far is in the session log (after the
-  // next pass; at once without a log). Rejected OVERLOADED when the log
-  // cannot be written (a full disk): the caller retries.
+  // Resolves once what happened so far is in the session log (at once
+  // without one); rejected OVERLOADED when that commit fails.
   kj::Promise<void> durable();
   // After a restart: no task is placed until resume(), so that governors
   // coming back can report what they still run before anything is run
@@ -33,6 +48,8 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   void hold() { holding = true; }
   void resume();
   bool held() const { return holding; }
+  // Resolves once tasks are placed (at once unless held).
+  kj::Promise<void> whenPlacing();
   // Governors the log knew that did not come back in time: their copies
   // are gone (what is still needed is made again).
   void expectedGone(const std::map<std::string, GovernorId>& missing);
@@ -44,18 +61,40 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   SessionTable& sessions;
   GovernorPool& governors;
   Scheduler& scheduler;
+  kj::Timer& timer;
   spdlog::logger& logger;
   std::deque<Id> ready;
   bool pending = false;
   bool holding = false;
   uint64_t passCount = 0;
+  std::vector<kj::Own<kj::PromiseFulfiller<void>>> waitingForPlacing;
+  // durable() promises the next commit settles.
   std::vector<kj::Own<kj::PromiseFulfiller<void>>> waitingForLog;
+  // A log commit is under way; when the last one started; a pass is
+  // already due for the next.
+  bool committing = false;
+  kj::TimePoint lastCommit = kj::origin<kj::TimePoint>();
+  bool commitDue = false;
   kj::TaskSet rpcs;
 
+  // How much of each governor's outboxes a commit covers.
+  struct Cut {
+    size_t assign = 0, cancel = 0, remove = 0;
+    uint64_t durableUpdate = 0;  // confirmed to the governor (0: none)
+  };
+  struct Commit {
+    std::map<GovernorId, Cut> cuts;
+    std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiting;
+  };
+  using Cuts = std::map<GovernorId, Cut>;
+
   void pass();
-  // Writes the log's queued changes; settles durable() promises.
-  void flushLog();
-  void flush(GovernorState& governor);
+  // Hands the log's queued changes to a commit; once it is done, confirms
+  // the governors' updates it has and sends what waited for it.
+  void commitLog();
+  Cuts cutAll();
+  void send(const Cuts& cuts);
+  void flush(GovernorState& governor, const Cut& cut);
   void taskFailed(kj::Exception&& exception) override;
 };
 

@@ -19,6 +19,10 @@ struct GovernorState {
   uint32_t load = 0;
   wire::GovernorControl::Client control;
   std::unordered_map<Id, uint32_t, IdHash> assigned;
+  // The number of its last update applied, and whether that update's
+  // results still wait for the session log (the next commit confirms it).
+  uint64_t appliedUpdate = 0;
+  bool undurable = false;
   // Outgoing batches, sent by the next flush.
   std::vector<Id> toAssign;
   std::vector<Id> toRemove;

@@ -160,40 +160,47 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     SQUALL_REQUIRE(it != session.objects.end(), "fetch: unknown object ", n);
     SQUALL_REQUIRE(it->second.keep, "fetch: object ", n,
                                          " is not kept (mark it keep before submitting to fetch it)");
-    capnp::MallocMessageBuilder scratch;
-    auto ids = scratch.initRoot<capnp::List<uint64_t>>(1);
-    ids.set(0, n);
-    return context.sessions.wait(session, ids.asReader(), false).then([this, id, n, call]() mutable {
-      auto& session = context.sessions.get(id);
-      auto& object = session.objects.at(n);
-      if (object.state != ObjectNode::State::FINISHED) {
-        SQUALL_REQUIRE(session.state == Session::State::OPEN, "fetch: object ", n, " will not be made: ", session.failureMessage);
-        SQUALL_FAIL("fetch: object ", n, " was removed");
-      }
-      auto location = call.getResults().initLocation();
-      object.id.to(location.initId());
-      // A kept stream that has ended is stored bytes: a blob.
-      location.setKind(object.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : object.kind);
-      location.setSize(object.size);
-      if (object.constant) {
-        location.setData(kj::arrayPtr(object.data.data(), object.data.size()));
-        return;
-      }
-      for (auto g : object.locations) {
-        KJ_IF_MAYBE(governor, context.governors.find(g)) {
-          location.setGovernor(governor->dataAddress);
-          return;
-        }
-      }
-      SQUALL_FAIL("fetch: object ", n, " is held by no connected governor");
-    });
+    // After a restart, the governors that held it get their while to come
+    // back first (the object is made again if its holder does not).
+    return context.dispatcher.whenPlacing()
+        .then([this, id, n]() {
+          capnp::MallocMessageBuilder scratch;
+          auto ids = scratch.initRoot<capnp::List<uint64_t>>(1);
+          ids.set(0, n);
+          return context.sessions.wait(context.sessions.get(id), ids.asReader(), false);
+        })
+        .then([this, id, n, call]() mutable {
+          auto& session = context.sessions.get(id);
+          auto& object = session.objects.at(n);
+          if (object.state != ObjectNode::State::FINISHED) {
+            SQUALL_REQUIRE(session.state == Session::State::OPEN, "fetch: object ", n,
+                         " will not be made: ", session.failureMessage);
+            SQUALL_FAIL("fetch: object ", n, " was removed");
+          }
+          auto location = call.getResults().initLocation();
+          object.id.to(location.initId());
+          // A kept stream that has ended is stored bytes: a blob.
+          location.setKind(object.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : object.kind);
+          location.setSize(object.size);
+          if (object.constant) {
+            location.setData(kj::arrayPtr(object.data.data(), object.data.size()));
+            return;
+          }
+          for (auto g : object.locations) {
+            KJ_IF_MAYBE(governor, context.governors.find(g)) {
+              location.setGovernor(governor->dataAddress);
+              return;
+            }
+          }
+          SQUALL_FAIL("fetch: object ", n, " is held by no connected governor");
+        });
   }
 
   kj::Promise<void> unkeep(UnkeepContext call) override {
     auto params = call.getParams();
     context.sessions.unkeep(context.sessions.get(params.getSession()), params.getObjects());
-    context.dispatcher.kick();
-    return kj::READY_NOW;
+    // Answered once logged, so that a restart does not keep them again.
+    return context.dispatcher.durable();
   }
 
   kj::Promise<void> cancel(CancelContext call) override {
@@ -450,7 +457,19 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
       context.governors.release(id, Id::from(result.getId()));
       context.sessions.taskResult(result, id, name);
     }
-    return context.dispatcher.durable();
+    // Answered at once, so that the governor sends its next results while
+    // these are written; the commit that has them confirms them (see the
+    // Dispatcher).
+    bool durable = context.sessions.sessionLog() == nullptr;
+    if (!durable) {
+      KJ_IF_MAYBE(governor, context.governors.find(id)) {
+        governor->appliedUpdate = std::max(governor->appliedUpdate, call.getParams().getNumber());
+        governor->undurable = true;
+      }
+    }
+    call.getResults().setDurable(durable);
+    context.dispatcher.kick();
+    return kj::READY_NOW;
   }
 
  private:

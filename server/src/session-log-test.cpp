@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <kj/async-io.h>
 #include <spdlog/sinks/null_sink.h>
 #include <sqlite3.h>
 #include <squall/proto/errors.h>
@@ -55,7 +56,8 @@ TEST_F(SessionLogTest, WhatIsWrittenComesBackAfterReopening) {
     log.taskDone({1, 10, 3, 2, "gov-a", 100, 50, 0, "", "out", "err"});
     log.objectChanged({1, 11, 1, 42, 0xfeedu, {"gov-a", "gov-b"}});
     log.sessionFailed(2, "task 3 failed");
-    EXPECT_EQ(log.queued(), 3u);
+    log.objectUnkept(1, 12);
+    EXPECT_EQ(log.queued(), 4u);
     log.flush();
     EXPECT_EQ(log.queued(), 0u);
   }
@@ -77,6 +79,7 @@ TEST_F(SessionLogTest, WhatIsWrittenComesBackAfterReopening) {
   ASSERT_EQ(first.objects.size(), 1u);
   EXPECT_EQ(first.objects[0].hash, 0xfeedu);
   EXPECT_EQ(first.objects[0].locations, (std::vector<std::string>{"gov-a", "gov-b"}));
+  EXPECT_EQ(first.unkept, std::vector<uint64_t>{12});
   EXPECT_EQ(sessions[1].failure, "task 3 failed");
   EXPECT_FALSE(sessions[1].persistent);
 }
@@ -191,6 +194,86 @@ TEST_F(SessionLogTest, AFullDiskRefusesTheWriteAndKeepsWhatWasThere) {
   log.limitSize(0);
   log.submitted(1, {bytes(big)}, {});
   EXPECT_EQ(log.load()[0].chunks.size(), 2u);
+}
+
+// commit(): the writer thread writes while the loop goes on; the promise
+// settles on the loop.
+TEST_F(SessionLogTest, CommitsWriteOnTheWriterThreadAndComeBackAfterReopening) {
+  auto io = kj::setupAsyncIo();
+  {
+    SessionLog log(path, *logger);
+    log.sessionOpened(1, "committed", true);
+    for (uint64_t round = 0; round < 50; round++) {
+      for (uint64_t t = 0; t < 20; t++) {
+        uint64_t n = round * 20 + t;
+        log.taskDone({1, n, 3, 1, "gov-a", n, 1, 0, "", "out " + std::to_string(n), ""});
+        log.objectChanged({1, 100000 + n, 1, n, n * 7, {"gov-a"}});
+      }
+      EXPECT_EQ(log.queued(), round == 0 ? 40u : 41u);
+      auto done = log.commit();
+      // Queued while the commit is under way: the next commit's.
+      log.taskDone({1, 5000 + round, 3, 1, "gov-b", 0, 0, 0, "", "", ""});
+      EXPECT_EQ(log.queued(), 1u);
+      done.wait(io.waitScope);
+    }
+    log.commit().wait(io.waitScope);
+    EXPECT_EQ(log.queued(), 0u);
+    // Nothing queued: settled at once.
+    log.commit().wait(io.waitScope);
+  }
+  SessionLog log(path, *logger);
+  auto sessions = log.load();
+  ASSERT_EQ(sessions.size(), 1u);
+  ASSERT_EQ(sessions[0].tasks.size(), 1050u);
+  ASSERT_EQ(sessions[0].objects.size(), 1000u);
+  for (auto& task : sessions[0].tasks) {
+    if (task.task < 5000) {
+      EXPECT_EQ(task.stdoutTail, "out " + std::to_string(task.task));
+    }
+  }
+  for (auto& object : sessions[0].objects) EXPECT_EQ(object.hash, (object.object - 100000) * 7);
+}
+
+TEST_F(SessionLogTest, AFailedCommitIsRejectedAndItsChangesGoWithTheNext) {
+  auto io = kj::setupAsyncIo();
+  SessionLog log(path, *logger);
+  log.sessionOpened(1, "full", true);
+  log.limitSize(1);
+  std::string tail(3 << 20, 'e');
+  log.taskDone({1, 1, 4, 1, "gov-a", 0, 0, 1, "failed", "", tail});
+  try {
+    log.commit().wait(io.waitScope);
+    ADD_FAILURE() << "a 3 MiB outcome fitted a 1 MiB log";
+  } catch (const kj::Exception& e) {
+    EXPECT_NE(std::string(userMessage(e).cStr()).find("the disk is full"), std::string::npos)
+        << userMessage(e).cStr();
+  }
+  EXPECT_EQ(log.queued(), 1u);
+  log.taskDone({1, 2, 3, 1, "gov-a", 0, 0, 0, "", "", ""});
+  log.limitSize(0);
+  log.commit().wait(io.waitScope);
+  EXPECT_EQ(log.queued(), 0u);
+  auto sessions = log.load();
+  ASSERT_EQ(sessions[0].tasks.size(), 2u);
+  EXPECT_EQ(sessions[0].tasks[0].stderrTail.size(), tail.size());
+}
+
+TEST_F(SessionLogTest, OutcomesOfASessionClosedDuringTheirCommitAreDropped) {
+  auto io = kj::setupAsyncIo();
+  SessionLog log(path, *logger);
+  log.sessionOpened(1, "closing", false);
+  log.sessionOpened(2, "staying", false);
+  for (uint64_t n = 0; n < 2000; n++) {
+    log.taskDone({1, n, 3, 1, "gov-a", 0, 0, 0, "", "", std::string(100, 'x')});
+    log.taskDone({2, n, 3, 1, "gov-a", 0, 0, 0, "", "", ""});
+  }
+  auto done = log.commit();
+  log.sessionClosed(1);  // before, during or after the write: never half there
+  done.wait(io.waitScope);
+  auto sessions = log.load();
+  ASSERT_EQ(sessions.size(), 1u);
+  EXPECT_EQ(sessions[0].id, 2u);
+  EXPECT_EQ(sessions[0].tasks.size(), 2000u);
 }
 
 }  // namespace

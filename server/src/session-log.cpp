@@ -1,8 +1,10 @@
 #include "session-log.h"
 
 #include <algorithm>
+#include <capnp/serialize-packed.h>
 #include <capnp/serialize.h>
 #include <cstring>
+#include <kj/io.h>
 #include <map>
 #include <sqlite3.h>
 #include <squall/proto/errors.h>
@@ -75,6 +77,11 @@ const char* const MIGRATIONS[] = {
         batch BLOB NOT NULL,
         PRIMARY KEY (session, seq)
       ) WITHOUT ROWID;
+    )sql",
+    // 4: outcome messages written packed (capnp packing: a third of the
+    // bytes); older rows are flat.
+    R"sql(
+      ALTER TABLE outcomes ADD COLUMN packed INTEGER NOT NULL DEFAULT 0;
     )sql",
 };
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
@@ -206,10 +213,18 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
 }
 
 SessionLog::~SessionLog() noexcept(false) {
+  {
+    std::lock_guard<std::mutex> lock(jobMutex);
+    stopping = true;
+  }
+  jobChanged.notify_all();
+  // The writer finishes the commit it has.
+  if (writer.joinable()) writer.join();
   if (db != nullptr) sqlite3_close(db);
 }
 
 void SessionLog::limitSize(uint64_t mb) {
+  std::lock_guard<std::mutex> lock(dbMutex);
   uint64_t pages = 0;
   {
     Statement stmt{prepare("PRAGMA page_size")};
@@ -221,6 +236,7 @@ void SessionLog::limitSize(uint64_t mb) {
 }
 
 void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persistent) {
+  std::lock_guard<std::mutex> lock(dbMutex);
   transaction("recording a new session", [&]() {
     Statement stmt{prepare("INSERT INTO sessions (id, name, persistent) VALUES (?, ?, ?)")};
     sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(id));
@@ -233,6 +249,7 @@ void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persis
 
 void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
                            const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants) {
+  std::lock_guard<std::mutex> lock(dbMutex);
   transaction("recording a submit", [&]() {
     int64_t seq = 0;
     {
@@ -269,9 +286,15 @@ void SessionLog::sessionClosed(uint64_t id) {
   pendingTasks.erase(std::remove_if(pendingTasks.begin(), pendingTasks.end(), other), pendingTasks.end());
   pendingObjects.erase(std::remove_if(pendingObjects.begin(), pendingObjects.end(), other),
                        pendingObjects.end());
+  pendingUnkept.erase(std::remove_if(pendingUnkept.begin(), pendingUnkept.end(),
+                                     [id](const auto& u) { return u.first == id; }),
+                      pendingUnkept.end());
   pendingFailures.erase(std::remove_if(pendingFailures.begin(), pendingFailures.end(),
                                        [id](const auto& f) { return f.first == id; }),
                         pendingFailures.end());
+  // A commit under way may still hold its outcomes: they are not written
+  // once the session row is gone (see write()).
+  std::lock_guard<std::mutex> lock(dbMutex);
   transaction("pruning a closed session", [&]() {
     Statement stmt{prepare("DELETE FROM sessions WHERE id = ?")};
     sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(id));
@@ -294,6 +317,7 @@ void SessionLog::governorGone(const std::string& name) {
 }
 
 std::vector<std::string> SessionLog::loadGovernors() {
+  std::lock_guard<std::mutex> lock(dbMutex);
   std::vector<std::string> names;
   Statement stmt{prepare("SELECT name FROM governors ORDER BY name")};
   int rc;
@@ -306,56 +330,92 @@ void SessionLog::taskDone(TaskRecord record) { pendingTasks.push_back(std::move(
 
 void SessionLog::objectChanged(ObjectRecord record) { pendingObjects.push_back(std::move(record)); }
 
-void SessionLog::flush() {
-  if (queued() == 0) return;
+void SessionLog::objectUnkept(uint64_t session, uint64_t object) {
+  pendingUnkept.emplace_back(session, object);
+}
+
+SessionLog::Batch SessionLog::take() {
+  Batch batch;
+  if (retry) {
+    batch = std::move(*retry);
+    retry.reset();
+  }
+  retryCount = 0;
+  batch.changes += pendingTasks.size() + pendingObjects.size() + pendingUnkept.size() +
+                   pendingFailures.size() + pendingGovernors.size();
+  // One message per session.
+  struct Records {
+    std::vector<const TaskRecord*> tasks;
+    std::vector<const ObjectRecord*> objects;
+    std::vector<uint64_t> unkept;
+  };
+  std::map<uint64_t, Records> bySession;
+  for (auto& r : pendingTasks) bySession[r.session].tasks.push_back(&r);
+  for (auto& r : pendingObjects) bySession[r.session].objects.push_back(&r);
+  for (auto& [session, object] : pendingUnkept) bySession[session].unkept.push_back(object);
+  for (auto& [session, records] : bySession) {
+    capnp::MallocMessageBuilder message;
+    auto outcomes = message.initRoot<wire::LoggedOutcomes>();
+    auto tasks = outcomes.initTasks(records.tasks.size());
+    for (size_t i = 0; i < records.tasks.size(); i++) {
+      auto& r = *records.tasks[i];
+      auto out = tasks[i];
+      out.setTask(r.task);
+      out.setState(r.state);
+      out.setAttempt(r.attempt);
+      out.setGovernor(r.governor);
+      out.setStartTimeUs(r.startTimeUs);
+      out.setDurationUs(r.durationUs);
+      out.setExitStatus(r.exitStatus);
+      out.setError(r.error);
+      out.setStdoutTail(r.stdoutTail);
+      out.setStderrTail(r.stderrTail);
+    }
+    auto objects = outcomes.initObjects(records.objects.size());
+    for (size_t i = 0; i < records.objects.size(); i++) {
+      auto& r = *records.objects[i];
+      auto out = objects[i];
+      out.setObject(r.object);
+      out.setState(r.state);
+      out.setSize(r.size);
+      out.setHash(r.hash);
+      auto locations = out.initLocations(r.locations.size());
+      for (size_t l = 0; l < r.locations.size(); l++) locations.set(l, r.locations[l]);
+    }
+    auto unkept = outcomes.initUnkept(records.unkept.size());
+    for (size_t i = 0; i < records.unkept.size(); i++) unkept.set(i, records.unkept[i]);
+    kj::VectorOutputStream packed(message.sizeInWords() * sizeof(capnp::word) / 2 + 64);
+    capnp::writePackedMessage(packed, message);
+    batch.outcomes.emplace_back(session, kj::heapArray<kj::byte>(packed.getArray()));
+    batch.outcomeSeqs.push_back(nextOutcomeSeq++);
+  }
+  for (auto& failure : pendingFailures) batch.failures.push_back(std::move(failure));
+  for (auto& governor : pendingGovernors) batch.governors.push_back(std::move(governor));
+  pendingGovernors.clear();
+  pendingTasks.clear();
+  pendingObjects.clear();
+  pendingUnkept.clear();
+  pendingFailures.clear();
+  return batch;
+}
+
+void SessionLog::write(const Batch& batch) {
   transaction("writing state changes", [&]() {
-    // One message per session for this pass.
-    std::map<uint64_t, std::pair<std::vector<const TaskRecord*>, std::vector<const ObjectRecord*>>> bySession;
-    for (auto& r : pendingTasks) bySession[r.session].first.push_back(&r);
-    for (auto& r : pendingObjects) bySession[r.session].second.push_back(&r);
+    // Outcomes of a session closed meanwhile are dropped.
     Statement insert{prepare(
-        "INSERT INTO outcomes (session, seq, batch) SELECT ?1, ?2, ?3 WHERE EXISTS "
+        "INSERT INTO outcomes (session, seq, batch, packed) SELECT ?1, ?2, ?3, 1 WHERE EXISTS "
         "(SELECT 1 FROM sessions WHERE id = ?1)")};
-    for (auto& [session, records] : bySession) {
-      capnp::MallocMessageBuilder message;
-      auto batch = message.initRoot<wire::LoggedOutcomes>();
-      auto tasks = batch.initTasks(records.first.size());
-      for (size_t i = 0; i < records.first.size(); i++) {
-        auto& r = *records.first[i];
-        auto out = tasks[i];
-        out.setTask(r.task);
-        out.setState(r.state);
-        out.setAttempt(r.attempt);
-        out.setGovernor(r.governor);
-        out.setStartTimeUs(r.startTimeUs);
-        out.setDurationUs(r.durationUs);
-        out.setExitStatus(r.exitStatus);
-        out.setError(r.error);
-        out.setStdoutTail(r.stdoutTail);
-        out.setStderrTail(r.stderrTail);
-      }
-      auto objects = batch.initObjects(records.second.size());
-      for (size_t i = 0; i < records.second.size(); i++) {
-        auto& r = *records.second[i];
-        auto out = objects[i];
-        out.setObject(r.object);
-        out.setState(r.state);
-        out.setSize(r.size);
-        out.setHash(r.hash);
-        auto locations = out.initLocations(r.locations.size());
-        for (size_t l = 0; l < r.locations.size(); l++) locations.set(l, r.locations[l]);
-      }
-      auto words = capnp::messageToFlatArray(message);
-      auto bytes = words.asBytes();
+    for (size_t i = 0; i < batch.outcomes.size(); i++) {
+      auto& [session, bytes] = batch.outcomes[i];
       sqlite3_bind_int64(insert, 1, static_cast<sqlite3_int64>(session));
-      sqlite3_bind_int64(insert, 2, static_cast<sqlite3_int64>(nextOutcomeSeq++));
+      sqlite3_bind_int64(insert, 2, static_cast<sqlite3_int64>(batch.outcomeSeqs[i]));
       sqlite3_bind_blob64(insert, 3, bytes.begin(), bytes.size(), SQLITE_STATIC);
       int rc = sqlite3_step(insert);
       if (rc != SQLITE_DONE) fail("writing task outcomes", rc);
       sqlite3_reset(insert);
     }
     Statement failure{prepare("UPDATE sessions SET failure = ? WHERE id = ?")};
-    for (auto& [id, message] : pendingFailures) {
+    for (auto& [id, message] : batch.failures) {
       sqlite3_bind_text(failure, 1, message.data(), static_cast<int>(message.size()), SQLITE_STATIC);
       sqlite3_bind_int64(failure, 2, static_cast<sqlite3_int64>(id));
       int rc = sqlite3_step(failure);
@@ -364,7 +424,7 @@ void SessionLog::flush() {
     }
     Statement seen{prepare("INSERT OR IGNORE INTO governors (name) VALUES (?)")};
     Statement gone{prepare("DELETE FROM governors WHERE name = ?")};
-    for (auto& [name, present] : pendingGovernors) {
+    for (auto& [name, present] : batch.governors) {
       sqlite3_stmt* stmt = present ? seen : gone;
       sqlite3_bind_text(stmt, 1, name.data(), static_cast<int>(name.size()), SQLITE_STATIC);
       int rc = sqlite3_step(stmt);
@@ -372,13 +432,67 @@ void SessionLog::flush() {
       sqlite3_reset(stmt);
     }
   });
-  pendingGovernors.clear();
-  pendingTasks.clear();
-  pendingObjects.clear();
-  pendingFailures.clear();
+}
+
+void SessionLog::flush() {
+  std::unique_lock<std::mutex> lock(jobMutex);
+  jobChanged.wait(lock, [this]() { return !job; });
+  auto batch = take();
+  if (batch.changes == 0) return;
+  try {
+    std::lock_guard<std::mutex> dbLock(dbMutex);
+    write(batch);
+  } catch (...) {
+    retryCount = batch.changes;
+    retry = std::move(batch);
+    throw;
+  }
+}
+
+kj::Promise<void> SessionLog::commit() {
+  std::unique_lock<std::mutex> lock(jobMutex);
+  KJ_REQUIRE(!job, "a session-log commit is already under way");
+  auto batch = take();
+  if (batch.changes == 0) return kj::READY_NOW;
+  if (!writer.joinable()) writer = std::thread([this]() { writerLoop(); });
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  job = std::move(batch);
+  jobDone = kj::mv(paf.fulfiller);
+  lock.unlock();
+  jobChanged.notify_all();
+  return paf.promise.catch_([this](kj::Exception&& e) {
+    std::lock_guard<std::mutex> lock(jobMutex);
+    retryCount = retry ? retry->changes : 0;
+    kj::throwFatalException(kj::mv(e));
+  });
+}
+
+void SessionLog::writerLoop() {
+  for (;;) {
+    std::unique_lock<std::mutex> lock(jobMutex);
+    jobChanged.wait(lock, [this]() { return job || stopping; });
+    if (!job) return;
+    auto done = kj::mv(jobDone);
+    lock.unlock();
+    auto error = kj::runCatchingExceptions([this]() {
+      std::lock_guard<std::mutex> dbLock(dbMutex);
+      write(*job);
+    });
+    lock.lock();
+    if (error != nullptr) retry = std::move(*job);
+    job.reset();
+    lock.unlock();
+    jobChanged.notify_all();
+    KJ_IF_MAYBE(e, error) {
+      done->reject(kj::mv(*e));
+    } else {
+      done->fulfill();
+    }
+  }
 }
 
 std::vector<SessionLog::SessionRecord> SessionLog::load() {
+  std::lock_guard<std::mutex> lock(dbMutex);
   std::vector<SessionRecord> sessions;
   std::map<uint64_t, size_t> index;
   int rc;
@@ -413,19 +527,31 @@ std::vector<SessionLog::SessionRecord> SessionLog::load() {
   }
   {
     // Later passes override earlier ones (a task made again after a loss).
-    Statement stmt{prepare("SELECT session, batch FROM outcomes ORDER BY seq")};
+    Statement stmt{prepare("SELECT session, batch, packed FROM outcomes ORDER BY seq")};
     std::map<std::pair<uint64_t, uint64_t>, size_t> taskAt, objectAt;
     capnp::ReaderOptions options;
     options.traversalLimitInWords = UINT64_MAX;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
       auto& session = sessionOf(stmt);
       auto size = static_cast<size_t>(sqlite3_column_bytes(stmt, 1));
-      SQUALL_REQUIRE(size % sizeof(capnp::word) == 0, "session log ", file, " is corrupt: an outcome record of session ",
-                     session.id, " is truncated");
-      kj::Array<capnp::word> words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
-      memcpy(words.begin(), sqlite3_column_blob(stmt, 1), size);
-      capnp::FlatArrayMessageReader reader(words, options);
-      auto batch = reader.getRoot<wire::LoggedOutcomes>();
+      auto data = static_cast<const kj::byte*>(sqlite3_column_blob(stmt, 1));
+      kj::Own<capnp::MessageReader> reader;
+      kj::ArrayInputStream input(kj::arrayPtr(data, size));
+      kj::Array<capnp::word> words;
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                    if (sqlite3_column_int(stmt, 2) != 0) {
+                      reader = kj::heap<capnp::PackedMessageReader>(input, options);
+                    } else {
+                      KJ_REQUIRE(size % sizeof(capnp::word) == 0);
+                      words = kj::heapArray<capnp::word>(size / sizeof(capnp::word));
+                      memcpy(words.begin(), data, size);
+                      reader = kj::heap<capnp::FlatArrayMessageReader>(words, options);
+                    }
+                  })) {
+        SQUALL_FAIL("session log ", file, " is corrupt: an outcome record of session ", session.id,
+                    " is truncated");
+      }
+      auto batch = reader->getRoot<wire::LoggedOutcomes>();
       for (auto t : batch.getTasks()) {
         TaskRecord record{session.id,        t.getTask(),      t.getState(),
                           t.getAttempt(),    t.getGovernor(),  t.getStartTimeUs(),
@@ -438,6 +564,7 @@ std::vector<SessionLog::SessionRecord> SessionLog::load() {
           session.tasks[it->second] = std::move(record);
         }
       }
+      for (auto n : batch.getUnkept()) session.unkept.push_back(n);
       for (auto o : batch.getObjects()) {
         ObjectRecord record{session.id, o.getObject(), o.getState(), o.getSize(), o.getHash(), {}};
         for (auto name : o.getLocations()) record.locations.push_back(name);

@@ -1,29 +1,38 @@
-// The server's durable session log (issue 5, first part): SQLite in WAL
-// mode holding every open session, the graph submitted to it (the submit
-// chunks as they arrived, so replay re-applies them through the same
-// validation), constants' bytes, and the outcome of every finished task and
-// object. Loop thread only.
+// The server's durable session log (issue 5): SQLite in WAL mode holding
+// every open session, the graph submitted to it (the submit chunks as they
+// arrived, so replay re-applies them through the same validation),
+// constants' bytes, and the outcome of every finished task and object.
 //
-// Writes: a session opening and a submit are written at once, in their own
-// transaction, before the caller acknowledges them ("acknowledged only once
-// durable"); the many small state changes are queued and written by
-// flush(), one transaction per scheduling pass. synchronous=NORMAL in WAL
-// mode: a committed transaction survives the server process dying (kill -9);
-// only an operating-system crash can lose the last transactions.
+// Threads: the methods are called on the loop thread. A session opening and
+// a submit are written there at once, in their own transaction, before the
+// caller acknowledges them ("acknowledged only once durable"). The many
+// small state changes are queued, encoded (packed capnp, one message per
+// session) by commit() and written by the log's writer thread, one
+// transaction per commit, while the loop goes on; commits that come while
+// one is being written wait and go together (group commit). A mutex keeps
+// the two threads off the SQLite handle at the same time.
+// synchronous=NORMAL in WAL mode: a committed transaction survives the
+// server process dying (kill -9); only an operating-system crash can lose
+// the last transactions.
 //
 // Compaction: a closed session's rows are deleted when it closes, so the
-// log holds open work only.
+// log holds open work only, and its pages go back to the file system.
 //
 // Errors (a file that is not a log, a newer schema, corruption, a full
 // disk) throw FAILED exceptions naming the file and the problem; a failed
 // write leaves the log as it was before that transaction.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
 #include <kj/array.h>
+#include <kj/async.h>
 #include <kj/common.h>
+#include <mutex>
+#include <optional>
 #include <spdlog/logger.h>
 #include <string>
+#include <thread>
 #include <vector>
 
 struct sqlite3;
@@ -67,6 +76,7 @@ class SessionLog {
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants;
     std::vector<TaskRecord> tasks;
     std::vector<ObjectRecord> objects;
+    std::vector<uint64_t> unkept;  // objects no longer kept
     std::string failure;  // non-empty: the session has failed
   };
 
@@ -84,18 +94,24 @@ class SessionLog {
   // Deletes every row of the session (compaction).
   void sessionClosed(uint64_t id);
 
-  // Queued until flush().
+  // Queued until commit() or flush().
   void sessionFailed(uint64_t id, const std::string& message);
   void taskDone(TaskRecord record);
   void objectChanged(ObjectRecord record);
-  // Writes what is queued in one transaction. On failure the queue is kept
-  // for the next flush and the error is thrown.
+  void objectUnkept(uint64_t session, uint64_t object);
+  // Writes what is queued in one transaction on the writer thread; resolves
+  // once it is committed. One at a time: the next only after this one
+  // settled. On failure the changes are kept for the next commit and the
+  // promise is rejected with the error.
+  kj::Promise<void> commit();
+  // The same, done on this thread (shutdown, tests); throws on failure.
   void flush();
+  // Changes not yet handed to a commit (a failed commit's count again).
   size_t queued() const {
-    return pendingTasks.size() + pendingObjects.size() + pendingFailures.size() +
-           pendingGovernors.size();
+    return pendingTasks.size() + pendingObjects.size() + pendingUnkept.size() +
+           pendingFailures.size() + pendingGovernors.size() + retryCount;
   }
-  // A governor registered / left for good (queued until flush()). Those
+  // A governor registered / left for good (queued until commit()). Those
   // still listed when the server restarts are waited for.
   void governorSeen(const std::string& name);
   void governorGone(const std::string& name);
@@ -113,16 +129,43 @@ class SessionLog {
   const std::string& path() const { return file; }
 
  private:
+  // What one commit writes, encoded on the loop thread.
+  struct Batch {
+    std::vector<std::pair<uint64_t, kj::Array<kj::byte>>> outcomes;  // session, packed message
+    std::vector<uint64_t> outcomeSeqs;
+    std::vector<std::pair<uint64_t, std::string>> failures;
+    std::vector<std::pair<std::string, bool>> governors;
+    size_t changes = 0;
+  };
+
   std::string file;
   spdlog::logger& logger;
+  // The SQLite handle, used under dbMutex (loop and writer thread).
+  std::mutex dbMutex;
   sqlite3* db = nullptr;
+  // The writer thread and its one job; `retry`: a batch whose write failed,
+  // written again first by the next commit. Guarded by jobMutex.
+  std::mutex jobMutex;
+  std::condition_variable jobChanged;
+  std::optional<Batch> job;
+  kj::Own<kj::CrossThreadPromiseFulfiller<void>> jobDone;
+  std::optional<Batch> retry;
+  size_t retryCount = 0;  // loop thread's copy of retry->changes
+  bool stopping = false;
+  std::thread writer;
   std::vector<TaskRecord> pendingTasks;
   std::vector<ObjectRecord> pendingObjects;
+  std::vector<std::pair<uint64_t, uint64_t>> pendingUnkept;  // session, object
   std::vector<std::pair<uint64_t, std::string>> pendingFailures;
   std::vector<std::pair<std::string, bool>> pendingGovernors;
   // Order of outcome rows across sessions (read back at open by load()).
   uint64_t nextOutcomeSeq = 0;
 
+  // The queue (after a failed batch) as one batch; empties the queue.
+  Batch take();
+  // One transaction; caller holds dbMutex.
+  void write(const Batch& batch);
+  void writerLoop();
   void exec(const char* sql);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back and rethrows.
   template <typename Body>

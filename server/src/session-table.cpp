@@ -50,6 +50,12 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
   for (auto& [n, object] : session.objects) {
     if (object.kind == wire::ObjectKind::STREAM) object.persisted = object.keep || !object.consumers.empty();
   }
+  // What the client stopped keeping (before the outcomes, so that what is
+  // no longer needed goes as they are applied).
+  for (auto n : record.unkept) {
+    auto it = session.objects.find(n);
+    if (it != session.objects.end()) it->second.keep = false;
+  }
 
   // The outcomes, as their governors reported them: the finished ones first
   // (a failure recorded later cancels what was still to run).
@@ -579,6 +585,7 @@ void SessionTable::unkeep(Session& session, capnp::List<uint64_t>::Reader ids) {
   for (auto n : ids) {
     auto it = session.objects.find(n);
     SQUALL_REQUIRE(it != session.objects.end(), "unkeep: unknown object ", n);
+    if (it->second.keep && log != nullptr && !restoring) log->objectUnkept(session.id, n);
     it->second.keep = false;
     maybeRemove(it->second);
   }
