@@ -30,6 +30,24 @@
 namespace squall {
 namespace {
 
+// Pings the server every third of `timeout` until one is not answered
+// within it (or fails); then resolves.
+kj::Promise<void> heartbeat(kj::Timer& timer, wire::GovernorUpstream::Client upstream,
+                            kj::Duration timeout, spdlog::logger& logger) {
+  return timer.afterDelay(timeout / 3).then([&timer, upstream, timeout, &logger]() mutable {
+    auto ping = upstream.pingRequest().send().ignoreResult();
+    return timer.timeoutAfter(timeout, kj::mv(ping))
+        .then([&timer, upstream, timeout, &logger]() mutable -> kj::Promise<void> {
+                return heartbeat(timer, kj::mv(upstream), timeout, logger);
+              },
+              [&logger, timeout](kj::Exception&& e) -> kj::Promise<void> {
+                logger.warn("event=server-unanswered timeout_ms={} error=\"{}\"",
+                            timeout / kj::MILLISECONDS, e.getDescription().cStr());
+                return kj::READY_NOW;
+              });
+  });
+}
+
 struct Flags {
   std::string server;
   std::string listen = "127.0.0.1:0";
@@ -41,6 +59,7 @@ struct Flags {
   std::string logLevel = "info";
   double connectTimeout = 10;
   double reconnectTimeout = 600;
+  double serverTimeout = 30;
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::string compressStreams = "auto";
@@ -215,6 +234,9 @@ int run(const Flags& flags) {
     // Server connection and registration. `again`: after a lost connection
     // (the server restarted, or the network failed): the governor tells
     // what it still runs and holds, and carries on with it.
+    // The server's side of this governor (for heartbeats), set by each
+    // registration.
+    kj::Maybe<wire::GovernorUpstream::Client> upstream;
     auto registerWith = [&](RpcClient& connection, bool again) -> kj::Promise<uint32_t> {
       auto request = connection.bootstrap<wire::Bootstrap>().registerGovernorRequest();
       request.setVersion(wire::PROTOCOL_VERSION);
@@ -239,7 +261,8 @@ int run(const Flags& flags) {
       auto held = info.initTasks(tasks.size());
       for (size_t i = 0; i < tasks.size(); i++) tasks[i].to(held[i]);
       request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
-      return request.send().then([&batcher](auto response) {
+      return request.send().then([&batcher, &upstream](auto response) {
+        upstream = response.getUpstream();
         batcher.connected(response.getUpstream());
         return response.getGovernorId();
       });
@@ -282,6 +305,15 @@ int run(const Flags& flags) {
       auto onSignal = signalled.addBranch().then([]() { return Stop::SIGNAL; });
       auto onServerLost = server->onDisconnect().then(
           []() { return Stop::SERVER_LOST; }, [](kj::Exception&&) { return Stop::SERVER_LOST; });
+      if (flags.serverTimeout > 0) {
+        // A server that stops answering (a network cut that sends no reset,
+        // or one that gave this governor up) counts as lost too.
+        auto timeout = static_cast<int64_t>(flags.serverTimeout * 1000) * kj::MILLISECONDS;
+        auto cap = KJ_ASSERT_NONNULL(upstream);
+        onServerLost = onServerLost.exclusiveJoin(heartbeat(timer, kj::mv(cap), timeout, logger).then([]() {
+          return Stop::SERVER_LOST;
+        }));
+      }
       if (onSignal.exclusiveJoin(kj::mv(onServerLost)).wait(io.waitScope) == Stop::SIGNAL) break;
       // Tasks keep running and their results wait; reconnect with backoff.
       logger.warn("event=server-lost server={} action=reconnect running={} waiting={}",
@@ -395,6 +427,10 @@ int main(int argc, char** argv) {
   app.add_option("--reconnect-timeout", flags.reconnectTimeout,
                  "seconds to keep trying to reach the server again after losing it (tasks keep "
                  "running meanwhile); then the governor exits")
+      ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--server-timeout", flags.serverTimeout,
+                 "seconds the server has to answer this governor's heartbeat before the connection "
+                 "counts as lost and is made again (0: only a dropped connection counts)")
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--memory-mb", flags.memoryMb, "memory for small in-memory objects, MiB")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));

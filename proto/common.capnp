@@ -8,7 +8,7 @@ $Cxx.namespace("squall::wire");
 # Bumped whenever a schema change makes old peers misbehave; every
 # registration carries it and a mismatch is refused with a clear message.
 # 2: live stream reads (DataService.read `live`); results confirmed durable
-# by GovernorControl.resultsDurable.
+# by GovernorControl.resultsDurable; heartbeats both ways (ping).
 const protocolVersion :UInt32 = 2;
 
 # Ids are chosen by the client: `n` is unique within one session across both

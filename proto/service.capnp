@@ -208,6 +208,9 @@ interface GovernorControl {
   # The results of the governor's updates numbered up to `through` are in
   # the server's session log: the governor may forget them.
   resultsDurable @3 (through :UInt64) -> ();
+  # The server's heartbeat: a governor that does not answer within the
+  # server's --governor-timeout is given up (its work is done elsewhere).
+  ping @4 () -> ();
 }
 
 struct Assignment {
@@ -261,4 +264,7 @@ interface GovernorUpstream {
   # forgets only what survives one. Numbers increase for the governor's
   # lifetime.
   update @0 (results :List(TaskResult), number :UInt64) -> (durable :Bool);
+  # The governor's heartbeat. Both calls fail DISCONNECTED once the server
+  # has given the governor up: it must register again.
+  ping @1 () -> ();
 }

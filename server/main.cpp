@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   uint32_t queueDepth = squall::SchedulerOptions{}.queueDepth;
   std::string logPath = defaultLogPath();
   uint64_t logMaxMb = 0;
-  double governorGrace = 10, clientGrace = 60;
+  double governorGrace = 10, clientGrace = 60, governorTimeout = 30;
   app.add_option("--listen", listen, "host:port for clients and governors (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--http", http,
@@ -101,6 +101,11 @@ int main(int argc, char** argv) {
                  "after a restart, seconds to wait for the log's governors to come back before "
                  "placing tasks (what a missing one held is then made again)")
       ->check(CLI::Range(0.0, 3600.0))
+      ->capture_default_str();
+  app.add_option("--governor-timeout", governorTimeout,
+                 "seconds a governor has to answer the server's heartbeat before it is given up "
+                 "and its work done elsewhere (0: only a dropped connection counts)")
+      ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
   app.add_option("--client-grace", clientGrace,
                  "after a restart, seconds a client has to re-attach to its non-persistent "
@@ -144,6 +149,8 @@ int main(int argc, char** argv) {
   squall::Scheduler scheduler(squall::SchedulerOptions{queueDepth});
   squall::Dispatcher dispatcher(sessions, governors, scheduler, io.provider->getTimer(), *logger);
   squall::ServerContext context{sessions, governors, dispatcher, *logger, secret, {}};
+  context.timer = &io.provider->getTimer();
+  context.governorTimeout = static_cast<int64_t>(governorTimeout * 1000) * kj::MILLISECONDS;
 
   // The session log, and what it holds from the last run.
   std::unique_ptr<squall::SessionLog> sessionLog;

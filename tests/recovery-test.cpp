@@ -307,6 +307,57 @@ TEST(RecoveryTest, AnObjectNoLongerKeptIsNotKeptAgainAfterARestart) {
   session.close();
 }
 
+// A governor that stops answering (SIGSTOP: its connection stays up, as in
+// a network cut that sends no reset) is given up after --governor-timeout:
+// its task runs elsewhere. Woken, it finds itself given up and registers
+// again.
+TEST(RecoveryTest, AGovernorThatStopsAnsweringIsGivenUpAndItsWorkDoneElsewhere) {
+  auto options = recoveryCluster();
+  options.cpus = 1;
+  options.serverArgs = {"--governor-timeout", "1"};
+  options.governorArgs = {"--server-timeout", "1"};
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("frozen");
+  auto runs = fs::path(cluster.workDir()) / "runs";
+  auto task = session.execute(
+      Program::shell("echo \"$PWD\" >> '" + runs.string() + "'; sleep 1; echo done").stdoutOutput());
+  task.output().keep();
+  session.submit();
+  auto governorsOf = [&]() {
+    std::vector<int> where;
+    std::ifstream in(runs);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto at = line.find("/governor-");
+      where.push_back(at == std::string::npos ? -1 : std::atoi(line.c_str() + at + 10));
+    }
+    return where;
+  };
+  for (int i = 0; i < 500 && governorsOf().empty(); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(governorsOf().size(), 1u);
+  int frozen = governorsOf()[0];
+  ASSERT_GE(frozen, 0);
+  cluster.governor(frozen).signal(SIGSTOP);
+  EXPECT_EQ(task.output().fetch(), "done\n");
+  auto where = governorsOf();
+  ASSERT_EQ(where.size(), 2u);
+  EXPECT_NE(where[1], frozen);
+  EXPECT_EQ(client.governors().size(), 1u);
+  cluster.governor(frozen).signal(SIGCONT);
+  // Bounded: its next heartbeat is refused, and it registers again.
+  size_t back = 0;
+  for (int i = 0; i < 500 && back < 2; i++) {
+    back = client.governors().size();
+    if (back < 2) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(back, 2u);
+  session.close();
+}
+
 TEST(RecoveryTest, NonPersistentSessionIsClosedWhenItsClientGoes) {
   LocalCluster cluster(recoveryCluster());
   cluster.start();

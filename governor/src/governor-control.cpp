@@ -38,6 +38,8 @@ kj::Promise<void> GovernorControlImpl::cancelTasks(CancelTasksContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> GovernorControlImpl::ping(PingContext) { return kj::READY_NOW; }
+
 kj::Promise<void> GovernorControlImpl::resultsDurable(ResultsDurableContext context) {
   batcher.durable(context.getParams().getThrough());
   return kj::READY_NOW;

@@ -6,6 +6,7 @@
 #include "governor-pool.h"
 #include "session-table.h"
 
+#include <kj/timer.h>
 #include <memory>
 #include <spdlog/logger.h>
 #include <string>
@@ -23,6 +24,10 @@ struct ServerContext {
   // capnp keeps some of them alive in the event loop, which outlives the
   // parts above, and their destructors must then leave those parts alone.
   std::shared_ptr<bool> running = std::make_shared<bool>(true);
+  // Heartbeats: a governor that does not answer a ping within
+  // `governorTimeout` is given up (0: never; no timer: no heartbeats).
+  kj::Timer* timer = nullptr;
+  kj::Duration governorTimeout = 0 * kj::SECONDS;
 };
 
 }  // namespace squall

@@ -441,15 +441,28 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
 class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
  public:
-  GovernorUpstreamImpl(ServerContext& context, GovernorId id)
-      : context(context), running(context.running), id(id) {}
+  GovernorUpstreamImpl(ServerContext& context, GovernorId id, wire::GovernorControl::Client control)
+      : context(context), running(context.running), id(id) {
+    if (context.timer != nullptr && context.governorTimeout > 0 * kj::SECONDS) {
+      heartbeat = beat(kj::mv(control)).eagerlyEvaluate([this](kj::Exception&& e) {
+        this->context.logger.error("event=heartbeat-failed governor={} error=\"{}\"", this->id,
+                             e.getDescription().cStr());
+      });
+    }
+  }
 
   // The governor's connection is gone.
   ~GovernorUpstreamImpl() noexcept(false) {
     if (*running) context.dispatcher.governorLost(id);
   }
 
+  kj::Promise<void> ping(PingContext) override {
+    requireCurrent();
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> update(UpdateContext call) override {
+    requireCurrent();
     auto results = call.getParams().getResults();
     kj::String name = kj::str(id);
     KJ_IF_MAYBE(governor, context.governors.find(id)) { name = kj::str(governor->name); }
@@ -476,6 +489,33 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
   ServerContext& context;
   std::shared_ptr<bool> running;
   GovernorId id;
+  kj::Promise<void> heartbeat = nullptr;
+
+  // A governor given up (it did not answer in time) must register again:
+  // its work has been placed elsewhere meanwhile.
+  void requireCurrent() {
+    if (context.governors.find(id) == nullptr) {
+      kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "the server gave this governor up; register again"));
+    }
+  }
+
+  // Pings the governor every third of the timeout; no answer within the
+  // timeout (or a broken connection) and it is given up.
+  kj::Promise<void> beat(wire::GovernorControl::Client control) {
+    auto& timer = *context.timer;
+    auto timeout = context.governorTimeout;
+    return timer.afterDelay(timeout / 3).then([this, &timer, timeout, control]() mutable {
+      auto ping = control.pingRequest().send().ignoreResult();
+      return timer.timeoutAfter(timeout, kj::mv(ping))
+          .then([this, control]() mutable { return beat(kj::mv(control)); },
+                [this, timeout](kj::Exception&& e) {
+                  if (!*running || context.governors.find(id) == nullptr) return;
+                  context.logger.warn("event=governor-unreachable governor={} timeout_ms={} error=\"{}\"",
+                                      id, timeout / kj::MILLISECONDS, e.getDescription().cStr());
+                  context.dispatcher.governorLost(id);
+                });
+    });
+  }
 };
 
 class BootstrapImpl final : public wire::Bootstrap::Server {
@@ -515,7 +555,7 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
     if (context.dispatcher.held() && context.governors.expectedCount() == 0) {
       context.dispatcher.resume();
     }
-    call.getResults().setUpstream(kj::heap<GovernorUpstreamImpl>(context, governor.id));
+    call.getResults().setUpstream(kj::heap<GovernorUpstreamImpl>(context, governor.id, governor.control));
     call.getResults().setGovernorId(governor.id);
     context.dispatcher.kick();
     return kj::READY_NOW;
