@@ -770,6 +770,7 @@ class LocalReader final : public StreamHub::Sink, public LiveInput {
   }
   kj::Promise<void> finish() override {
     if (exited) return goneReason();
+    finishing = true;
     return pipe->close(timer).then([this]() -> kj::Promise<void> {
       if (exited) return goneReason();
       ended = true;
@@ -793,7 +794,9 @@ class LocalReader final : public StreamHub::Sink, public LiveInput {
 
   // LiveInput
   kj::Promise<void> verdict() override { return verdictPromise.addBranch(); }
-  bool reachedEnd() const override { return ended; }
+  // The pipe closes before the continuation above runs, and the program
+  // can exit on that end of file before it does: a closed pipe counts.
+  bool reachedEnd() const override { return ended || (finishing && pipe->closed()); }
   void readerExited() override {
     if (exited) return;
     exited = true;
@@ -809,6 +812,7 @@ class LocalReader final : public StreamHub::Sink, public LiveInput {
   Id streamId;
   bool earlyCloseIsError;
   kj::Own<ConsumerPipe> pipe;
+  bool finishing = false;  // finish() was called
   bool ended = false;
   bool exited = false;
   kj::Own<kj::PromiseFulfiller<void>> verdictFulfiller;

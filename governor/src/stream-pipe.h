@@ -86,6 +86,8 @@ class ConsumerPipe {
   // Delivers end-of-file: closes the governor's ends (a FIFO's once the
   // program has opened it, polling with `timer` until then).
   kj::Promise<void> close(kj::Timer& timer);
+  // The governor's write end is gone: the program gets end of file.
+  bool closed() const { return writer.get() == nullptr; }
   // Closes at once (the reader has gone).
   void drop();
 
