@@ -30,24 +30,6 @@
 namespace squall {
 namespace {
 
-// Pings the server every third of `timeout` until one is not answered
-// within it (or fails); then resolves.
-kj::Promise<void> heartbeat(kj::Timer& timer, wire::GovernorUpstream::Client upstream,
-                            kj::Duration timeout, spdlog::logger& logger) {
-  return timer.afterDelay(timeout / 3).then([&timer, upstream, timeout, &logger]() mutable {
-    auto ping = upstream.pingRequest().send().ignoreResult();
-    return timer.timeoutAfter(timeout, kj::mv(ping))
-        .then([&timer, upstream, timeout, &logger]() mutable -> kj::Promise<void> {
-                return heartbeat(timer, kj::mv(upstream), timeout, logger);
-              },
-              [&logger, timeout](kj::Exception&& e) -> kj::Promise<void> {
-                logger.warn("event=server-unanswered timeout_ms={} error=\"{}\"",
-                            timeout / kj::MILLISECONDS, e.getDescription().cStr());
-                return kj::READY_NOW;
-              });
-  });
-}
-
 struct Flags {
   std::string server;
   std::string listen = "127.0.0.1:0";
@@ -310,9 +292,16 @@ int run(const Flags& flags) {
         // or one that gave this governor up) counts as lost too.
         auto timeout = static_cast<int64_t>(flags.serverTimeout * 1000) * kj::MILLISECONDS;
         auto cap = KJ_ASSERT_NONNULL(upstream);
-        onServerLost = onServerLost.exclusiveJoin(heartbeat(timer, kj::mv(cap), timeout, logger).then([]() {
-          return Stop::SERVER_LOST;
-        }));
+        auto unanswered =
+            heartbeat(timer, timeout,
+                      [cap = kj::mv(cap)]() mutable { return cap.pingRequest().send().ignoreResult(); })
+                .then([]() { return Stop::SERVER_LOST; },
+                      [&logger, timeout](kj::Exception&& e) {
+                        logger.warn("event=server-unanswered timeout_ms={} error=\"{}\"",
+                                    timeout / kj::MILLISECONDS, e.getDescription().cStr());
+                        return Stop::SERVER_LOST;
+                      });
+        onServerLost = onServerLost.exclusiveJoin(kj::mv(unanswered));
       }
       if (onSignal.exclusiveJoin(kj::mv(onServerLost)).wait(io.waitScope) == Stop::SIGNAL) break;
       // Tasks keep running and their results wait; reconnect with backoff.

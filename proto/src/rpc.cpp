@@ -108,4 +108,24 @@ void checkAddress(kj::StringPtr address) {
   }
 }
 
+namespace {
+
+kj::Promise<void> beatAfterPause(kj::Timer& timer, kj::Duration timeout,
+                                 kj::Function<kj::Promise<void>()>& ping) {
+  return timer.afterDelay(timeout / 3).then([&timer, timeout, &ping]() {
+    return timer.timeoutAfter(timeout, ping()).then([&timer, timeout, &ping]() {
+      return beatAfterPause(timer, timeout, ping);
+    });
+  });
+}
+
+}  // namespace
+
+kj::Promise<void> heartbeat(kj::Timer& timer, kj::Duration timeout,
+                            kj::Function<kj::Promise<void>()> ping) {
+  auto owned = kj::heap(kj::mv(ping));
+  auto& function = *owned;
+  return beatAfterPause(timer, timeout, function).attach(kj::mv(owned));
+}
+
 }  // namespace squall

@@ -73,8 +73,7 @@ Dispatcher::Cuts Dispatcher::cutAll() {
   Cuts cuts;
   for (auto& [gid, governor] : governors.all()) {
     cuts[gid] = Cut{governor.toAssign.size(), governor.toCancel.size(), governor.toRemove.size(),
-                    governor.undurable ? governor.appliedUpdate : 0};
-    governor.undurable = false;
+                    governor.unconfirmed() ? governor.appliedUpdate : 0};
   }
   return cuts;
 }
@@ -111,11 +110,7 @@ void Dispatcher::commitLog() {
                      // Not durable: the governors keep those results (and
                      // the next commit writes them again). The work goes on;
                      // no kick, so a full disk is not retried in a busy loop.
-                     for (auto& [gid, cut] : state.cuts) {
-                       if (cut.durableUpdate == 0) continue;
-                       KJ_IF_MAYBE(governor, governors.find(gid)) { governor->undurable = true; }
-                       cut.durableUpdate = 0;
-                     }
+                     for (auto& [gid, cut] : state.cuts) cut.durableUpdate = 0;
                      for (auto& f : state.waiting) {
                        f->reject(KJ_EXCEPTION(OVERLOADED,
                                               "the server cannot write its session log; retry later",
@@ -142,44 +137,46 @@ void Dispatcher::pass() {
   effects.remove.clear();
 
   if (!holding) scheduler.place(ready, sessions, governors);
-  auto* log = sessions.sessionLog();
-  if (log == nullptr) {
+  if (sessions.sessionLog() == nullptr) {
     send(cutAll());
   } else {
-    // Assignments go out at once: should the server die before the log has
-    // what led to them, the governors report what they run and the results
-    // the log lacks when they register again, so nothing is lost or run
-    // twice. Cancels and removals undo work and data: the log must say why
-    // first, so they wait for the commit, and a governor's assignments
-    // queued behind its cancels wait with them (a governor sees them in
-    // the order they were made).
-    Cuts now;
-    for (auto& [gid, governor] : governors.all()) {
-      if (governor.toCancel.empty() && !governor.toAssign.empty()) {
-        now[gid] = Cut{governor.toAssign.size(), 0, 0};
-      }
-    }
-    send(now);
-    if (!committing) {
-      bool unconfirmed = false;
-      for (auto& [gid, governor] : governors.all()) unconfirmed = unconfirmed || governor.undurable;
-      if (log->queued() > 0 || unconfirmed || !waitingForLog.empty()) {
-        if (timer.now() - lastCommit >= COMMIT_INTERVAL) {
-          commitLog();
-        } else if (!commitDue) {
-          commitDue = true;
-          rpcs.add(timer.atTime(lastCommit + COMMIT_INTERVAL).then([this]() {
-            commitDue = false;
-            kick();
-          }));
-        }
-      } else {
-        send(cutAll());  // all that led here is in the log already
-      }
-    }
+    sendWithLog();
   }
   auto took = std::chrono::steady_clock::now() - started;
   sessions.stats().recordPass(std::chrono::duration_cast<std::chrono::microseconds>(took).count());
+}
+
+void Dispatcher::sendWithLog() {
+  // Assignments go out at once: should the server die before the log has
+  // what led to them, the governors report what they run and the results
+  // the log lacks when they register again, so nothing is lost or run
+  // twice. Cancels and removals undo work and data: the log must say why
+  // first, so they wait for the commit, and a governor's assignments queued
+  // behind its cancels wait with them (a governor sees them in the order
+  // they were made).
+  Cuts now;
+  bool unconfirmed = false;
+  for (auto& [gid, governor] : governors.all()) {
+    if (governor.toCancel.empty() && !governor.toAssign.empty()) {
+      now[gid] = Cut{governor.toAssign.size(), 0, 0};
+    }
+    unconfirmed = unconfirmed || governor.unconfirmed();
+  }
+  send(now);
+  if (committing) return;  // its completion comes back here
+  if (sessions.sessionLog()->queued() == 0 && !unconfirmed && waitingForLog.empty()) {
+    send(cutAll());  // all that led here is in the log already
+    return;
+  }
+  if (timer.now() - lastCommit >= COMMIT_INTERVAL) {
+    commitLog();
+  } else if (!commitDue) {
+    commitDue = true;
+    rpcs.add(timer.atTime(lastCommit + COMMIT_INTERVAL).then([this]() {
+      commitDue = false;
+      kick();
+    }));
+  }
 }
 
 void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
@@ -304,7 +301,8 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
     for (uint i = 0; i < list.size(); i++) remove[i].to(list[i]);
     rpcs.add(req.send().ignoreResult());
   }
-  if (cut.durableUpdate != 0) {
+  if (cut.durableUpdate > governor.confirmedUpdate) {
+    governor.confirmedUpdate = cut.durableUpdate;
     auto req = governor.control.resultsDurableRequest();
     req.setThrough(cut.durableUpdate);
     rpcs.add(req.send().ignoreResult());

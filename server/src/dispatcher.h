@@ -82,13 +82,16 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
     size_t assign = 0, cancel = 0, remove = 0;
     uint64_t durableUpdate = 0;  // confirmed to the governor (0: none)
   };
+  using Cuts = std::map<GovernorId, Cut>;
   struct Commit {
-    std::map<GovernorId, Cut> cuts;
+    Cuts cuts;
     std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiting;
   };
-  using Cuts = std::map<GovernorId, Cut>;
 
   void pass();
+  // With a session log: sends what may go now, and starts or schedules a
+  // commit for the rest.
+  void sendWithLog();
   // Hands the log's queued changes to a commit; once it is done, confirms
   // the governors' updates it has and sends what waited for it.
   void commitLog();

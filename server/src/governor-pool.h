@@ -19,10 +19,12 @@ struct GovernorState {
   uint32_t load = 0;
   wire::GovernorControl::Client control;
   std::unordered_map<Id, uint32_t, IdHash> assigned;
-  // The number of its last update applied, and whether that update's
-  // results still wait for the session log (the next commit confirms it).
+  // The number of its last update applied, and of the last one a log
+  // commit confirmed to it (resultsDurable); the next commit confirms the
+  // ones between.
   uint64_t appliedUpdate = 0;
-  bool undurable = false;
+  uint64_t confirmedUpdate = 0;
+  bool unconfirmed() const { return appliedUpdate > confirmedUpdate; }
   // Outgoing batches, sent by the next flush.
   std::vector<Id> toAssign;
   std::vector<Id> toRemove;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/rpc.h>
 #include <squall/proto/spec-names.h>
 #include <squall/proto/token.h>
 
@@ -443,11 +444,22 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
  public:
   GovernorUpstreamImpl(ServerContext& context, GovernorId id, wire::GovernorControl::Client control)
       : context(context), running(context.running), id(id) {
+    // No answer within the timeout (or a broken connection) and it is
+    // given up.
     if (context.timer != nullptr && context.governorTimeout > 0 * kj::SECONDS) {
-      heartbeat = beat(kj::mv(control)).eagerlyEvaluate([this](kj::Exception&& e) {
-        this->context.logger.error("event=heartbeat-failed governor={} error=\"{}\"", this->id,
-                             e.getDescription().cStr());
-      });
+      auto timeout = context.governorTimeout;
+      heartbeat = squall::heartbeat(*context.timer, timeout,
+                                    [control = kj::mv(control)]() mutable {
+                                      return control.pingRequest().send().ignoreResult();
+                                    })
+                      .catch_([this, timeout](kj::Exception&& e) {
+                        if (!*running || this->context.governors.find(this->id) == nullptr) return;
+                        this->context.logger.warn(
+                            "event=governor-unreachable governor={} timeout_ms={} error=\"{}\"", this->id,
+                            timeout / kj::MILLISECONDS, e.getDescription().cStr());
+                        this->context.dispatcher.governorLost(this->id);
+                      })
+                      .eagerlyEvaluate(nullptr);
     }
   }
 
@@ -457,30 +469,21 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
   }
 
   kj::Promise<void> ping(PingContext) override {
-    requireCurrent();
+    current();
     return kj::READY_NOW;
   }
 
   kj::Promise<void> update(UpdateContext call) override {
-    requireCurrent();
-    auto results = call.getParams().getResults();
-    kj::String name = kj::str(id);
-    KJ_IF_MAYBE(governor, context.governors.find(id)) { name = kj::str(governor->name); }
-    for (auto result : results) {
+    auto& governor = current();
+    for (auto result : call.getParams().getResults()) {
       context.governors.release(id, Id::from(result.getId()));
-      context.sessions.taskResult(result, id, name);
+      context.sessions.taskResult(result, id, governor.name.c_str());
     }
     // Answered at once, so that the governor sends its next results while
     // these are written; the commit that has them confirms them (see the
     // Dispatcher).
-    bool durable = context.sessions.sessionLog() == nullptr;
-    if (!durable) {
-      KJ_IF_MAYBE(governor, context.governors.find(id)) {
-        governor->appliedUpdate = std::max(governor->appliedUpdate, call.getParams().getNumber());
-        governor->undurable = true;
-      }
-    }
-    call.getResults().setDurable(durable);
+    governor.appliedUpdate = std::max(governor.appliedUpdate, call.getParams().getNumber());
+    call.getResults().setDurable(context.sessions.sessionLog() == nullptr);
     context.dispatcher.kick();
     return kj::READY_NOW;
   }
@@ -491,30 +494,11 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
   GovernorId id;
   kj::Promise<void> heartbeat = nullptr;
 
-  // A governor given up (it did not answer in time) must register again:
-  // its work has been placed elsewhere meanwhile.
-  void requireCurrent() {
-    if (context.governors.find(id) == nullptr) {
-      kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "the server gave this governor up; register again"));
-    }
-  }
-
-  // Pings the governor every third of the timeout; no answer within the
-  // timeout (or a broken connection) and it is given up.
-  kj::Promise<void> beat(wire::GovernorControl::Client control) {
-    auto& timer = *context.timer;
-    auto timeout = context.governorTimeout;
-    return timer.afterDelay(timeout / 3).then([this, &timer, timeout, control]() mutable {
-      auto ping = control.pingRequest().send().ignoreResult();
-      return timer.timeoutAfter(timeout, kj::mv(ping))
-          .then([this, control]() mutable { return beat(kj::mv(control)); },
-                [this, timeout](kj::Exception&& e) {
-                  if (!*running || context.governors.find(id) == nullptr) return;
-                  context.logger.warn("event=governor-unreachable governor={} timeout_ms={} error=\"{}\"",
-                                      id, timeout / kj::MILLISECONDS, e.getDescription().cStr());
-                  context.dispatcher.governorLost(id);
-                });
-    });
+  // This governor; one given up (it did not answer in time) must register
+  // again: its work has been placed elsewhere meanwhile.
+  GovernorState& current() {
+    KJ_IF_MAYBE(governor, context.governors.find(id)) { return *governor; }
+    kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "the server gave this governor up; register again"));
   }
 };
 

@@ -78,4 +78,9 @@ kj::Promise<kj::Own<RpcClient>> connectTo(kj::Network& network, kj::StringPtr ad
 // Splits "host:port" and checks both parts; throws FAILED naming the problem.
 void checkAddress(kj::StringPtr address);
 
+// A heartbeat: calls `ping` every third of `timeout`. Never resolves; rejects
+// with the error once a ping fails or is not answered within `timeout`.
+kj::Promise<void> heartbeat(kj::Timer& timer, kj::Duration timeout,
+                            kj::Function<kj::Promise<void>()> ping);
+
 }  // namespace squall
