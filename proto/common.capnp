@@ -9,7 +9,9 @@ $Cxx.namespace("squall::wire");
 # registration carries it and a mismatch is refused with a clear message.
 # 2: live stream reads (DataService.read `live`); results confirmed durable
 # by GovernorControl.resultsDurable; heartbeats both ways (ping).
-const protocolVersion :UInt32 = 2;
+# 3: Resources.cpusAsked and Assignment.sharesCpus (stream groups share a
+# cpu unless their members ask for their own).
+const protocolVersion :UInt32 = 3;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.
@@ -33,6 +35,10 @@ struct Resources {
     name @0 :Text;
     amount @1 :UInt64;
   }
+  # The user asked for `cpus` instead of taking the default. Tasks joined by
+  # streams (a pipe) that did not ask share one cpu between them, as a
+  # shell's pipe does; those that asked hold what they asked for.
+  cpusAsked @4 :Bool;
 }
 
 struct ObjectSpec {

@@ -229,6 +229,9 @@ struct Assignment {
   # after it ends) so that it is held like a blob once it has ended.
   liveReaders @4 :List(UInt32);
   persist @5 :List(Bool);
+  # A member of a stream group that did not ask for cpus and runs on its
+  # group's cpu: it holds none of the governor's cpus of its own.
+  sharesCpus @6 :Bool;
 }
 
 struct InputLocation {

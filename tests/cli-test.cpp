@@ -7,7 +7,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 namespace squall {
 namespace {
@@ -88,9 +92,62 @@ TEST_F(CliTest, BadArgumentsAreClearErrors) {
   EXPECT_NE(slurp(dir / "stderr.txt").find("host:port"), std::string::npos);
 }
 
+// Everything after `--` is the program's, whatever option came before it
+// (a list option such as --input used to swallow the `--`).
+TEST_F(CliTest, EveryOptionBeforeDashDashLeavesTheProgramItsDashArguments) {
+  std::ofstream(dir / "in.txt") << "x\n";
+  const std::string program = " -- sh -c 'touch o; printf \"%s,\" \"$@\"' sh -l --dash -- -n";
+  const std::string expected = "-l,--dash,--,-n,";
+  std::vector<std::pair<std::string, std::string>> options = {
+      {"--server", cluster->serverAddress()}, {"--stdin", "in.txt"}, {"--input", "a=in.txt"},
+      {"--input", "a=in.txt --input b=in.txt"}, {"--output", "o=result.txt"},
+      {"--cpus", "1"},  {"--name", "dashes"}, {"--stdout", "out.txt"}};
+  for (auto& [option, value] : options) {
+    SCOPED_TRACE(option + " " + value);
+    fs::remove(dir / "out.txt");
+    ASSERT_EQ(squall("submit " + option + " " + value + program), 0) << slurp(dir / "stderr.txt");
+    EXPECT_EQ(slurp(dir / (option == "--stdout" ? "out.txt" : "stdout.txt")), expected);
+  }
+  EXPECT_TRUE(fs::exists(dir / "result.txt"));
+  // A flag, and arguments before `--` as well as after it.
+  ASSERT_EQ(squall("submit --shell -- 'printf \"%s,\" -x --y'"), 0)
+      << slurp(dir / "stderr.txt");
+  EXPECT_EQ(slurp(dir / "stdout.txt"), "-x,--y,");
+  ASSERT_EQ(squall("submit --name n echo -- -n hi"), 0) << slurp(dir / "stderr.txt");
+  EXPECT_EQ(slurp(dir / "stdout.txt"), "hi");
+  // No program at all is a clear error.
+  EXPECT_EQ(squall("submit --input a=in.txt --"), 1);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("no program given"), std::string::npos);
+}
+
+// Holds a listening socket on 127.0.0.1:PORT if the port is free; if it is
+// not, something else listens there already, which is what the caller wants.
+class PortHolder {
+ public:
+  explicit PortHolder(uint16_t port) {
+    fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd >= 0 && ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+      ::listen(fd, 1);
+    }
+  }
+  ~PortHolder() {
+    if (fd >= 0) ::close(fd);
+  }
+
+ private:
+  int fd;
+};
+
 TEST(CliStartTest, StartRunsAClusterAndCtrlCStopsEverything) {
-  ChildProcess start(findProgram("squall"),
-                     {"start", "--governors", "2", "--listen", "127.0.0.1:0", "--cpus", "1"});
+  // The defaults (7210, 7222) are taken, as when the user runs a squall of
+  // their own: the test asks for free ports and does not care.
+  PortHolder server(7210), page(7222);
+  ChildProcess start(findProgram("squall"), {"start", "--governors", "2", "--listen", "127.0.0.1:0",
+                                             "--http", "127.0.0.1:0", "--cpus", "1"});
   auto line = start.expectLine("squall is running: server=", std::chrono::seconds(30));
   auto address = line.substr(line.find('=') + 1, line.find(' ', line.find('=')) - line.find('=') - 1);
   std::string command = "SQUALL_SERVER=" + address + " '" + findProgram("squall") +

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <map>
 #include <sys/stat.h>
 #include <poll.h>
@@ -182,6 +183,51 @@ TEST_F(E2eTest, FailedSessionCancelsItsRunningTasksAndSparesOthers) {
   auto b = after.execute(Program({"true"}).cpus(2));
   after.submit();
   after.wait({a, b});
+}
+
+// Once a session has failed, every call that needs it to go on throws the
+// TaskFailed that wait() throws, naming the task that failed it; what it
+// finished and kept can still be fetched, and its state and tasks read.
+TEST_F(E2eTest, EveryCallOnAFailedSessionThrowsTaskFailedNamingTheTask) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("failed-calls");
+  auto done = session.execute(Program::shell("echo made").stdoutOutput());
+  done.output().keep();
+  // Runs after `done` finished (reads its output), so that one is kept.
+  auto doomed = session.execute(Program::shell("echo broken >&2; exit 4")
+                                    .input(done.output(), "in")
+                                    .stdoutOutput()
+                                    .name("doomed"));
+  auto never = session.execute(Program({"cat"}).stdinFrom(done.output()).input(doomed.output(0), "x")
+                                   .stdoutOutput().name("never"));
+  never.output().keep();
+  session.submit();
+  auto expectFailure = [](const char* what, const std::function<void()>& call) {
+    SCOPED_TRACE(what);
+    try {
+      call();
+      ADD_FAILURE() << what << " succeeded on a failed session";
+    } catch (const TaskFailed& f) {
+      EXPECT_EQ(f.taskName, "doomed");
+      EXPECT_EQ(f.exitStatus, 4);
+      EXPECT_NE(f.stderrTail.find("broken"), std::string::npos);
+    } catch (const Error& e) {
+      ADD_FAILURE() << what << " threw a plain Error: " << e.what();
+    }
+  };
+  expectFailure("waitAll", [&]() { session.waitAll(); });
+  expectFailure("wait", [&]() { never.wait(); });
+  expectFailure("fetch of an output that will not be made", [&]() { never.output().fetch(); });
+  expectFailure("fetchToFile", [&]() { never.output().fetchToFile("/dev/null"); });
+  expectFailure("unkeep", [&]() { session.unkeep({done.output()}); });
+  expectFailure("submit", [&]() {
+    session.execute(Program({"true"}));
+    session.submit();
+  });
+  // No work is lost: what finished is still there to fetch and to read.
+  EXPECT_EQ(done.output().fetch(), "made\n");
+  EXPECT_FALSE(session.state().open);
+  EXPECT_EQ(doomed.info().state, "failed");
 }
 
 TEST_F(E2eTest, InvalidUseThroughTheClientIsAClearError) {

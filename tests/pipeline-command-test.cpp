@@ -5,6 +5,8 @@
 #include "pipeline-command.h"
 #include "pipeline-test-support.h"
 
+#include <memory>
+
 namespace squall {
 namespace pipeline_test {
 namespace {
@@ -440,6 +442,42 @@ TEST_F(PipelineRunTest, BrokenPipeCanBeTheProducersFailure) {
   result = run(ws.dir, "run lenient.toml");
   EXPECT_EQ(result.status, 0) << result.out << result.err;
   EXPECT_EQ(slurp(ws.dir / "first.txt"), "1\n");
+}
+
+// A pipe runs on one core in a shell, and so in squall: its stages share
+// one cpu unless they ask for their own.
+TEST(OneCpuPipeTest, EightStagePipesRunOnASingleOneCpuGovernor) {
+  std::unique_ptr<LocalCluster> cluster(startCluster(1, 1));
+  Workspace ws;
+  std::string line = "seq 1 5000 | cat | grep -v 7 | rev | sort | uniq | rev | wc -l";
+  ASSERT_EQ(shell(ws.dir, line + " > expected.txt"), 0);
+  auto result = squall(ws.dir, cluster->serverAddress(), "run -c '" + line + "'");
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_EQ(result.out, slurp(ws.dir / "expected.txt"));
+
+  // The same as a pipeline file of stream edges.
+  std::string file;
+  const char* stages[] = {"seq 1 5000", "cat", "grep -v 7", "rev", "sort", "uniq", "rev", "wc -l"};
+  for (int i = 0; i < 8; i++) {
+    file += "[step.s" + std::to_string(i) + "]\nshell = \"" + stages[i] + "\"\nstdout = true\n";
+    if (i > 0) file += "stdin = { from = \"@s" + std::to_string(i - 1) + "\", stream = true }\n";
+  }
+  file += "collect = \"count.txt\"\n";
+  writeFile(ws.dir / "pipe.toml", file);
+  result = squall(ws.dir, cluster->serverAddress(), "run pipe.toml");
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_EQ(slurp(ws.dir / "count.txt"), slurp(ws.dir / "expected.txt"));
+
+  // Stages that ask for a cpu each hold one each: 8 do not fit in 1.
+  result = squall(ws.dir, cluster->serverAddress(), "run --cpus 1 -c '" + line + "'");
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.err.find("together they need 8 cpus but the governors have 1"), std::string::npos)
+      << result.err;
+  writeFile(ws.dir / "asks.toml", replaceAll(file, "stdout = true\n", "stdout = true\ncpus = 1\n"));
+  result = squall(ws.dir, cluster->serverAddress(), "run asks.toml");
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.err.find("together they need 8 cpus but the governors have 1"), std::string::npos)
+      << result.out << result.err;
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // checks that need no server (bad files, --dry-run), then whole runs against
 // a real server with two governors. The examples in docs/pipelines.md are
 // extracted and run here, so the documentation cannot drift from the code.
+#include "pipeline-progress.h"
 #include "pipeline-test-support.h"
 
 namespace squall {
@@ -94,7 +95,11 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
        "p.toml:5:9: '@a/x.txt' takes a path inside output 'a.stdout', which is a file, not a directory"},
       {"[step.a]\nshell = \"true\"\ntime_limit = \"soon\"\n", "p.toml:3:14: 'step.a.time_limit' must be a duration"},
       {"[step.a]\nshell = \"true\"\ninputs = { \"../x\" = \"data/words.txt\" }\n",
-       "p.toml:3:12: '../x' must be a relative path inside the task's sandbox"},
+       "p.toml:3:12: input: path '../x' contains '..' and would escape the sandbox"},
+      {"[step.a]\nshell = \"true\"\noutputs = { o = \"../o\" }\n",
+       "p.toml:3:17: output 'o': path '../o' contains '..' and would escape the sandbox"},
+      {"[step.a]\nshell = \"true\"\noutputs = { o = \"/tmp/o\" }\n",
+       "p.toml:3:17: output 'o': path '/tmp/o' is absolute"},
       {"[step.a]\nstore = { from = \"data/words.txt\" }\n", "p.toml:2:9: store needs 'path'"},
       {"[step.a]\nshell = \"true\"\nstdout = true\ncollect = \".\"\n", "p.toml:4:11: collect path '"},
   };
@@ -117,6 +122,13 @@ TEST(PipelineCliTest, BadFileExitsWith2BeforeConnecting) {
   run = squall(ws.dir, "127.0.0.1:1", "run missing.toml");
   EXPECT_EQ(run.status, 2);
   EXPECT_NE(run.err.find("missing.toml: cannot read"), std::string::npos) << run.err;
+  // An output that would leave the sandbox is the file's fault, like an
+  // input's: exit 2, nothing submitted.
+  writeFile(ws.dir / "escape.toml", "[step.a]\nshell = \"true\"\noutputs = { o = \"../o\" }\n");
+  run = squall(ws.dir, "127.0.0.1:1", "run escape.toml");
+  EXPECT_EQ(run.status, 2);
+  EXPECT_NE(run.err.find("escape.toml:3:17: output 'o': path '../o' contains '..'"), std::string::npos)
+      << run.err;
 }
 
 TEST(PipelineCliTest, DryRunPrintsTheTasksAndRunsNothing) {
@@ -175,7 +187,8 @@ TEST_F(PipelineRunTest, WordFrequencyMatchesPlainShellByteForByte) {
   writeExample(ws.dir, "wordfreq.toml");
   auto result = run(ws.dir, "run wordfreq.toml");
   ASSERT_EQ(result.status, 0) << result.out << result.err;
-  EXPECT_NE(result.out.find("[13/13] finished"), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("[13/13] 13 finished, 0 failed, 0 skipped"), std::string::npos) << result.out;
+  EXPECT_EQ(result.out.find("finished count["), std::string::npos) << result.out;  // no line per task
   EXPECT_NE(result.out.find("collected report -> " + (ws.dir / "out/report").string()), std::string::npos);
 
   // The same job with the same tools, by hand.
@@ -317,6 +330,57 @@ TEST_F(PipelineRunTest, KeepGoingFinishesIndependentStepsAndSkipsDependents) {
   result = run(ws.dir, "run ok.toml");
   EXPECT_EQ(result.status, 0) << result.out << result.err;
   EXPECT_NE(result.out.find("FAILED optional"), std::string::npos) << result.out;
+}
+
+// What a plain (not a terminal) reporter prints while `drive` feeds it;
+// the clock is the test's (`now`, moved by `drive`).
+std::string plainReport(const std::function<void(ProgressReporter&, Clock::time_point& now)>& drive) {
+  char* buffer = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&buffer, &size);
+  Clock::time_point now{};
+  {
+    auto reporter = makeProgressReporter(out, false, std::chrono::seconds(5), [&now]() { return now; });
+    drive(*reporter, now);
+  }
+  std::fclose(out);
+  std::string text(buffer, size);
+  free(buffer);
+  return text;
+}
+
+// Without a terminal: the failures, and a summary line per interval (and
+// at the end), not a line per task.
+TEST(ProgressTest, WithoutATerminalItPrintsFailuresAndASummaryEveryIntervalNotEveryTask) {
+  auto text = plainReport([](ProgressReporter& reporter, Clock::time_point& now) {
+    reporter.start("big", 1000);
+    for (int i = 0; i < 1000; i++) {
+      now += std::chrono::milliseconds(20);
+      if (i == 500) {
+        reporter.failed("t500", "exited with status 1", false);
+      } else {
+        reporter.finished("t" + std::to_string(i));
+      }
+    }
+    reporter.end();
+  });
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u) << text;
+  EXPECT_EQ(lines[0], "running big: 1000 tasks");
+  EXPECT_EQ(lines[1], "[250/1000] 250 finished, 0 failed, 0 skipped (5.0s)");
+  EXPECT_EQ(lines[3], "FAILED t500: exited with status 1");
+  EXPECT_EQ(lines[5], "[1000/1000] 999 finished, 1 failed, 0 skipped (20.0s)");
+}
+
+TEST(ProgressTest, AShortRunWithoutATerminalEndsWithOneSummaryLine) {
+  auto text = plainReport([](ProgressReporter& reporter, Clock::time_point&) {
+    reporter.start("small", 3);
+    for (int i = 0; i < 3; i++) reporter.finished("t" + std::to_string(i));
+    reporter.end();
+  });
+  EXPECT_EQ(text, "running small: 3 tasks\n[3/3] 3 finished, 0 failed, 0 skipped (0.0s)\n");
 }
 
 TEST_F(PipelineRunTest, ATerminalGetsALiveProgressBar) {

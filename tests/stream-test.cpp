@@ -224,7 +224,8 @@ TEST_F(StreamTest, GroupsThatCanNeverFitAreRefusedAtSubmit) {
   EXPECT_EQ(ok.output().fetch(), "fine");
 }
 
-// Two governors with one cpu each: a producer and its reader always run on
+// Two governors with one cpu each, and a producer and a reader that each ask
+// for a cpu of their own (else they would share one): they always run on
 // different governors.
 class CrossGovernorStreamTest : public ::testing::Test {
  protected:
@@ -251,8 +252,9 @@ TEST_F(CrossGovernorStreamTest, TwoGibArriveIntactWithBoundedMemory) {
   // Text that does not repeat (a counter per line), cut at 2 GiB.
   const std::string generate =
       "seq -f '%020.0f squall stream test line' 1 50000000 | head -c 2147483648";
-  auto producer = session.execute(streamFrom(generate).name("generate"));
-  auto reader = session.execute(Program({"cksum"}).stdinFrom(producer.output()).stdoutOutput().name("cksum"));
+  auto producer = session.execute(streamFrom(generate).cpus(1).name("generate"));
+  auto reader = session.execute(
+      Program({"cksum"}).stdinFrom(producer.output()).stdoutOutput().cpus(1).name("cksum"));
   reader.output().keep();
   session.submit();
   session.waitAll();
@@ -274,10 +276,12 @@ TEST_F(CrossGovernorStreamTest, ASlowReaderThrottlesTheProducer) {
   ASSERT_EQ(mkfifo(gate.c_str(), 0600), 0);
   // 256 MiB offered; the reader reads nothing until the gate opens.
   auto producer = session.execute(
-      streamFrom("echo $$ > " + pidFile.string() + "; exec dd if=/dev/zero bs=1M count=256 2>/dev/null"));
+      streamFrom("echo $$ > " + pidFile.string() + "; exec dd if=/dev/zero bs=1M count=256 2>/dev/null")
+          .cpus(1));
   auto reader = session.execute(Program::shell("cat " + gate.string() + " > /dev/null; wc -c")
                                     .stdinFrom(producer.output())
-                                    .stdoutOutput());
+                                    .stdoutOutput()
+                                    .cpus(1));
   reader.output().keep();
   session.submit();
   // No event says "the reader has started" or "the producer is blocked":
@@ -317,8 +321,8 @@ TEST_F(CrossGovernorStreamTest, ASlowReaderThrottlesTheProducer) {
 TEST_F(CrossGovernorStreamTest, AGovernorDyingMidStreamFailsTheGroup) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("dying");
-  auto producer = session.execute(Program({"yes"}).stdoutOutput(ObjectKind::STREAM).name("yes"));
-  session.execute(Program::shell("cat > /dev/null").stdinFrom(producer.output()).name("sink"));
+  auto producer = session.execute(Program({"yes"}).stdoutOutput(ObjectKind::STREAM).cpus(1).name("yes"));
+  session.execute(Program::shell("cat > /dev/null").stdinFrom(producer.output()).cpus(1).name("sink"));
   session.submit();
   ASSERT_EQ(session.state().running, 2u);
   cluster->governor(1).signal(SIGKILL);

@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <csignal>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
@@ -47,7 +49,7 @@ int main(int argc, char** argv) {
   sub->add_option("--cpus", submit.cpus, "cpus the task needs")->capture_default_str()->check(CLI::Range(1, 4096));
   sub->add_option("--name", submit.name, "task name");
   sub->add_flag("--shell", submit.shell, "run the command line with /bin/sh -c");
-  sub->add_option("command", submit.command, "PROGRAM ARGS... (after --)")->required();
+  sub->add_option("command", submit.command, "PROGRAM ARGS... (after --)");
 
   squall::RunOptions run;
   auto* runCommand = app.add_subcommand(
@@ -65,8 +67,10 @@ int main(int argc, char** argv) {
   auto* stdinFile = runCommand->add_option(
       "--stdin", run.stdinFile, "-c: local file (48 MiB at most; - = this stdin) fed to stage 1");
   auto* outputFile = runCommand->add_option("-o,--output", run.outputFile, "-c: write the output here");
-  auto* stageCpus = runCommand->add_option("--cpus", run.cpus, "-c: cpus each stage needs")
-                        ->capture_default_str()->check(CLI::Range(1, 4096));
+  auto* stageCpus = runCommand->add_option("--cpus", run.cpus,
+                                           "-c: cpus each stage holds (default: the stages share one, as "
+                                           "a shell's pipe does)")
+                        ->check(CLI::Range(1, 4096));
   pipelineFile->excludes(commandLine);
   commandLine->excludes(pipelineFile);
   stdinFile->needs(commandLine);
@@ -92,7 +96,23 @@ int main(int argc, char** argv) {
   auto* logs = addSessionCommand("logs", "show a task's error, exit status and stdout/stderr tails", true);
   logs->add_option("task", sessionOptions.task, "TASK: an id or a name")->required();
 
+  // Everything after submit's first `--` is the program's, whatever came
+  // before: CLI11 (2.1) lets a list option such as --input end at `--` and
+  // then parses what follows as options again. So the program is cut off
+  // here and CLI11 sees only squall's own arguments.
+  std::vector<std::string> program;
+  if (argc > 1 && std::string(argv[1]) == "submit") {
+    for (int i = 2; i < argc; i++) {
+      if (std::string(argv[i]) != "--") continue;
+      program.assign(argv + i + 1, argv + argc);
+      argc = i;
+      break;
+    }
+  }
   CLI11_PARSE(app, argc, argv);
+  run.cpusAsked = stageCpus->count() > 0;
+  // `squall submit echo -- -n hi` runs `echo -n hi`, as `--` would in CLI11.
+  submit.command.insert(submit.command.end(), program.begin(), program.end());
   if (*runCommand) {
     if (*commandLine) {
       if (run.keepGoing) {

@@ -206,6 +206,11 @@ struct ClientImpl {
   }
 };
 
+TaskFailed taskFailed(wire::Failure::Reader f) {
+  return TaskFailed(f.getMessage().cStr(), f.getTask(), f.getTaskName().cStr(), f.getExitStatus(),
+                    f.getStderrTail().cStr());
+}
+
 struct LocalObject {
   uint64_t n = 0;
   ObjectKind kind = ObjectKind::BLOB;
@@ -221,7 +226,7 @@ struct LocalTask {
   enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE } type =
       Type::CONCAT;
   std::string name;
-  uint32_t cpus = 1;
+  std::optional<uint32_t> cpus;  // unset: the default (1), see Program::cpus
   std::vector<Program::Input> inputs;
   std::vector<uint64_t> outputs;
   uint64_t sleepMs = 0;
@@ -299,6 +304,29 @@ struct SessionImpl {
     if (closed) throw Error("session " + std::to_string(id) + " is closed");
   }
 
+  // Runs a call that needs the session to go on (submit, fetch, unkeep): an
+  // error it meets because the session has failed is thrown as the
+  // TaskFailed that wait() throws, naming the task that failed it. The
+  // session's state is asked only when the call has failed.
+  template <typename Body>
+  auto whileOpen(Body&& body) -> decltype(body()) {
+    try {
+      return body();
+    } catch (const TaskFailed&) {
+      throw;
+    } catch (const Error&) {
+      auto state = client.guard([&]() {
+        auto req = client.svc().getStateRequest();
+        req.setSession(id);
+        return req.send().wait(client.waitScope());
+      });
+      if (state.getState().getState() == wire::SessionState::State::FAILED) {
+        throw taskFailed(state.getState().getFailure());
+      }
+      throw;
+    }
+  }
+
   void checkInput(const DataObject& object, SessionImpl* owner) {
     if (owner != this) {
       throw Error("object " + std::to_string(object.id()) + " belongs to another session");
@@ -326,7 +354,9 @@ void setId(wire::Id::Builder b, uint64_t session, uint64_t n) {
 void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t session) {
   setId(out.initId(), session, task.n);
   out.setName(task.name);
-  out.initResources().setCpus(task.cpus);
+  auto resources = out.initResources();
+  resources.setCpus(task.cpus.value_or(1));
+  resources.setCpusAsked(task.cpus.has_value());
   out.setAttributes(task.attributes);
   auto policy = out.initPolicy();
   policy.setRetries(task.retries);
@@ -486,11 +516,7 @@ void SessionImpl::wait(const std::vector<uint64_t>& ids, bool any, std::vector<u
       return req;
     };
     auto check = [](wire::WaitResult::Reader result) {
-      if (result.isFailed()) {
-        auto f = result.getFailed();
-        throw TaskFailed(f.getMessage().cStr(), f.getTask(), f.getTaskName().cStr(),
-                         f.getExitStatus(), f.getStderrTail().cStr());
-      }
+      if (result.isFailed()) throw taskFailed(result.getFailed());
     };
     if (any) {
       auto response = fill(client.svc().waitSomeRequest()).send().wait(client.waitScope());
@@ -507,7 +533,7 @@ void SessionImpl::wait(const std::vector<uint64_t>& ids, bool any, std::vector<u
 
 void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
   checkOpen();
-  client.guard([&]() {
+  whileOpen([&]() { client.guard([&]() {
     auto& ws = client.waitScope();
     auto response = client.retrying([&]() {
       auto req = client.svc().fetchRequest();
@@ -540,7 +566,7 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
     auto result = read.send().wait(ws);
     SQUALL_REQUIRE(received == result.getSize(), "fetch of object ", n, " from governor ", where,
                    " was cut short: ", received, " of ", result.getSize(), " bytes");
-  });
+  }); });
 }
 
 std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
@@ -969,7 +995,9 @@ Task Session::store(const DataObject& object, const std::string& path, bool over
   return Task(impl.get(), task.n);
 }
 
-void Session::submit() { impl->submit(); }
+void Session::submit() {
+  impl->whileOpen([&]() { impl->submit(); });
+}
 
 void Session::wait(const std::vector<Task>& tasks) {
   std::vector<uint64_t> ids;
@@ -996,12 +1024,14 @@ std::vector<uint64_t> Session::waitSome(const std::vector<Task>& tasks) {
 
 void Session::unkeep(const std::vector<DataObject>& objects) {
   impl->checkOpen();
-  impl->client.retrying([&]() {
-    auto req = impl->client.svc().unkeepRequest();
-    req.setSession(impl->id);
-    auto list = req.initObjects(objects.size());
-    for (size_t i = 0; i < objects.size(); i++) list.set(i, objects[i].id());
-    req.send().wait(impl->client.waitScope());
+  impl->whileOpen([&]() {
+    impl->client.retrying([&]() {
+      auto req = impl->client.svc().unkeepRequest();
+      req.setSession(impl->id);
+      auto list = req.initObjects(objects.size());
+      for (size_t i = 0; i < objects.size(); i++) list.set(i, objects[i].id());
+      req.send().wait(impl->client.waitScope());
+    });
   });
 }
 

@@ -27,7 +27,7 @@ int main() {
       squall::Program({"head", "-n", "2"}).stdinFrom(numbers.output()).stdoutOutput());
   count.output().keep();
   first.output().keep();
-  session.submit();  // the four start together: they need 4 free cpus
+  session.submit();  // the four start together, sharing one cpu as a pipe does
   session.waitAll();
   std::printf("numbers with a 7: %s", count.output().fetch().c_str());  // 40951
   std::printf("first: %s", first.output().fetch().c_str());             // 1 2

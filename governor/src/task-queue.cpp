@@ -75,7 +75,8 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
     ended(assignment, TaskOutcome::failure(id, kj::str("governor ", env.governorName, " is shutting down")));
     return;
   }
-  uint32_t needed = spec.getResources().getCpus();
+  // A stream reader sharing its group's cpu holds none of its own.
+  uint32_t needed = assignment.getSharesCpus() ? 0 : spec.getResources().getCpus();
   if (needed > cpus) {
     ended(assignment, TaskOutcome::failure(id, kj::str("task needs ", needed, " cpus but governor ",
                                                        env.governorName, " has only ", cpus)));

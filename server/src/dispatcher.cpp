@@ -240,6 +240,7 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
       auto assignment = list[k - next];
       assignment.setTask(task.spec);
       assignment.setAttempt(task.attempt);
+      assignment.setSharesCpus(task.group != nullptr && task.cpus == 0);
       auto inputs = assignment.initInputs(task.inputs.size());
       for (uint i = 0; i < task.inputs.size(); i++) {
         auto& object = *task.inputs[i];

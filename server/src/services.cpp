@@ -199,7 +199,10 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> unkeep(UnkeepContext call) override {
     auto params = call.getParams();
-    context.sessions.unkeep(context.sessions.get(params.getSession()), params.getObjects());
+    auto& session = context.sessions.get(params.getSession());
+    SQUALL_REQUIRE(session.state == Session::State::OPEN, "unkeep: session ", session.id,
+                   " has failed: ", session.failureMessage);
+    context.sessions.unkeep(session, params.getObjects());
     // Answered once logged, so that a restart does not keep them again.
     return context.dispatcher.durable();
   }

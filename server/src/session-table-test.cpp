@@ -310,7 +310,10 @@ TEST_F(SessionTableTest, StreamGroupsArePlacedWholeOntoFreeCpus) {
   auto& b = pool.add("b", "127.0.0.1:2", 2, nullptr);
   TestGraph g(1);
   g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2).output(3);
-  g.task({10, {}, {1}, {"seq"}}).task({11, {1}, {2}, {"cat"}}).task({12, {1}, {3}, {"wc"}});
+  // Each asks for a cpu of its own: the group needs 3.
+  testing::TestTask seq{10, {}, {1}, {"seq"}}, cat{11, {1}, {2}, {"cat"}}, wc{12, {1}, {3}, {"wc"}};
+  seq.cpus = cat.cpus = wc.cpus = 1;
+  g.task(seq).task(cat).task(wc);
   auto& s = submit(g);
   // 1 cpu taken on each governor: the 3-task group must be spread.
   pool.hold(a, {9, 1}, 1);
@@ -342,7 +345,11 @@ TEST_F(SessionTableTest, AWaitingStreamGroupDrainsQueuesInsteadOfStarving) {
   auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
   TestGraph g(1);
   g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2).output(3);
-  g.task({10, {}, {1}, {"seq"}}).task({11, {1}, {2}, {"cat"}}).task({12, {}, {3}});
+  // Each asks for its own cpu: the group needs 2.
+  testing::TestTask producer{10, {}, {1}, {"seq"}}, reader{11, {1}, {2}, {"cat"}};
+  producer.cpus = 1;
+  reader.cpus = 1;
+  g.task(producer).task(reader).task({12, {}, {3}});
   submit(g);
   pool.hold(a, {9, 1}, 1);
   Scheduler scheduler(SchedulerOptions{16});

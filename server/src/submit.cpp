@@ -6,6 +6,7 @@
 #include <functional>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/sandbox-path.h>
 #include <squall/proto/spec-names.h>
 #include <unordered_set>
 #include <xxhash.h>
@@ -22,21 +23,18 @@ kj::String taskLabel(wire::TaskSpec::Reader spec) {
 
 }  // namespace
 
-kj::Maybe<kj::String> checkSandboxPath(kj::StringPtr path) {
-  if (path.size() == 0) return kj::str("path is empty");
-  if (path[0] == '/') return kj::str("path '", path, "' is absolute; it must be relative to the task's sandbox");
-  if (path.size() > 4096) return kj::str("path is longer than 4096 bytes");
-  size_t start = 0;
-  for (size_t i = 0; i <= path.size(); i++) {
-    if (i == path.size() || path[i] == '/') {
-      auto part = path.slice(start, i);
-      if (part == kj::StringPtr("..")) return kj::str("path '", path, "' contains '..' and would escape the sandbox");
-      start = i + 1;
-    } else if (path[i] == '\0') {
-      return kj::str("path contains a NUL byte");
+std::vector<uint32_t> streamGroupCharges(const std::vector<wire::TaskSpec::Reader>& members) {
+  std::vector<uint32_t> charges(members.size(), 0);
+  bool anyAsked = false;
+  for (size_t i = 0; i < members.size(); i++) {
+    auto resources = members[i].getResources();
+    if (resources.getCpusAsked()) {
+      charges[i] = resources.getCpus();
+      anyAsked = true;
     }
   }
-  return nullptr;
+  if (!anyAsked && !charges.empty()) charges[0] = 1;
+  return charges;
 }
 
 void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
@@ -131,6 +129,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     auto inputs = task.getInputs();
     auto outputs = task.getOutputs();
     SQUALL_REQUIRE(task.getResources().getCpus() >= 1, label, " asks for 0 cpus; at least 1 is needed");
+    SQUALL_REQUIRE(task.getResources().getCpusAsked() || task.getResources().getCpus() == 1, label,
+                   " has ", task.getResources().getCpus(), " cpus without cpusAsked (the default is 1)");
     SQUALL_REQUIRE(task.getPolicy().getRetries() <= 100, label, ": at most 100 retries");
     for (auto input : inputs) {
       findObject(task, input.getObject());
@@ -391,15 +391,18 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
   // Every group must be able to run at once.
   std::unordered_map<uint64_t, std::vector<uint64_t>> groupsByRoot;
   for (auto& [n, p] : parent) groupsByRoot[root(n)].push_back(n);
+  auto specOf = [&](uint64_t n) { return newTasks.count(n) ? newTasks.at(n) : target.tasks.at(n).spec; };
   for (auto& [r, members] : groupsByRoot) {
     std::sort(members.begin(), members.end());
+    std::vector<wire::TaskSpec::Reader> specs;
+    for (auto n : members) specs.push_back(specOf(n));
+    auto charges = streamGroupCharges(specs);
     uint64_t cpus = 0;
     std::string names;
     for (size_t i = 0; i < members.size(); i++) {
-      auto n = members[i];
-      auto spec = newTasks.count(n) ? newTasks.at(n) : target.tasks.at(n).spec;
+      auto spec = specs[i];
       auto label = taskLabel(spec);
-      uint32_t need = spec.getResources().getCpus();
+      uint32_t need = charges[i];
       cpus += need;
       names += (i == 0 ? "" : i + 1 == members.size() ? " and " : ", ") + std::string(label.cStr());
       SQUALL_REQUIRE(spec.getPolicy().getRetries() == 0, label,
@@ -483,10 +486,14 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     }
     group->members.clear();
     group->cpus = 0;
-    for (auto n : members) {
-      auto& task = target.tasks.at(n);
+    std::vector<wire::TaskSpec::Reader> specs;
+    for (auto n : members) specs.push_back(target.tasks.at(n).spec);
+    auto charges = streamGroupCharges(specs);
+    for (size_t i = 0; i < members.size(); i++) {
+      auto& task = target.tasks.at(members[i]);
       if (task.group != nullptr && task.group != group) task.group->members.clear();
       task.group = group;
+      task.cpus = charges[i];
       group->members.push_back(&task);
       group->cpus += task.cpus;
     }

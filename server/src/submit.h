@@ -64,8 +64,12 @@ class PendingSubmit {
   std::unordered_map<uint64_t, bool> declaredConstants;
 };
 
-// The problem with an execute/sandbox path, or nullptr when it is fine:
-// relative, non-empty, no ".." component, no NUL.
-kj::Maybe<kj::String> checkSandboxPath(kj::StringPtr path);
+// The cpus each member of a stream group holds while they run (members in
+// id order): what it asked for (Resources.cpusAsked); those that did not
+// ask share one cpu, the way a shell's pipe runs on one core: the first of
+// them holds it when no member asked, else they ride on what the others
+// asked for. So a pipe of 8 plain stages needs 1 cpu, and a stage that asks
+// for 4 makes the pipe need 4.
+std::vector<uint32_t> streamGroupCharges(const std::vector<wire::TaskSpec::Reader>& members);
 
 }  // namespace squall

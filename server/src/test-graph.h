@@ -3,6 +3,7 @@
 
 #include <capnp/message.h>
 #include <initializer_list>
+#include <optional>
 #include <squall/wire/service.capnp.h>
 #include <string>
 #include <vector>
@@ -25,7 +26,7 @@ struct TestTask {
   std::vector<std::string> args;  // empty: concat; else execute
   std::vector<std::string> inputPaths;
   uint64_t inputSession = 0;
-  uint32_t cpus = 1;
+  std::optional<uint32_t> cpus;  // unset: the default (1), not asked for
   uint32_t retries = 0;
   bool allowFailure = false;
 };
@@ -64,7 +65,8 @@ class TestGraph {
       auto& t = tasks[i];
       ts[i].initId().setSession(session);
       ts[i].getId().setN(t.n);
-      ts[i].initResources().setCpus(t.cpus);
+      ts[i].initResources().setCpus(t.cpus.value_or(1));
+      ts[i].getResources().setCpusAsked(t.cpus.has_value());
       ts[i].initPolicy().setRetries(t.retries);
       ts[i].getPolicy().setAllowFailure(t.allowFailure);
       auto in = ts[i].initInputs(t.inputs.size());

@@ -102,8 +102,9 @@ double streamMBps(squall::Client& client, int mib) {
   auto session = client.newSession("bench-stream");
   auto start = Clock::now();
   auto producer = session.execute(
-      squall::Program::shell(producerCommand(mib)).stdoutOutput(squall::ObjectKind::STREAM));
-  session.execute(squall::Program::shell(CONSUMER_COMMAND).stdinFrom(producer.output()));
+      squall::Program::shell(producerCommand(mib)).stdoutOutput(squall::ObjectKind::STREAM).cpus(1));
+  // A cpu each (a pipe would share one): on two 1-cpu governors they split.
+  session.execute(squall::Program::shell(CONSUMER_COMMAND).stdinFrom(producer.output()).cpus(1));
   session.submit();
   session.waitAll();
   return mib * 1048576.0 / 1e6 / seconds(start);

@@ -40,7 +40,8 @@ struct RunOptions {
   std::string command;
   std::string stdinFile;   // -c: stage 1's stdin ("-" = squall's); empty = /dev/null
   std::string outputFile;  // -c: the output goes here; empty = squall's stdout
-  uint32_t cpus = 1;       // -c: each stage's
+  uint32_t cpus = 1;       // -c: each stage's, when cpusAsked
+  bool cpusAsked = false;  // -c: --cpus given; else the stages share one cpu
 };
 
 // `squall run`: runs a pipeline file (docs/pipelines.md). Exit status 0 if

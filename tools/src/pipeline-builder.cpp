@@ -41,7 +41,8 @@ Task PipelineBuilder::makeTask(const PlannedTask& planned, const BuiltPipeline& 
         }
       }
       for (auto& [name, value] : planned.env) program.env(name, value);
-      program.cpus(planned.cpus).name(planned.name);
+      if (planned.cpus) program.cpus(*planned.cpus);
+      program.name(planned.name);
       if (planned.brokenPipeIsError) program.brokenPipeIsError();
       return session.execute(program);
     }

@@ -41,7 +41,7 @@ struct CommandOptions {
   std::string name = "command";  // the session name
   std::string stdinFile;         // local file for stage 1's stdin; "" = /dev/null
   std::string outputFile;        // local path for the last stage's output; "" = squall's stdout
-  uint32_t cpus = 1;             // each stage's
+  std::optional<uint32_t> cpus;  // each stage's; unset: the stages share one
   std::vector<std::pair<std::string, std::string>> env;  // given to every stage
 };
 

@@ -3,38 +3,61 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 
 namespace squall {
 
 namespace {
 
-// One line per event; for files, pipes and CI logs.
+// For files, pipes and CI logs: failures as they happen, and a summary
+// line at most once per `interval` (and once at the end) instead of a line
+// per task, so 100,000 tasks do not make 100,000 lines. Lines are written
+// as tasks end: a run where nothing ends prints nothing meanwhile.
 class PlainProgress final : public ProgressReporter {
  public:
-  explicit PlainProgress(std::FILE* out) : out(out) {}
+  PlainProgress(std::FILE* out, std::chrono::milliseconds interval, std::function<Clock::time_point()> now)
+      : out(out), interval(interval), now(std::move(now)), began(this->now()), lastLine(began) {}
   void start(const std::string& pipeline, size_t tasks) override {
     total = tasks;
     fprintf(out, "running %s: %zu tasks\n", pipeline.c_str(), tasks);
     fflush(out);
   }
-  void finished(const std::string& task) override {
-    done++;
-    fprintf(out, "[%zu/%zu] finished %s\n", done, total, task.c_str());
-    fflush(out);
+  void finished(const std::string&) override {
+    ok++;
+    summarise(false);
   }
   void failed(const std::string& task, const std::string& error, bool skipped) override {
-    done++;
-    fprintf(out, "[%zu/%zu] %s %s: %s\n", done, total, skipped ? "skipped" : "FAILED", task.c_str(),
-            error.c_str());
-    fflush(out);
+    (skipped ? skippedCount : failedCount)++;
+    fprintf(out, "%s %s: %s\n", skipped ? "skipped" : "FAILED", task.c_str(), error.c_str());
+    summarise(false);
   }
-  void end() override {}
+  void end() override { summarise(true); }
 
  private:
   std::FILE* out;
-  size_t total = 0;
-  size_t done = 0;
+  std::chrono::milliseconds interval;
+  std::function<Clock::time_point()> now;
+  Clock::time_point began;
+  Clock::time_point lastLine;
+  size_t total = 0, ok = 0, failedCount = 0, skippedCount = 0;
+  // What the last summary line said (ended tasks), so an end with nothing
+  // new does not repeat it.
+  size_t summarised = 0;
+
+  void summarise(bool last) {
+    size_t done = ok + failedCount + skippedCount;
+    auto at = now();
+    if (done == summarised || (!last && at - lastLine < interval)) {
+      fflush(out);
+      return;
+    }
+    fprintf(out, "[%zu/%zu] %zu finished, %zu failed, %zu skipped (%.1fs)\n", done, total, ok, failedCount,
+            skippedCount, std::chrono::duration<double>(at - began).count());
+    fflush(out);
+    summarised = done;
+    lastLine = at;
+  }
 };
 
 // A bar redrawn in place; failures are printed above it as they happen.
@@ -86,9 +109,11 @@ class TerminalProgress final : public ProgressReporter {
 
 }  // namespace
 
-std::unique_ptr<ProgressReporter> makeProgressReporter(std::FILE* out, bool terminal) {
+std::unique_ptr<ProgressReporter> makeProgressReporter(std::FILE* out, bool terminal,
+                                                       std::chrono::milliseconds interval,
+                                                       std::function<Clock::time_point()> now) {
   if (terminal) return std::make_unique<TerminalProgress>(out);
-  return std::make_unique<PlainProgress>(out);
+  return std::make_unique<PlainProgress>(out, interval, std::move(now));
 }
 
 WatchResult watchTasks(Session& session, const std::vector<WatchedTask>& tasks,

@@ -1,12 +1,13 @@
 // Shows a running pipeline's progress and follows its tasks to the end.
 //
-// ProgressReporter draws it: a live one-line bar on a terminal, or one plain
-// line per finished/failed task when stdout is a file or a pipe (so logs and
-// tests read it). watchTasks() drives it from the server's completions
+// ProgressReporter draws it: a live one-line bar on a terminal; when stdout
+// is a file or a pipe, each failure and a summary line every few seconds. watchTasks() drives it from the server's completions
 // (waitSome: pushed by the server, no polling).
 #pragma once
 
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <squall/client/client.h>
@@ -26,8 +27,13 @@ class ProgressReporter {
   virtual void end() = 0;
 };
 
-// Writes to `out`; `terminal` picks the live bar.
-std::unique_ptr<ProgressReporter> makeProgressReporter(std::FILE* out, bool terminal);
+using Clock = std::chrono::steady_clock;
+
+// Writes to `out`; `terminal` picks the live bar. Otherwise a summary line
+// at most every `interval` (`now` is injected for tests).
+std::unique_ptr<ProgressReporter> makeProgressReporter(
+    std::FILE* out, bool terminal, std::chrono::milliseconds interval = std::chrono::seconds(5),
+    std::function<Clock::time_point()> now = [] { return Clock::now(); });
 
 struct WatchedTask {
   Task task;

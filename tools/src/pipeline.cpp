@@ -10,6 +10,7 @@
 #include <functional>
 #include <glob.h>
 #include <set>
+#include <squall/proto/sandbox-path.h>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -336,6 +337,7 @@ class PipelineParser {
           if (path.empty() || path == "/") fail(posOf(pathNode->source()), "output '" + out + "' has no path");
           bool isDir = path.back() == '/';
           if (isDir) path.pop_back();
+          requireSandboxPath(path, posOf(pathNode->source()), "output '" + out + "'");
           step.outputs.push_back({out, path, isDir ? ObjectKind::DIR : ObjectKind::BLOB, outPos});
         }
       } else if (key == "stdout") {
@@ -403,16 +405,21 @@ class PipelineParser {
     }
   }
 
+  // The server's rule (proto's checkSandboxPath), checked here so that a
+  // bad file is exit 2 before anything is submitted.
+  void requireSandboxPath(const std::string& path, SourcePos pos, const std::string& what) const {
+    KJ_IF_MAYBE(problem, checkSandboxPath(path)) {
+      fail(pos, what + ": " + problem->cStr());
+    }
+  }
+
   void parseInputs(Step& step, const toml::table& inputs, const std::string& where, bool execute) {
     for (auto&& [path, value] : sortedByPosition(inputs)) {
       StepInput input;
       input.pos = keyPos.at(path);
       input.path = path;
       if (!input.path.empty() && input.path.back() == '/') input.path.pop_back();
-      if (input.path.empty() || input.path[0] == '/' || input.path == ".." ||
-          input.path.rfind("../", 0) == 0 || input.path.find("/../") != std::string::npos) {
-        fail(input.pos, "'" + path + "' must be a relative path inside the task's sandbox");
-      }
+      requireSandboxPath(input.path, input.pos, "input");
       if (value->is_table()) {
         input.from = parseEdge(*value->as_table(), posOf(value->source()), where + "." + path,
                                (execute ? "input '" : "make_dir entry '") + path + "'",
@@ -1275,7 +1282,7 @@ std::string describePlan(const PipelinePlan& plan) {
   };
   for (auto& task : plan.tasks) {
     out << task.name << " (" << kindName(task.kind) << ")";
-    if (task.cpus != 1) out << " cpus=" << task.cpus;
+    if (task.cpus) out << " cpus=" << *task.cpus;
     if (task.retries) out << " retries=" << task.retries;
     if (task.allowFailure) out << " allow_failure";
     if (task.timeLimit.count()) out << " time_limit=" << formatDuration(task.timeLimit);

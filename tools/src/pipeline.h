@@ -94,7 +94,8 @@ struct Step {
   bool shell = false;
   std::optional<SourceRef> stdinFrom;
   std::vector<std::pair<std::string, std::string>> env;
-  uint32_t cpus = 1;
+  // Unset: the default (1), shared with the rest of a pipe of streams.
+  std::optional<uint32_t> cpus;
 
   std::vector<StepInput> inputs;    // execute inputs or make_dir entries, in file order
   std::vector<StepOutput> outputs;  // in file order
@@ -162,7 +163,7 @@ struct PlannedTask {
   std::vector<std::string> args;
   bool shell = false;
   std::vector<std::pair<std::string, std::string>> env;
-  uint32_t cpus = 1;
+  std::optional<uint32_t> cpus;  // unset: the default, see Step::cpus
   // Its stream inputs: stopping early fails the producer (broken_pipe = "error").
   bool brokenPipeIsError = false;
   std::vector<PlannedInput> inputs;

@@ -168,7 +168,7 @@ int runPipeline(const RunOptions& options) {
 int runCommandLine(const RunOptions& options) {
   CommandOptions command;
   command.name = options.name.empty() ? "command" : options.name;
-  command.cpus = options.cpus;
+  if (options.cpusAsked) command.cpus = options.cpus;
   command.env = localeEnvironment();
   std::vector<PipeStage> stages;
   PipelinePlan plan;

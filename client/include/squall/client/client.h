@@ -135,6 +135,9 @@ class Program {
   // fails instead.
   Program& brokenPipeIsError(bool isError = true);
   Program& env(std::string name, std::string value);
+  // Cpus the program holds while it runs (default 1). Programs joined by
+  // streams (a pipe) that do not set it share one cpu between them, as a
+  // shell's pipe runs on one core; one that sets it holds what it asks for.
   Program& cpus(uint32_t n);
   Program& name(std::string name);
 
@@ -162,7 +165,8 @@ class Program {
   std::vector<std::optional<std::string>> outputs;  // nullopt = stdout
   std::vector<ObjectKind> outputKinds;
   std::vector<std::pair<std::string, std::string>> envVars;
-  uint32_t cpuCount = 1;
+  // Unset: the default, 1 (shared with the rest of a pipe; see cpus()).
+  std::optional<uint32_t> cpuCount;
   std::string taskName;
   bool strictPipes = false;
 };
