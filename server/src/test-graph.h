@@ -28,6 +28,7 @@ struct TestTask {
   uint32_t cpus = 1;
   uint32_t retries = 0;
   bool allowFailure = false;
+  std::string name;
 };
 
 class TestGraph {
@@ -64,6 +65,7 @@ class TestGraph {
       auto& t = tasks[i];
       ts[i].initId().setSession(session);
       ts[i].getId().setN(t.n);
+      ts[i].setName(t.name);
       ts[i].initResources().setCpus(t.cpus);
       ts[i].initPolicy().setRetries(t.retries);
       ts[i].getPolicy().setAllowFailure(t.allowFailure);
