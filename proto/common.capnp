@@ -9,7 +9,9 @@ $Cxx.namespace("squall::wire");
 # registration carries it and a mismatch is refused with a clear message.
 # 2: live stream reads (DataService.read `live`); results confirmed durable
 # by GovernorControl.resultsDurable; heartbeats both ways (ping).
-const protocolVersion :UInt32 = 2;
+# 3: getState, getTasks and findSession answer for closed sessions the
+# server keeps (SessionState.closed).
+const protocolVersion :UInt32 = 3;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.
