@@ -30,7 +30,8 @@ interface ClientService {
   # may re-attach to it by id); others are closed when their client goes.
   newSession @0 (name :Text, persistent :Bool) -> (session :UInt64);
   # Closing removes every object of the session (kept ones too) and cancels
-  # its running tasks.
+  # its running tasks. Answered once what the server keeps of it is
+  # durable; closing a session closed already (and kept) does nothing.
   closeSession @1 (session :UInt64);
 
   # A graph is sent through a Submission so that it can be split over as

@@ -312,6 +312,8 @@ TEST_F(SessionCliTest, AClosedSessionShowsItsFailuresAndRefusesWhatNeedsItOpen) 
   }
   // The list shows open sessions only.
   EXPECT_EQ(squall("status").out.find("closed-failed"), std::string::npos);
+  // Closing it again (a client retrying after a reconnect) is no error.
+  EXPECT_NO_THROW(client->attach(id).close());
 }
 
 }  // namespace

@@ -120,7 +120,11 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> closeSession(CloseSessionContext call) override {
     auto id = call.getParams().getSession();
-    openSession(id);
+    // Closed already (a client sending it again after a reconnect): done.
+    if (context.sessions.find(id) == nullptr && context.history.find(id) != nullptr) {
+      return kj::READY_NOW;
+    }
+    context.sessions.get(id);
     context.sessions.close(id);
     // Answered once the log has what is kept of it (the history record goes
     // with the next commit), so that a client that saw it close finds it
