@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
         .count();
   };
   // Declared before the RPC listener: closing a client's sessions as the
-  // listener goes reports them to the view.
+  // listener goes reports them to the view and the history.
   squall::StatusView statusView(sessions, governors, sessionHistory,
                                 kj::str("protocol ", squall::wire::PROTOCOL_VERSION).cStr(), wallMs());
   sessions.onClose = [&sessionHistory, &statusView, &wallMs](const squall::Session& session) {
@@ -285,6 +285,7 @@ int main(int argc, char** argv) {
       logger->error("event=log-failed action=final-flush error=\"{}\"", e->getDescription().cStr());
     }
     sessions.useLog(nullptr);
+    sessionHistory.detachLog();
   }
   logger->flush();
   return 0;

@@ -73,6 +73,9 @@ class SessionHistory {
   // limits (they may have been lowered) are forgotten and pruned from the
   // log; a record that cannot be read is reported and pruned too.
   void open(SessionLog& sessionLog);
+  // Writes nothing from now on (shutdown, before the log goes); what was
+  // queued is the log's to flush.
+  void detachLog() { log = nullptr; }
   // Keeps `session` as it is now, just before it closes, with the page's
   // views of it. The oldest records go beyond the limits.
   void keep(const Session& session, uint64_t closedAtMs, PageViews views);
