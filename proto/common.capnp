@@ -11,6 +11,8 @@ $Cxx.namespace("squall::wire");
 # by GovernorControl.resultsDurable; heartbeats both ways (ping).
 # 3: Resources.cpusAsked and Assignment.sharesCpus (stream groups share a
 # cpu unless their members ask for their own).
+# Also 3: getState, getTasks and findSession answer for closed sessions the
+# server keeps (SessionState.closed).
 const protocolVersion :UInt32 = 3;
 
 # Ids are chosen by the client: `n` is unique within one session across both

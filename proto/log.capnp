@@ -6,6 +6,8 @@
 using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("squall::wire");
 
+using Common = import "common.capnp";
+
 struct LoggedOutcomes {
   tasks @0 :List(LoggedTask);
   objects @1 :List(LoggedObject);
@@ -35,4 +37,38 @@ struct LoggedObject {
   hash @3 :UInt64;
   # Names of the governors holding it.
   locations @4 :List(Text);
+}
+
+# A closed session as the server keeps it (server/src/session-history.h):
+# what the status page and `squall status` show of it once it is gone. One
+# per closed session, bounded in size (the bounds are in that header).
+struct KeptSession {
+  id @0 :UInt64;
+  name @1 :Text;
+  # It had failed before it was closed; else it finished, or was closed
+  # with unfinished tasks (counted cancelled).
+  failed @2 :Bool;
+  closedAtMs @3 :UInt64;
+  # Tasks by TaskNode::State of the server (7 entries).
+  counts @4 :List(UInt64);
+  failure @5 :Common.Failure;
+  # Its tasks, all of them up to a bound, else the failures and the
+  # longest-running ones; failures first, then by id.
+  tasks @6 :List(KeptTask);
+  # The status page's views of it when it closed, as JSON text, exactly as
+  # /api/sessions/N/graph and /api/sessions/N/timeline answered them (the
+  # page draws a closed session with the code it draws an open one with).
+  graph @7 :Text;
+  timeline @8 :Text;
+  # Session::changes and Session::nextId when it closed.
+  changes @9 :UInt64;
+  nextId @10 :UInt64;
+}
+
+struct KeptTask {
+  # The stdout and stderr tails only for the first failures.
+  outcome @0 :LoggedTask;
+  name @1 :Text;
+  # The task's type name (proto/spec-names.h).
+  type @2 :Text;
 }

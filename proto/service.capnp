@@ -30,7 +30,8 @@ interface ClientService {
   # may re-attach to it by id); others are closed when their client goes.
   newSession @0 (name :Text, persistent :Bool) -> (session :UInt64);
   # Closing removes every object of the session (kept ones too) and cancels
-  # its running tasks.
+  # its running tasks. Answered once what the server keeps of it is
+  # durable; closing a session closed already (and kept) does nothing.
   closeSession @1 (session :UInt64);
 
   # A graph is sent through a Submission so that it can be split over as
@@ -53,9 +54,13 @@ interface ClientService {
   unkeep @6 (session :UInt64, objects :List(UInt64));
   # Cancels every unfinished task of the session; the session fails.
   cancel @7 (session :UInt64);
+  # getState and getTasks also answer for a closed session the server
+  # still keeps (see the status page's history, docs/status-page.md):
+  # its state, counts and failure, and the tasks kept of it.
   getState @8 (session :UInt64) -> (state :SessionState);
   listGovernors @9 () -> (governors :List(GovernorStatus));
-  # The newest session with this name that is not closed.
+  # The newest session with this name that is not closed; without one,
+  # the newest closed one the server keeps.
   findSession @10 (name :Text) -> (session :UInt64);
   # Details of tasks: the named ones, or (ids empty) up to `limit` of the
   # session's tasks in the states asked for (none asked: all states),
@@ -168,6 +173,9 @@ struct SessionState {
   # Lowest id never used in the session: where an attached client's new ids
   # start.
   nextId @10 :UInt64;
+  # Closed (the server keeps what it shows of it). `state` is then failed
+  # when it had failed before it was closed, else closed.
+  closed @11 :Bool;
   enum State {
     open @0;
     failed @1;

@@ -2,6 +2,7 @@
 #include "src/context.h"
 #include "src/http/status-server.h"
 #include "src/services.h"
+#include "src/session-history.h"
 #include "src/session-log.h"
 
 #include <CLI/CLI.hpp>
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   uint32_t queueDepth = squall::SchedulerOptions{}.queueDepth;
   std::string logPath = defaultLogPath();
   uint64_t logMaxMb = 0;
+  squall::HistoryLimits history;
   double governorGrace = 10, clientGrace = 60, governorTimeout = 30;
   app.add_option("--listen", listen, "host:port for clients and governors (port 0: any free port)")
       ->capture_default_str();
@@ -96,6 +98,16 @@ int main(int argc, char** argv) {
   app.add_option("--log-max-mb", logMaxMb,
                  "refuse new sessions and submits once the session log reaches this size "
                  "(0: no cap but the disk's)")
+      ->capture_default_str();
+  app.add_option("--history-sessions", history.sessions,
+                 "closed sessions whose graph, timeline, failures and tasks the server keeps for "
+                 "the status page and `squall status` (the last closed; 0: none), in the session "
+                 "log (in memory with --log off)")
+      ->check(CLI::Range(size_t(0), size_t(1000000)))
+      ->capture_default_str();
+  app.add_option("--history-mb", history.megabytes,
+                 "the most MiB those closed sessions may take together; the oldest go first")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 20))
       ->capture_default_str();
   app.add_option("--governor-grace", governorGrace,
                  "after a restart, seconds to wait for the log's governors to come back before "
@@ -133,6 +145,7 @@ int main(int argc, char** argv) {
   auto io = kj::setupAsyncIo();
 
   squall::SessionTable sessions(*logger);
+  squall::SessionHistory sessionHistory(history, *logger);
   squall::GovernorPool governors;
   auto wallMs = []() -> uint64_t {
     return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -140,15 +153,15 @@ int main(int argc, char** argv) {
         .count();
   };
   // Declared before the RPC listener: closing a client's sessions as the
-  // listener goes reports them to the view.
-  squall::StatusView statusView(
-      sessions, governors, kj::str("protocol ", squall::wire::PROTOCOL_VERSION).cStr(), wallMs());
-  sessions.onClose = [&statusView, &wallMs](const squall::Session& session) {
-    statusView.sessionClosed(session, wallMs());
+  // listener goes reports them to the view and the history.
+  squall::StatusView statusView(sessions, governors, sessionHistory,
+                                kj::str("protocol ", squall::wire::PROTOCOL_VERSION).cStr(), wallMs());
+  sessions.onClose = [&sessionHistory, &statusView, &wallMs](const squall::Session& session) {
+    sessionHistory.keep(session, wallMs(), statusView.sessionClosed(session));
   };
   squall::Scheduler scheduler(squall::SchedulerOptions{queueDepth});
   squall::Dispatcher dispatcher(sessions, governors, scheduler, io.provider->getTimer(), *logger);
-  squall::ServerContext context{sessions, governors, dispatcher, *logger, secret, {}};
+  squall::ServerContext context{sessions, sessionHistory, governors, dispatcher, *logger, secret, {}};
   context.timer = &io.provider->getTimer();
   context.governorTimeout = static_cast<int64_t>(governorTimeout * 1000) * kj::MILLISECONDS;
 
@@ -170,6 +183,11 @@ int main(int argc, char** argv) {
     }
     sessions.useLog(sessionLog.get());
     if (!recover(*sessionLog, sessions, governors, *logger)) return 1;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { sessionHistory.open(*sessionLog); })) {
+      fprintf(stderr, "squall-server: %s\n", squall::userMessage(*e).cStr());
+      return 1;
+    }
+    sessions.reserveIds(sessionHistory.lastId());
   }
 
   kj::Own<kj::ConnectionReceiver> receiver;
@@ -267,6 +285,7 @@ int main(int argc, char** argv) {
       logger->error("event=log-failed action=final-flush error=\"{}\"", e->getDescription().cStr());
     }
     sessions.useLog(nullptr);
+    sessionHistory.detachLog();
   }
   logger->flush();
   return 0;

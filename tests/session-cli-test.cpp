@@ -276,9 +276,44 @@ TEST_F(SessionCliTest, SessionCommandsFollowALiveRun) {
   EXPECT_EQ(slurp(dir / "after.txt"), "through go\n");
   close(startedFd);
   close(gateFd);
-  // Its session closed with it.
+  // Its session closed with it; status still says how it went.
   r = squall("status live-run");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "(live-run): closed\n");
+  EXPECT_CONTAINS(r.out, "0 waiting, 0 ready, 0 running, 2 finished, 0 failed");
+  r = squall("logs live-run held");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "held (execute): finished");
+}
+
+TEST_F(SessionCliTest, AClosedSessionShowsItsFailuresAndRefusesWhatNeedsItOpen) {
+  uint64_t id = 0;
+  {
+    Session doomed = client->newSession("closed-failed");
+    doomed.execute(Program::shell("echo gone-wrong >&2; exit 4").name("crasher"));
+    doomed.execute(Program({"sleep", "600"}).name("sleeper"));
+    doomed.submit();
+    EXPECT_THROW(doomed.waitAll(), TaskFailed);
+    id = doomed.id();
+    doomed.close();
+  }
+  auto r = squall("status " + std::to_string(id));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_CONTAINS(r.out, "(closed-failed): failed (closed)");
+  EXPECT_CONTAINS(r.out, "failure: task ");
+  EXPECT_CONTAINS(r.out, "crasher (task ");
+  EXPECT_CONTAINS(r.out, "| gone-wrong");
+  EXPECT_EQ(r.out.find("running:"), std::string::npos) << r.out;
+  // What needs the session open says it is closed.
+  for (auto command : {"wait", "cancel"}) {
+    r = squall(std::string(command) + " " + std::to_string(id));
+    EXPECT_EQ(r.status, 1) << command;
+    EXPECT_CONTAINS(r.err, "session " + std::to_string(id) + " is closed");
+  }
+  // The list shows open sessions only.
+  EXPECT_EQ(squall("status").out.find("closed-failed"), std::string::npos);
+  // Closing it again (a client retrying after a reconnect) is no error.
+  EXPECT_NO_THROW(client->attach(id).close());
 }
 
 }  // namespace

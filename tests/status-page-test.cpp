@@ -8,6 +8,7 @@
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -150,12 +151,97 @@ TEST_F(StatusPageTest, ApiFollowsAPipelineWithAFailingTask) {
   EXPECT_NE(metrics.body.find("squall_tasks{state=\"failed\"} 1\n"), std::string::npos);
   EXPECT_NE(metrics.body.find("squall_scheduling_pass_seconds_count "), std::string::npos);
 
-  // Closed: the page still shows what failed.
+  // Closed: the page still shows all of it, with one state (it did not
+  // fail: the failure was allowed).
   session.close();
   summary = getJson(http(), "/api/sessions/" + id);
   EXPECT_EQ(summary["closed"], true);
+  EXPECT_EQ(summary["state"], "closed");
+  EXPECT_EQ(summary["counts"]["finished"], 2);
+  for (auto& row : getJson(http(), "/api/sessions")) {
+    if (row["id"] == summary["id"]) {
+      EXPECT_EQ(row["state"], "closed");
+    }
+  }
   task = getJson(http(), "/api/sessions/" + id + "/tasks/" + std::to_string(broken.id()));
   EXPECT_EQ(task["stderrTail"], "broken: cannot open input.csv\n");
+  EXPECT_EQ(getJson(http(), "/api/sessions/" + id + "/graph"), graph);
+  EXPECT_EQ(getJson(http(), "/api/sessions/" + id + "/timeline")["timed"], 3);
+  EXPECT_EQ(getJson(http(), "/api/sessions/" + id + "/tasks")["total"], 3);
+}
+
+// All output of `squall ARGS` against `server`, and its exit status.
+std::pair<int, std::string> squallCli(const std::string& server, std::vector<std::string> args) {
+  args.insert(args.end(), {"--server", server});
+  ChildProcess cli(findProgram("squall"), args);
+  std::string out;
+  while (auto line = cli.readLine(std::chrono::seconds(30))) out += *line + "\n";
+  EXPECT_TRUE(cli.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  auto status = cli.poll();
+  return {status && WIFEXITED(*status) ? WEXITSTATUS(*status) : -1, out};
+}
+
+// A session that ran, failed and closed, kept over a server restart
+// (killed, as by a crash, just after the close was answered): its graph,
+// timeline and failures through the JSON API and `squall status`.
+TEST(StatusPageHistoryTest, AClosedSessionSurvivesARestartWithItsGraphTimelineAndFailures) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 2;
+  LocalCluster cluster(options);
+  cluster.start();
+  uint64_t id = 0, brokenId = 0;
+  {
+    Client client(cluster.serverAddress());
+    auto session = client.newSession("kept-run");
+    auto words = session.blob("b\na\n", "words");
+    auto sorted = session.execute(Program({"sort"}).stdinFrom(words).stdoutOutput().name("sort"));
+    session.execute(Program({"cat"}).stdinFrom(sorted.output()).stdoutOutput().name("after"));
+    auto broken = session.execute(
+        Program::shell("echo 'broken: no such input' >&2; exit 3").name("broken"));
+    session.submit();
+    EXPECT_THROW(session.waitAll(), TaskFailed);
+    id = session.id();
+    brokenId = broken.id();
+    session.close();  // answered once what is kept of it is in the log
+  }
+  cluster.restartServer();
+  auto http = cluster.httpAddress();
+  auto base = "/api/sessions/" + std::to_string(id);
+
+  auto summary = getJson(http, base);
+  EXPECT_EQ(summary["name"], "kept-run");
+  EXPECT_EQ(summary["state"], "failed");
+  EXPECT_EQ(summary["closed"], true);
+  EXPECT_EQ(summary["failure"]["task"], brokenId);
+  EXPECT_EQ(summary["failure"]["stderrTail"], "broken: no such input\n");
+  auto graph = getJson(http, base + "/graph");
+  EXPECT_EQ(graph["mode"], "tasks");
+  EXPECT_EQ(graph["nodes"].size(), 3u);
+  EXPECT_EQ(graph["edges"].size(), 1u);  // sort -> after
+  auto timeline = getJson(http, base + "/timeline");
+  EXPECT_GE(timeline["timed"].get<int>(), 1);
+  EXPECT_EQ(timeline["lanes"][0]["governor"], "governor-0");
+  auto failures = getJson(http, base + "/tasks?state=failed");
+  ASSERT_EQ(failures["tasks"].size(), 1u);
+  EXPECT_EQ(failures["tasks"][0]["name"], "broken");
+  auto task = getJson(http, base + "/tasks/" + std::to_string(brokenId));
+  EXPECT_EQ(task["stderrTail"], "broken: no such input\n");
+  EXPECT_EQ(task["exitStatus"], 3);
+
+  auto [status, out] = squallCli(cluster.serverAddress(), {"status", std::to_string(id)});
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("(kept-run): failed (closed)"), std::string::npos) << out;
+  EXPECT_NE(out.find("broken (task " + std::to_string(brokenId)), std::string::npos) << out;
+  EXPECT_NE(out.find("| broken: no such input"), std::string::npos) << out;
+  // By name too, and the client library says it is closed.
+  EXPECT_EQ(squallCli(cluster.serverAddress(), {"status", "kept-run"}).second, out);
+  Client client(cluster.serverAddress());
+  auto state = client.attach(id).state();
+  EXPECT_TRUE(state.closed);
+  EXPECT_FALSE(state.open);
+  // New sessions do not take its id.
+  EXPECT_GT(client.newSession("next").id(), id);
 }
 
 TEST_F(StatusPageTest, BadRequestsGet400Or404AndTheServerCarriesOn) {
@@ -169,6 +255,46 @@ TEST_F(StatusPageTest, BadRequestsGet400Or404AndTheServerCarriesOn) {
   EXPECT_EQ(httpGet(http(), "/api/overview", "DELETE").status, 405);
   EXPECT_TRUE(cluster->server().running());
   EXPECT_EQ(httpGet(http(), "/api/overview").status, 200);
+}
+
+// --log off: closed sessions are kept in memory, as many as
+// --history-sessions says; a bad limit is refused at start.
+TEST(StatusPageHistoryTest, WithoutALogClosedSessionsAreKeptInMemoryWithinTheFlags) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.serverArgs = {"--log", "off", "--history-sessions", "1"};
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  std::vector<uint64_t> ids;
+  for (auto name : {"first", "second"}) {
+    auto session = client.newSession(name);
+    session.execute(Program({"true"}).name("noop"));
+    session.submit();
+    session.waitAll();
+    ids.push_back(session.id());
+    session.close();
+  }
+  auto http = cluster.httpAddress();
+  EXPECT_EQ(httpGet(http, "/api/sessions/" + std::to_string(ids[0])).status, 404);
+  auto graph = getJson(http, "/api/sessions/" + std::to_string(ids[1]) + "/graph");
+  ASSERT_EQ(graph["nodes"].size(), 1u);
+  EXPECT_EQ(graph["nodes"][0]["state"], "finished");
+  EXPECT_TRUE(client.attach(ids[1]).state().closed);
+
+  for (auto flag : {"--history-mb 0", "--history-sessions -1"}) {
+    auto command = findProgram("squall-server") + " --log off --listen 127.0.0.1:0 --http off " + flag + " 2>&1";
+    FILE* out = popen(command.c_str(), "r");
+    ASSERT_NE(out, nullptr);
+    std::string text;
+    char buffer[512];
+    while (fgets(buffer, sizeof(buffer), out) != nullptr) text += buffer;
+    int status = pclose(out);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << flag;
+    EXPECT_NE(text.find(std::string(flag).substr(0, std::string(flag).find(' ')) + ": Value"),
+              std::string::npos)
+        << text;
+  }
 }
 
 TEST(StatusPageFlagsTest, OffMeansNoPortAndABusyPortIsAClearError) {

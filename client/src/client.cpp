@@ -1055,7 +1055,8 @@ SessionState toState(wire::SessionState::Reader s) {
                       s.getTasksRunning(),
                       s.getTasksFinished(),
                       s.getTasksFailed(),
-                      s.getTasksSkipped()};
+                      s.getTasksSkipped(),
+                      s.getClosed()};
 }
 }  // namespace
 

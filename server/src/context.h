@@ -4,6 +4,7 @@
 
 #include "dispatcher.h"
 #include "governor-pool.h"
+#include "session-history.h"
 #include "session-table.h"
 
 #include <kj/timer.h>
@@ -15,6 +16,8 @@ namespace squall {
 
 struct ServerContext {
   SessionTable& sessions;
+  // Closed sessions, for getState / getTasks / findSession.
+  const SessionHistory& history;
   GovernorPool& governors;
   Dispatcher& dispatcher;
   spdlog::logger& logger;

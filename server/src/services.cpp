@@ -11,6 +11,13 @@ namespace squall {
 
 namespace {
 
+using TaskInfoState = wire::TaskInfo::State;
+// TaskInfo states by TaskNode::State.
+constexpr TaskInfoState TASK_STATES[] = {TaskInfoState::WAITING,  TaskInfoState::READY,
+                                         TaskInfoState::RUNNING,  TaskInfoState::FINISHED,
+                                         TaskInfoState::FAILED,   TaskInfoState::CANCELLED,
+                                         TaskInfoState::SKIPPED};
+
 void fillFailure(wire::Failure::Builder out, const Session& session) {
   out.setMessage(session.state == Session::State::CLOSED ? "session was closed"
                                                          : session.failureMessage);
@@ -89,6 +96,14 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     context.dispatcher.kick();
   }
 
+  // The open session `id`; one that is closed (and kept in the history)
+  // is named as such rather than as unknown.
+  Session& openSession(uint64_t id) {
+    KJ_IF_MAYBE(session, context.sessions.find(id)) { return *session; }
+    SQUALL_REQUIRE(context.history.find(id) == nullptr, "session ", id, " is closed");
+    return context.sessions.get(id);
+  }
+
   kj::Promise<void> newSession(NewSessionContext call) override {
     auto params = call.getParams();
     auto& session = context.sessions.open(params.getName().cStr(), this, params.getPersistent());
@@ -98,22 +113,29 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> adoptSession(AdoptSessionContext call) override {
     auto id = call.getParams().getSession();
-    context.sessions.adopt(context.sessions.get(id), this);
+    context.sessions.adopt(openSession(id), this);
     context.logger.info("event=session-adopted session={} peer={}", id, peer.cStr());
     return kj::READY_NOW;
   }
 
   kj::Promise<void> closeSession(CloseSessionContext call) override {
     auto id = call.getParams().getSession();
+    // Closed already (a client sending it again after a reconnect): done.
+    if (context.sessions.find(id) == nullptr && context.history.find(id) != nullptr) {
+      return kj::READY_NOW;
+    }
     context.sessions.get(id);
     context.sessions.close(id);
-    context.dispatcher.kick();
-    return kj::READY_NOW;
+    // Answered once the log has what is kept of it (the history record goes
+    // with the next commit), so that a client that saw it close finds it
+    // after a restart too. A failing log is the Dispatcher's to report; the
+    // session is closed either way.
+    return context.dispatcher.durable().catch_([](kj::Exception&&) {});
   }
 
   kj::Promise<void> submit(SubmitContext call) override {
     auto id = call.getParams().getSession();
-    auto& session = context.sessions.get(id);
+    auto& session = openSession(id);
     SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", id, " has failed: ", session.failureMessage);
     call.getResults().setSubmission(kj::heap<SubmissionImpl>(context, id));
     return kj::READY_NOW;
@@ -122,7 +144,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> wait(WaitContext call) override {
     auto params = call.getParams();
     auto id = params.getSession();
-    auto& session = context.sessions.get(id);
+    auto& session = openSession(id);
     return context.sessions.wait(session, params.getIds(), false).then([this, id, call]() mutable {
       fillWaitResult(id, call.getResults().initResult(), call.getParams().getIds());
     });
@@ -131,7 +153,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> waitSome(WaitSomeContext call) override {
     auto params = call.getParams();
     auto id = params.getSession();
-    auto& session = context.sessions.get(id);
+    auto& session = openSession(id);
     return context.sessions.wait(session, params.getIds(), true).then([this, id, call]() mutable {
       auto results = call.getResults();
       fillWaitResult(id, results.initResult(), call.getParams().getIds());
@@ -156,7 +178,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto params = call.getParams();
     auto id = params.getSession();
     auto n = params.getObject();
-    auto& session = context.sessions.get(id);
+    auto& session = openSession(id);
     auto it = session.objects.find(n);
     SQUALL_REQUIRE(it != session.objects.end(), "fetch: unknown object ", n);
     SQUALL_REQUIRE(it->second.keep, "fetch: object ", n,
@@ -199,7 +221,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> unkeep(UnkeepContext call) override {
     auto params = call.getParams();
-    auto& session = context.sessions.get(params.getSession());
+    auto& session = openSession(params.getSession());
     SQUALL_REQUIRE(session.state == Session::State::OPEN, "unkeep: session ", session.id,
                    " has failed: ", session.failureMessage);
     context.sessions.unkeep(session, params.getObjects());
@@ -208,15 +230,21 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   }
 
   kj::Promise<void> cancel(CancelContext call) override {
-    auto& session = context.sessions.get(call.getParams().getSession());
+    auto& session = openSession(call.getParams().getSession());
     context.sessions.fail(session, "cancelled by the client");
     context.dispatcher.kick();
     return kj::READY_NOW;
   }
 
   kj::Promise<void> getState(GetStateContext call) override {
-    auto& session = context.sessions.get(call.getParams().getSession());
-    fillState(call.getResults().initState(), session);
+    auto id = call.getParams().getSession();
+    if (context.sessions.find(id) == nullptr) {
+      KJ_IF_MAYBE(kept, context.history.find(id)) {
+        fillKeptState(call.getResults().initState(), *kept);
+        return kj::READY_NOW;
+      }
+    }
+    fillState(call.getResults().initState(), context.sessions.get(id));
     return kj::READY_NOW;
   }
 
@@ -236,12 +264,9 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   }
 
   void fillTask(wire::TaskInfo::Builder out, const TaskNode& task) {
-    using W = wire::TaskInfo::State;
-    static const W STATES[] = {W::WAITING, W::READY, W::RUNNING, W::FINISHED,
-                               W::FAILED, W::CANCELLED, W::SKIPPED};
     out.setId(task.id.n);
     out.setName(task.spec.getName());
-    out.setState(STATES[static_cast<int>(task.state)]);
+    out.setState(TASK_STATES[static_cast<int>(task.state)]);
     out.setGovernor(task.governorName);
     if (task.state == TaskNode::State::ASSIGNED) {
       // Running (or queued) there now.
@@ -284,9 +309,27 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     }
   }
 
+  // What is kept of a task of a closed session: no spec, inputs or
+  // outputs; tails for the first failures only.
+  static void fillKeptTask(wire::TaskInfo::Builder out, wire::KeptTask::Reader task) {
+    auto outcome = task.getOutcome();
+    out.setId(outcome.getTask());
+    out.setName(task.getName());
+    out.setType(task.getType());
+    out.setState(TASK_STATES[outcome.getState()]);
+    out.setGovernor(outcome.getGovernor());
+    out.setStartTimeUs(outcome.getStartTimeUs());
+    out.setDurationUs(outcome.getDurationUs());
+    out.setExitStatus(outcome.getExitStatus());
+    out.setError(outcome.getError());
+    out.setStdoutTail(outcome.getStdoutTail());
+    out.setStderrTail(outcome.getStderrTail());
+    out.setAttempt(outcome.getAttempt());
+  }
+
   kj::Promise<void> getObjects(GetObjectsContext call) override {
     auto params = call.getParams();
-    auto& session = context.sessions.get(params.getSession());
+    auto& session = openSession(params.getSession());
     auto ids = params.getIds();
     auto out = call.getResults().initObjects(ids.size());
     for (uint i = 0; i < ids.size(); i++) {
@@ -298,21 +341,42 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     return kj::READY_NOW;
   }
 
-  static void fillState(wire::SessionState::Builder state, const Session& session) {
-    state.setId(session.id);
-    state.setName(session.name);
-    state.setState(session.state == Session::State::OPEN ? wire::SessionState::State::OPEN
-                                                         : wire::SessionState::State::FAILED);
-    if (session.state != Session::State::OPEN) fillFailure(state.initFailure(), session);
+  // `counts` by TaskNode::State.
+  static void fillCounts(wire::SessionState::Builder state, const uint64_t* counts) {
     using S = TaskNode::State;
-    auto count = [&](S s) { return session.counts[static_cast<int>(s)]; };
+    auto count = [&](S s) { return counts[static_cast<int>(s)]; };
     state.setTasksWaiting(count(S::WAITING));
     state.setTasksReady(count(S::READY));
     state.setTasksRunning(count(S::ASSIGNED));
     state.setTasksFinished(count(S::FINISHED));
     state.setTasksFailed(count(S::FAILED) + count(S::CANCELLED));
     state.setTasksSkipped(count(S::SKIPPED));
+  }
+
+  static void fillState(wire::SessionState::Builder state, const Session& session) {
+    state.setId(session.id);
+    state.setName(session.name);
+    state.setState(session.state == Session::State::OPEN ? wire::SessionState::State::OPEN
+                                                         : wire::SessionState::State::FAILED);
+    if (session.state != Session::State::OPEN) fillFailure(state.initFailure(), session);
+    fillCounts(state, session.counts);
     state.setNextId(session.nextId);
+  }
+
+  static void fillKeptState(wire::SessionState::Builder state, wire::KeptSession::Reader kept) {
+    state.setId(kept.getId());
+    state.setName(kept.getName());
+    state.setClosed(true);
+    if (kept.getFailed()) {
+      state.setState(wire::SessionState::State::FAILED);
+      state.setFailure(kept.getFailure());
+    } else {
+      state.setState(wire::SessionState::State::CLOSED);
+    }
+    uint64_t counts[7];
+    for (uint i = 0; i < 7; i++) counts[i] = kept.getCounts()[i];
+    fillCounts(state, counts);
+    state.setNextId(kept.getNextId());
   }
 
   kj::Promise<void> findSession(FindSessionContext call) override {
@@ -321,7 +385,8 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     for (auto& [id, session] : context.sessions.all()) {
       if (session.name == name.cStr()) found = id;  // newest wins
     }
-    SQUALL_REQUIRE(found != 0, "no open session is named '", name, "'");
+    if (found == 0) found = context.history.findByName(std::string_view(name.begin(), name.size()));
+    SQUALL_REQUIRE(found != 0, "no session is named '", name, "'");
     call.getResults().setSession(found);
     return kj::READY_NOW;
   }
@@ -336,22 +401,45 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> getTasks(GetTasksContext call) override {
     auto params = call.getParams();
-    auto& session = context.sessions.get(params.getSession());
+    auto id = params.getSession();
+    auto ids = params.getIds();
+    bool wanted[7] = {};
+    bool any = params.getStates().size() == 0;
+    for (auto s : params.getStates()) {
+      auto index = static_cast<int>(s);
+      if (index < 7) wanted[toNodeState(s)] = true;
+    }
+    size_t limit = params.getLimit() == 0 ? 1000 : std::min<size_t>(params.getLimit(), 100000);
+    if (context.sessions.find(id) == nullptr) {
+      KJ_IF_MAYBE(kept, context.history.find(id)) {
+        // Kept failures first, then by id, already.
+        auto tasks = kept->getTasks();
+        std::vector<wire::KeptTask::Reader> chosen;
+        for (auto n : ids) {
+          size_t at = 0;
+          while (at < tasks.size() && tasks[at].getOutcome().getTask() != n) at++;
+          SQUALL_REQUIRE(at < tasks.size(), "task ", n, " of closed session ", id,
+                         " is not kept (the server keeps ", tasks.size(),
+                         " of its tasks: the failures and the longest-running)");
+          chosen.push_back(tasks[at]);
+        }
+        for (size_t i = 0; ids.size() == 0 && i < tasks.size() && chosen.size() < limit; i++) {
+          if (any || wanted[tasks[i].getOutcome().getState()]) chosen.push_back(tasks[i]);
+        }
+        auto out = call.getResults().initTasks(chosen.size());
+        for (size_t i = 0; i < chosen.size(); i++) fillKeptTask(out[i], chosen[i]);
+        return kj::READY_NOW;
+      }
+    }
+    auto& session = context.sessions.get(id);
     std::vector<const TaskNode*> chosen;
-    if (params.getIds().size() > 0) {
-      for (auto n : params.getIds()) {
+    if (ids.size() > 0) {
+      for (auto n : ids) {
         auto it = session.tasks.find(n);
         SQUALL_REQUIRE(it != session.tasks.end(), "unknown task ", n);
         chosen.push_back(&it->second);
       }
     } else {
-      bool wanted[7] = {};
-      bool any = params.getStates().size() == 0;
-      for (auto s : params.getStates()) {
-        auto index = static_cast<int>(s);
-        if (index < 7) wanted[toNodeState(s)] = true;
-      }
-      size_t limit = params.getLimit() == 0 ? 1000 : std::min<size_t>(params.getLimit(), 100000);
       // Failures first, then the rest in id order.
       std::vector<const TaskNode*> failures, others;
       for (auto& [n, task] : session.tasks) {

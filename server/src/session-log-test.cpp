@@ -196,6 +196,42 @@ TEST_F(SessionLogTest, AFullDiskRefusesTheWriteAndKeepsWhatWasThere) {
   EXPECT_EQ(log.load()[0].chunks.size(), 2u);
 }
 
+TEST_F(SessionLogTest, HistoryRowsOutlivePruningTheirSession) {
+  {
+    SessionLog log(path, *logger);
+    log.sessionOpened(1, "closing", false);
+    log.sessionKept(1, kj::heapArray<const kj::byte>(bytes("record of 1")));
+    log.flush();
+    log.sessionClosed(1);
+  }
+  SessionLog log(path, *logger);
+  EXPECT_TRUE(log.load().empty());
+  auto kept = log.loadKept();
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].id, 1u);
+  EXPECT_EQ(std::string(kept[0].record.begin(), kept[0].record.end()), "record of 1");
+}
+
+TEST_F(SessionLogTest, AHistoryWriteThatFailsIsDroppedAndTheStateChangesStillCommit) {
+  {
+    SessionLog log(path, *logger);
+    log.sessionOpened(1, "busy", true);
+    log.limitSize(1);
+    // 2 MiB of history cannot fit a 1 MiB log; the task's outcome can.
+    std::string big(2 << 20, 'h');
+    log.sessionKept(9, kj::heapArray<const kj::byte>(bytes(big)));
+    log.taskDone({1, 10, 3, 1, "gov-a", 100, 50, 0, "", "", ""});
+    log.flush();
+    EXPECT_EQ(log.queued(), 0u);
+  }
+  SessionLog log(path, *logger);
+  auto sessions = log.load();
+  ASSERT_EQ(sessions.size(), 1u);
+  ASSERT_EQ(sessions[0].tasks.size(), 1u);
+  EXPECT_EQ(sessions[0].tasks[0].task, 10u);
+  EXPECT_TRUE(log.loadKept().empty());
+}
+
 // commit(): the writer thread writes while the loop goes on; the promise
 // settles on the loop.
 TEST_F(SessionLogTest, CommitsWriteOnTheWriterThreadAndComeBackAfterReopening) {

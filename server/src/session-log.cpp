@@ -83,6 +83,16 @@ const char* const MIGRATIONS[] = {
     R"sql(
       ALTER TABLE outcomes ADD COLUMN packed INTEGER NOT NULL DEFAULT 0;
     )sql",
+    // 5: the history of closed sessions, a record each (see
+    // SessionHistory), in the order they closed. Not tied to `sessions`:
+    // pruning a closed session leaves its record.
+    R"sql(
+      CREATE TABLE history (
+        session INTEGER PRIMARY KEY,
+        seq INTEGER NOT NULL,
+        record BLOB NOT NULL
+      );
+    )sql",
 };
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
 
@@ -204,6 +214,12 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
       rc = sqlite3_step(stmt);
       if (rc != SQLITE_ROW) fail("reading task outcomes", rc);
       nextOutcomeSeq = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
+    }
+    {
+      Statement stmt{prepare("SELECT COALESCE(MAX(seq) + 1, 0) FROM history")};
+      rc = sqlite3_step(stmt);
+      if (rc != SQLITE_ROW) fail("reading the history", rc);
+      nextKeptSeq = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
     }
   } catch (...) {
     sqlite3_close(db);
@@ -334,6 +350,31 @@ void SessionLog::objectUnkept(uint64_t session, uint64_t object) {
   pendingUnkept.emplace_back(session, object);
 }
 
+void SessionLog::sessionKept(uint64_t id, kj::Array<const kj::byte> record) {
+  pendingKept.push_back({id, nextKeptSeq++, kj::mv(record)});
+}
+
+void SessionLog::keptForgotten(uint64_t id) {
+  // Not written at all when it is still queued (the delete goes anyway: an
+  // earlier commit may have written it).
+  pendingKept.erase(std::remove_if(pendingKept.begin(), pendingKept.end(),
+                                   [id](const Batch::Kept& k) { return k.session == id; }),
+                    pendingKept.end());
+  pendingForgotten.push_back(id);
+}
+
+std::vector<SessionLog::KeptRecord> SessionLog::loadKept() {
+  std::lock_guard<std::mutex> lock(dbMutex);
+  std::vector<KeptRecord> records;
+  Statement stmt{prepare("SELECT session, record FROM history ORDER BY seq")};
+  int rc;
+  while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    records.push_back({static_cast<uint64_t>(sqlite3_column_int64(stmt, 0)), columnBlob(stmt, 1)});
+  }
+  if (rc != SQLITE_DONE) fail("reading the history", rc);
+  return records;
+}
+
 SessionLog::Batch SessionLog::take() {
   Batch batch;
   if (retry) {
@@ -342,7 +383,8 @@ SessionLog::Batch SessionLog::take() {
   }
   retryCount = 0;
   batch.changes += pendingTasks.size() + pendingObjects.size() + pendingUnkept.size() +
-                   pendingFailures.size() + pendingGovernors.size();
+                   pendingFailures.size() + pendingGovernors.size() + pendingKept.size() +
+                   pendingForgotten.size();
   // One message per session.
   struct Records {
     std::vector<const TaskRecord*> tasks;
@@ -391,7 +433,11 @@ SessionLog::Batch SessionLog::take() {
   }
   for (auto& failure : pendingFailures) batch.failures.push_back(std::move(failure));
   for (auto& governor : pendingGovernors) batch.governors.push_back(std::move(governor));
+  for (auto& kept : pendingKept) batch.kept.push_back(std::move(kept));
+  batch.forgotten.insert(batch.forgotten.end(), pendingForgotten.begin(), pendingForgotten.end());
   pendingGovernors.clear();
+  pendingKept.clear();
+  pendingForgotten.clear();
   pendingTasks.clear();
   pendingObjects.clear();
   pendingUnkept.clear();
@@ -432,6 +478,37 @@ void SessionLog::write(const Batch& batch) {
       sqlite3_reset(stmt);
     }
   });
+  writeHistory(batch);
+}
+
+void SessionLog::writeHistory(const Batch& batch) {
+  if (batch.kept.empty() && batch.forgotten.empty()) return;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                transaction("writing the history", [&]() {
+                  Statement insert{prepare(
+                      "INSERT OR REPLACE INTO history (session, seq, record) VALUES (?, ?, ?)")};
+                  for (auto& kept : batch.kept) {
+                    sqlite3_bind_int64(insert, 1, static_cast<sqlite3_int64>(kept.session));
+                    sqlite3_bind_int64(insert, 2, static_cast<sqlite3_int64>(kept.seq));
+                    sqlite3_bind_blob64(insert, 3, kept.record.begin(), kept.record.size(), SQLITE_STATIC);
+                    int rc = sqlite3_step(insert);
+                    if (rc != SQLITE_DONE) fail("writing the history", rc);
+                    sqlite3_reset(insert);
+                  }
+                  Statement drop{prepare("DELETE FROM history WHERE session = ?")};
+                  for (auto id : batch.forgotten) {
+                    sqlite3_bind_int64(drop, 1, static_cast<sqlite3_int64>(id));
+                    int rc = sqlite3_step(drop);
+                    if (rc != SQLITE_DONE) fail("pruning the history", rc);
+                    sqlite3_reset(drop);
+                  }
+                });
+              })) {
+    // The records stay in memory; after a restart the page shows fewer
+    // closed sessions. Nothing else depends on them.
+    logger.warn("event=history-not-written path={} kept={} forgotten={} error=\"{}\"", file,
+                batch.kept.size(), batch.forgotten.size(), e->getDescription().cStr());
+  }
 }
 
 void SessionLog::flush() {

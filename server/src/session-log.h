@@ -18,6 +18,13 @@
 // Compaction: a closed session's rows are deleted when it closes, so the
 // log holds open work only, and its pages go back to the file system.
 //
+// History: what the server keeps of closed sessions (SessionHistory) is in
+// a table of its own, which pruning a session leaves alone; it is pruned by
+// the history's own bounds. Its rows are queued like state changes and
+// written by the same commits, in a transaction of their own after the
+// state changes: a history write that fails (a full log) is logged and
+// dropped, and never holds back what recovery needs.
+//
 // Errors (a file that is not a log, a newer schema, corruption, a full
 // disk) throw FAILED exceptions naming the file and the problem; a failed
 // write leaves the log as it was before that transaction.
@@ -109,8 +116,20 @@ class SessionLog {
   // Changes not yet handed to a commit (a failed commit's count again).
   size_t queued() const {
     return pendingTasks.size() + pendingObjects.size() + pendingUnkept.size() +
-           pendingFailures.size() + pendingGovernors.size() + retryCount;
+           pendingFailures.size() + pendingGovernors.size() + pendingKept.size() +
+           pendingForgotten.size() + retryCount;
   }
+  // A closed session's record in the history (opaque bytes, see
+  // SessionHistory), newer than every record before it; a record the
+  // history no longer keeps. Queued until commit().
+  void sessionKept(uint64_t id, kj::Array<const kj::byte> record);
+  void keptForgotten(uint64_t id);
+  struct KeptRecord {
+    uint64_t id;
+    std::vector<uint8_t> record;
+  };
+  // The history's records, oldest first.
+  std::vector<KeptRecord> loadKept();
   // A governor registered / left for good (queued until commit()). Those
   // still listed when the server restarts are waited for.
   void governorSeen(const std::string& name);
@@ -135,6 +154,14 @@ class SessionLog {
     std::vector<uint64_t> outcomeSeqs;
     std::vector<std::pair<uint64_t, std::string>> failures;
     std::vector<std::pair<std::string, bool>> governors;
+    // History rows: (session, seq, record) to write, then sessions to drop.
+    struct Kept {
+      uint64_t session;
+      uint64_t seq;
+      kj::Array<const kj::byte> record;
+    };
+    std::vector<Kept> kept;
+    std::vector<uint64_t> forgotten;
     size_t changes = 0;
   };
 
@@ -158,13 +185,18 @@ class SessionLog {
   std::vector<std::pair<uint64_t, uint64_t>> pendingUnkept;  // session, object
   std::vector<std::pair<uint64_t, std::string>> pendingFailures;
   std::vector<std::pair<std::string, bool>> pendingGovernors;
-  // Order of outcome rows across sessions (read back at open by load()).
+  std::vector<Batch::Kept> pendingKept;
+  std::vector<uint64_t> pendingForgotten;
+  // Order of outcome rows across sessions (read back at open by load()),
+  // and of history rows.
   uint64_t nextOutcomeSeq = 0;
+  uint64_t nextKeptSeq = 0;
 
   // The queue (after a failed batch) as one batch; empties the queue.
   Batch take();
-  // One transaction; caller holds dbMutex.
+  // One transaction, then one for the history; caller holds dbMutex.
   void write(const Batch& batch);
+  void writeHistory(const Batch& batch);
   void writerLoop();
   void exec(const char* sql);
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back and rethrows.

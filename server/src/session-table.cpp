@@ -121,8 +121,11 @@ void SessionTable::close(uint64_t id) {
   auto it = sessions.find(id);
   if (it == sessions.end()) return;
   auto& session = it->second;
+  // Unfinished tasks are cancelled by closing: they say so to onClose (the
+  // history keeps the session as it closed).
   for (auto& [n, task] : session.tasks) {
     if (task.state == TaskNode::State::ASSIGNED) pending.cancel.emplace_back(task.governor, task.id);
+    if (!task.done()) session.setTaskState(task, TaskNode::State::CANCELLED);
   }
   for (auto& [n, object] : session.objects) {
     for (auto g : object.locations) pending.remove.emplace_back(g, object.id);

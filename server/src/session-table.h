@@ -9,6 +9,7 @@
 #include "stats.h"
 #include "submit.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <spdlog/logger.h>
@@ -40,6 +41,9 @@ class SessionTable {
   // name to the id it has or will have when it reconnects). Logs nothing.
   Session& restore(const SessionLog::SessionRecord& record,
                    const std::function<GovernorId(const std::string&)>& governorId);
+  // New sessions get ids above `id` (one kept in the history), so that no
+  // id names two sessions across a restart.
+  void reserveIds(uint64_t id) { nextSession = std::max(nextSession, id + 1); }
   // The calling client owns the session from now (it re-attached after
   // losing its connection, or the server restarted).
   void adopt(Session& session, const void* owner) { session.owner = owner; }
@@ -91,8 +95,9 @@ class SessionTable {
   const std::map<uint64_t, Session>& all() const { return sessions; }
   // Counters for the status page; the Dispatcher adds its own to them.
   ServerStats& stats() { return counters; }
-  // Called with a session just before close() forgets it (the status page
-  // keeps a summary of closed sessions). Must not touch the table.
+  // Called with a session just before close() forgets it, its unfinished
+  // tasks cancelled (main() keeps it in the SessionHistory). Must not touch
+  // the table.
   std::function<void(const Session&)> onClose;
 
  private:

@@ -29,6 +29,7 @@ struct TestTask {
   std::optional<uint32_t> cpus;  // unset: the default (1), not asked for
   uint32_t retries = 0;
   bool allowFailure = false;
+  std::string name;
 };
 
 class TestGraph {
@@ -65,6 +66,7 @@ class TestGraph {
       auto& t = tasks[i];
       ts[i].initId().setSession(session);
       ts[i].getId().setN(t.n);
+      ts[i].setName(t.name);
       ts[i].initResources().setCpus(t.cpus.value_or(1));
       ts[i].getResources().setCpusAsked(t.cpus.has_value());
       ts[i].initPolicy().setRetries(t.retries);

@@ -127,12 +127,16 @@ stdout = true
 
     await row.getByRole('link', { name: 'browser-test' }).click();
     await page.waitForURL(/\/sessions\/\d+$/);
+    const sessionUrl = page.url();
+    const badges = () => page.locator('[data-testid=session-state] .badge')
+      .evaluateAll((found) => found.map((b) => b.dataset.state).join(','));
     const count = (state) => page.locator(`[data-testid=count-${state}]`);
     await page.locator('[data-testid=count-running]:not([data-count="0"])').waitFor();
     await page.locator('[data-testid=count-failed][data-count="1"]').waitFor();
     const before = Number(await count('finished').getAttribute('data-count'));
     check(before === 0, `finished before the gate opened: ${before}`);
     await page.locator('[data-testid=dag] g[data-task]').first().waitFor();
+    check(await badges() === 'open', `badges of the open session: ${await badges()}`);
     console.log('ok: session view shows running tasks, one failure, the graph');
 
     fs.writeFileSync(gate, '');
@@ -169,6 +173,32 @@ stdout = true
     fs.writeFileSync(gate2, '');
     const code = await Promise.race([runExit, new Promise((r) => setTimeout(() => r('timeout'), 30000))]);
     check(code === 1, `squall run exit status ${code} (1: a task failed)`);
+
+    // `squall run` has exited and closed its session: the page still draws
+    // all of it, with one state (--keep-going: the failure was allowed).
+    await page.goto(sessionUrl);
+    await page.locator('[data-testid=closed-note]').waitFor();
+    check(await badges() === 'closed', `badges of the closed session: ${await badges()}`);
+    await page.locator('[data-testid=dag] g[data-task]').nth(13).waitFor();
+    const nodes = await page.locator('[data-testid=dag] g[data-task]').count();
+    check(nodes === 14, `graph nodes of the closed session: ${nodes}`);
+    const finishedNodes = await page.locator('[data-testid=dag] g[data-task][data-state=finished]').count();
+    check(finishedNodes === 13, `finished nodes of the closed session: ${finishedNodes}`);
+    await page.locator('[data-testid=timeline] rect.bar').nth(13).waitFor();
+    await page.locator('[data-testid=count-finished][data-count="13"]').waitFor();
+    await page.locator('[data-testid=task-row]').nth(13).waitFor();
+    check(await page.getByText('no longer held').count() === 0, 'the page says the session is no longer held');
+    await page.locator('[data-testid=failures] a', { hasText: 'broken' }).click();
+    await page.waitForURL(/\/tasks\/\d+$/);
+    const closedStderr = await page.locator('[data-testid=task-stderr]').textContent();
+    check(closedStderr.includes('broken: cannot open input.csv'), `stderr of the closed session's task: ${JSON.stringify(closedStderr)}`);
+    await page.goto(`${http}/`);
+    const closedRow = page.locator('[data-testid=session-row]', { hasText: 'browser-test' });
+    await closedRow.waitFor();
+    const rowBadges = await closedRow.locator('.badge').evaluateAll((found) => found.map((b) => b.dataset.state).join(','));
+    check(rowBadges === 'closed', `badges of the closed session on the overview: ${rowBadges}`);
+    check(errors.length === 0, `page errors: ${errors.join('; ')}`);
+    console.log('ok: the closed session shows one state, its graph, timeline, table and failure');
   } finally {
     await browser.close();
   }

@@ -57,7 +57,7 @@ int runPipeline(const RunOptions& options);
 int runCommandLine(const RunOptions& options);
 
 // The session commands: SESSION is an id or a name (the newest open session
-// with that name).
+// with that name, else the last closed one the server keeps).
 struct SessionCommandOptions {
   std::string server;
   std::string token;

@@ -1,6 +1,8 @@
 // `squall status|wait|fetch|cancel|logs`: look at and steer a session made
 // elsewhere (a running `squall run`, a C++ program). They attach to it by id
-// or name; attaching never closes it, so the owner carries on.
+// or name; attaching never closes it, so the owner carries on. `status` and
+// `logs` also show a closed session the server keeps (its counts, failure
+// and the tasks kept of it).
 #include "commands.h"
 
 #include <algorithm>
@@ -45,6 +47,7 @@ void printIndented(const std::string& text, const char* prefix) {
 
 std::string stateText(const SessionState& s) {
   if (s.open) return s.waiting + s.ready + s.running > 0 ? "running" : "open";
+  if (s.closed) return s.failure.empty() ? "closed" : "failed (closed)";
   return "failed";
 }
 

@@ -19,10 +19,13 @@ class StatusFixture : public ::testing::Test {
       std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
   SessionTable table{*logger};
   GovernorPool governors;
-  StatusView view{table, governors, "test", 1000};
+  SessionHistory history{HistoryLimits{}, *logger};
+  StatusView view{table, governors, history, "test", 1000};
 
   StatusFixture() {
-    table.onClose = [this](const Session& session) { view.sessionClosed(session, 5000); };
+    table.onClose = [this](const Session& session) {
+      history.keep(session, 5000, view.sessionClosed(session));
+    };
   }
 
   GovernorState& governor(const char* name, uint32_t cpus) {

@@ -158,24 +158,71 @@ TEST_F(StatusViewTest, TimelineBarsPerGovernor) {
   EXPECT_EQ(timeline["lanes"][1]["bars"][0][1], 1000);
 }
 
-TEST_F(StatusViewTest, ClosedSessionIsRememberedWithItsFailures) {
+TEST_F(StatusViewTest, AClosedSessionHasOneStateAndKeepsItsGraphTimelineAndFailures) {
   auto& g = governor("gov", 2);
   TestGraph graph(1);
-  graph.output(2).task({10, {}, {2}, {"false"}});
+  graph.output(2).output(3).task({10, {}, {2}, {"false"}}).task({11, {2}, {3}, {"cat"}});
   auto& s = submit(graph, "doomed");
   run(s, 10, g);
-  report(s, 10, false, g, "it broke\n");
+  report(s, 10, false, g, "it broke\n", 1000000, 4000);
   auto id = s.id;
+  auto open = view.session(id);
+  EXPECT_EQ(open["state"], "failed");
+  EXPECT_EQ(open["closed"], false);
+  auto openGraph = view.graph(id);
+  auto openTimeline = view.timeline(id);
   table.close(id);
+
   auto summary = view.session(id);
   ASSERT_FALSE(summary.is_null());
   EXPECT_EQ(summary["closed"], true);
-  EXPECT_EQ(summary["state"], "failed");
-  auto tasks = view.tasks(id, {});
-  ASSERT_EQ(tasks["tasks"].size(), 1u);
-  EXPECT_EQ(tasks["tasks"][0]["id"], 10);
-  EXPECT_EQ(view.task(id, 10)["stderrTail"], "it broke\n");
+  EXPECT_EQ(summary["state"], "failed");  // one state: it failed (and is closed)
+  EXPECT_EQ(summary["failure"]["stderrTail"], "it broke\n");
+  EXPECT_EQ(summary["counts"]["failed"], 1);
+  EXPECT_EQ(summary["counts"]["cancelled"], 1);
+  EXPECT_EQ(summary["tasksKept"], 2);
+  EXPECT_EQ(view.sessionsJson()[0]["state"], "failed");
   EXPECT_EQ(view.sessionsJson()[0]["closed"], true);
+  // The graph and the timeline as they were drawn when it closed.
+  auto kept = view.graph(id);
+  EXPECT_EQ(kept["mode"], "tasks");
+  EXPECT_EQ(kept["edges"], openGraph["edges"]);
+  ASSERT_EQ(kept["nodes"].size(), 2u);
+  EXPECT_EQ(kept["nodes"][1]["state"], "cancelled");
+  auto timeline = view.timeline(id);
+  EXPECT_EQ(timeline, openTimeline);
+  EXPECT_EQ(timeline["lanes"][0]["bars"][0][2], 4000);
+  auto tasks = view.tasks(id, {});
+  ASSERT_EQ(tasks["tasks"].size(), 2u);
+  EXPECT_EQ(tasks["tasks"][0]["id"], 10);
+  EXPECT_EQ(tasks["tasks"][0]["state"], "failed");
+  EXPECT_EQ(tasks["tasks"][0]["governor"], "gov");
+  EXPECT_FALSE(tasks["tasks"][0].contains("stderrTail"));
+  EXPECT_EQ(view.tasks(id, {{TaskNode::State::CANCELLED}, "", 0, 50})["total"], 1);
+  auto task = view.task(id, 10);
+  EXPECT_EQ(task["stderrTail"], "it broke\n");
+  EXPECT_EQ(task["closed"], true);
+  EXPECT_EQ(task["durationUs"], 4000);
+  EXPECT_TRUE(view.task(id, 99).is_null());
+  EXPECT_EQ(view.sessionUpdate(id)["session"]["state"], "failed");
+}
+
+TEST_F(StatusViewTest, AClosedSessionThatDidNotFailSaysClosed) {
+  auto& g = governor("gov", 2);
+  TestGraph graph(1);
+  graph.output(2).task({10, {}, {2}, {"true"}});
+  auto& s = submit(graph, "fine");
+  EXPECT_EQ(view.session(s.id)["state"], "open");
+  run(s, 10, g);
+  report(s, 10, true, g);
+  auto id = s.id;
+  table.close(id);
+  auto summary = view.session(id);
+  EXPECT_EQ(summary["state"], "closed");
+  EXPECT_EQ(summary["closed"], true);
+  EXPECT_FALSE(summary.contains("failure"));
+  EXPECT_EQ(view.sessionsJson()[0]["state"], "closed");
+  EXPECT_EQ(view.graph(id)["nodes"][0]["state"], "finished");
 }
 
 TEST_F(StatusViewTest, MetricsInPrometheusText) {

@@ -118,6 +118,13 @@ std::string label(std::string_view value) {
   return out;
 }
 
+// A page view kept as JSON text (see SessionHistory).
+Json keptView(capnp::Text::Reader text) {
+  auto json = Json::parse(text.begin(), text.end(), nullptr, false);
+  if (json.is_discarded()) return {{"mode", "omitted"}, {"bytes", text.size()}};
+  return json;
+}
+
 std::string hex(uint64_t value) {
   char buffer[17];
   snprintf(buffer, sizeof(buffer), "%016" PRIx64, value);
@@ -153,9 +160,9 @@ std::string jsonText(const Json& json) {
   return json.dump(-1, ' ', false, Json::error_handler_t::replace);
 }
 
-StatusView::StatusView(SessionTable& sessions, GovernorPool& governors, std::string version,
-                       uint64_t startedAtMs)
-    : sessions(sessions), governors(governors), version(std::move(version)),
+StatusView::StatusView(SessionTable& sessions, GovernorPool& governors,
+                       const SessionHistory& history, std::string version, uint64_t startedAtMs)
+    : sessions(sessions), governors(governors), history(history), version(std::move(version)),
       startedAtMs(startedAtMs) {}
 
 void StatusView::tick(uint64_t nowMs) {
@@ -174,33 +181,10 @@ double StatusView::throughput(size_t seconds) const {
   return done * 1000.0 / double(last.atMs - first.atMs);
 }
 
-void StatusView::sessionClosed(const Session& session, uint64_t nowMs) {
-  ClosedSession c;
-  c.id = session.id;
-  c.name = session.name;
-  c.state = session.state == Session::State::FAILED ? "failed" : "open";
-  std::copy(std::begin(session.counts), std::end(session.counts), c.counts);
-  c.closedAtMs = nowMs;
-  c.failureMessage = session.failureMessage;
-  c.failedTask = session.failedTask;
-  c.failedTasks = Json::array();
-  // The failed tasks in id order, bounded: what a user comes back for.
-  std::vector<const TaskNode*> failed;
-  for (auto& [n, task] : session.tasks) {
-    if (task.state == S::FAILED) failed.push_back(&task);
-  }
-  std::sort(failed.begin(), failed.end(),
-            [](const TaskNode* a, const TaskNode* b) { return a->id.n < b->id.n; });
-  for (size_t i = 0; i < failed.size() && i < 100; i++) {
-    auto row = taskRow(session, *failed[i]);
-    row["stderrTail"] = failed[i]->stderrTail;
-    row["stdoutTail"] = failed[i]->stdoutTail;
-    row["error"] = failed[i]->error;
-    c.failedTasks.push_back(std::move(row));
-  }
-  closed.push_back(std::move(c));
-  while (closed.size() > MAX_CLOSED) closed.pop_front();
+PageViews StatusView::sessionClosed(const Session& session) {
+  PageViews views{jsonText(graph(session.id)), jsonText(timeline(session.id))};
   derived.erase(session.id);
+  return views;
 }
 
 kj::Maybe<const Session&> StatusView::findOpen(uint64_t id) {
@@ -208,13 +192,6 @@ kj::Maybe<const Session&> StatusView::findOpen(uint64_t id) {
   auto it = all.find(id);
   if (it == all.end()) return nullptr;
   return it->second;
-}
-
-const ClosedSession* StatusView::findClosed(uint64_t id) const {
-  for (auto& c : closed) {
-    if (c.id == id) return &c;
-  }
-  return nullptr;
 }
 
 std::string StatusView::governorName(GovernorId id) {
@@ -275,24 +252,35 @@ Json StatusView::sessionSummary(const Session& session) {
   return out;
 }
 
+Json StatusView::keptSummary(wire::KeptSession::Reader kept) {
+  uint64_t counts[7];
+  for (uint i = 0; i < 7; i++) counts[i] = kept.getCounts()[i];
+  Json out = {{"id", kept.getId()},
+              {"name", kept.getName().cStr()},
+              {"state", kept.getFailed() ? "failed" : "closed"},
+              {"closed", true},
+              {"closedAtMs", kept.getClosedAtMs()},
+              {"tasks", total(counts)},
+              {"tasksKept", kept.getTasks().size()},
+              {"counts", countsJson(counts)},
+              {"changes", kept.getChanges()}};
+  if (kept.getFailed()) {
+    auto failure = kept.getFailure();
+    out["failure"] = {{"message", failure.getMessage().cStr()},
+                      {"task", failure.getTask()},
+                      {"taskName", failure.getTaskName().cStr()},
+                      {"exitStatus", failure.getExitStatus()},
+                      {"stderrTail", failure.getStderrTail().cStr()}};
+  }
+  return out;
+}
+
 Json StatusView::sessionsJson() {
   Json out = Json::array();
-  // Newest first: open sessions, then the closed ones remembered.
+  // Newest first: open sessions, then the last closed ones kept.
   auto& all = sessions.all();
   for (auto it = all.rbegin(); it != all.rend(); ++it) out.push_back(sessionSummary(it->second));
-  for (auto it = closed.rbegin(); it != closed.rend(); ++it) {
-    Json row = {{"id", it->id},
-                {"name", it->name},
-                {"state", it->state},
-                {"closed", true},
-                {"closedAtMs", it->closedAtMs},
-                {"tasks", total(it->counts)},
-                {"counts", countsJson(it->counts)}};
-    if (!it->failureMessage.empty()) {
-      row["failure"] = {{"message", it->failureMessage}, {"task", it->failedTask}};
-    }
-    out.push_back(std::move(row));
-  }
+  for (auto kept : history.newest(MAX_CLOSED)) out.push_back(keptSummary(kept));
   return out;
 }
 
@@ -418,21 +406,34 @@ Json StatusView::session(uint64_t id) {
     out["smallGraph"] = s->tasks.size() <= SMALL_GRAPH;
     return out;
   }
-  if (auto* c = findClosed(id)) {
-    Json out = {{"id", c->id},
-                {"name", c->name},
-                {"state", c->state},
-                {"closed", true},
-                {"closedAtMs", c->closedAtMs},
-                {"tasks", total(c->counts)},
-                {"counts", countsJson(c->counts)},
-                {"smallGraph", false}};
-    if (!c->failureMessage.empty()) {
-      out["failure"] = {{"message", c->failureMessage}, {"task", c->failedTask}};
-    }
+  KJ_IF_MAYBE(kept, history.find(id)) {
+    auto out = keptSummary(*kept);
+    out["smallGraph"] = out["tasks"].get<uint64_t>() <= SMALL_GRAPH;
     return out;
   }
   return nullptr;
+}
+
+Json StatusView::keptRow(wire::KeptTask::Reader task, bool details) {
+  auto outcome = task.getOutcome();
+  Json row = {{"id", outcome.getTask()},
+              {"name", task.getName().cStr()},
+              {"type", task.getType().cStr()},
+              {"state", STATE_NAMES[outcome.getState()]},
+              {"attempt", outcome.getAttempt()},
+              {"governor", outcome.getGovernor().cStr()},
+              {"startTimeUs", outcome.getStartTimeUs()},
+              {"durationUs", outcome.getDurationUs()},
+              {"exitStatus", outcome.getExitStatus()}};
+  if (details) {
+    row["group"] = taskGroup(task.getName().cStr());
+    row["error"] = outcome.getError().cStr();
+    row["stdoutTail"] = outcome.getStdoutTail().cStr();
+    row["stderrTail"] = outcome.getStderrTail().cStr();
+  } else if (outcome.getError().size() > 0) {
+    row["error"] = clip(outcome.getError().cStr(), 300);
+  }
+  return row;
 }
 
 Json StatusView::sessionUpdate(uint64_t id) {
@@ -481,16 +482,12 @@ Json StatusView::tasks(uint64_t id, const TaskQuery& query) {
         consider([&]() { return taskRow(*s, *task); });
       }
     }
-  } else if (auto* c = findClosed(id)) {
-    for (auto& row : c->failedTasks) {
-      if (!anyState && !wanted[static_cast<int>(S::FAILED)]) continue;
-      if (!nameMatches(row["name"].get<std::string>())) continue;
-      consider([&]() {
-        Json copy = row;
-        copy.erase("stderrTail");
-        copy.erase("stdoutTail");
-        return copy;
-      });
+  } else KJ_IF_MAYBE(kept, history.find(id)) {
+    // Kept in the table's order already.
+    for (auto task : kept->getTasks()) {
+      if (!anyState && !wanted[task.getOutcome().getState()]) continue;
+      if (!nameMatches(task.getName().cStr())) continue;
+      consider([&]() { return keptRow(task, false); });
     }
   } else {
     return nullptr;
@@ -571,15 +568,13 @@ Json StatusView::task(uint64_t id, uint64_t n) {
     out["closed"] = false;
     return out;
   }
-  if (auto* c = findClosed(id)) {
-    for (auto& row : c->failedTasks) {
-      if (row["id"].get<uint64_t>() == n) {
-        Json out = row;
-        out["session"] = id;
-        out["closed"] = true;
-        out["group"] = taskGroup(row["name"].get<std::string>());
-        return out;
-      }
+  KJ_IF_MAYBE(kept, history.find(id)) {
+    for (auto task : kept->getTasks()) {
+      if (task.getOutcome().getTask() != n) continue;
+      auto out = keptRow(task, true);
+      out["session"] = id;
+      out["closed"] = true;
+      return out;
     }
   }
   return nullptr;
@@ -616,9 +611,7 @@ Json StatusView::graph(uint64_t id) {
     for (auto& [key, count] : d.groupEdges) edges.push_back({key.first, key.second, count});
     return {{"mode", "groups"}, {"tasks", s->tasks.size()}, {"nodes", nodes}, {"edges", edges}};
   }
-  if (findClosed(id) != nullptr) {
-    return {{"mode", "closed"}, {"tasks", 0}, {"nodes", Json::array()}, {"edges", Json::array()}};
-  }
+  KJ_IF_MAYBE(kept, history.find(id)) { return keptView(kept->getGraph()); }
   return nullptr;
 }
 
@@ -683,9 +676,7 @@ Json StatusView::timeline(uint64_t id) {
     d.timelineBuilt = true;
     return out;
   }
-  if (findClosed(id) != nullptr) {
-    return {{"mode", "closed"}, {"timed", 0}, {"lanes", Json::array()}};
-  }
+  KJ_IF_MAYBE(kept, history.find(id)) { return keptView(kept->getTimeline()); }
   return nullptr;
 }
 

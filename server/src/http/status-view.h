@@ -3,6 +3,10 @@
 // Prometheus text. Owned by main(); loop thread only, like the state it
 // reads. Never changes that state.
 //
+// A closed session is shown from what SessionHistory keeps of it, with the
+// same JSON shapes as an open one (its graph and timeline are the views
+// this class rendered as it closed).
+//
 // Big sessions are shown aggregated: whatever needs a pass over every task
 // (task groups, the ordered task list, the timeline) is computed at most
 // once per change of the session (Session::changes) and cached, so the
@@ -10,6 +14,7 @@
 #pragma once
 
 #include "../governor-pool.h"
+#include "../session-history.h"
 #include "../session-table.h"
 #include "../stats.h"
 
@@ -44,37 +49,27 @@ struct TaskQuery {
   size_t limit = 50;
 };
 
-// A closed session as the page remembers it: counts, the failure, and the
-// failed tasks with their errors (bounded), since SessionTable forgets
-// closed sessions at once.
-struct ClosedSession {
-  uint64_t id;
-  std::string name;
-  std::string state;  // what it was when closed: "open" (finished normally) or "failed"
-  uint64_t counts[7];
-  uint64_t closedAtMs;
-  std::string failureMessage;
-  uint64_t failedTask;
-  Json failedTasks;  // array of task rows with error and stderr tail
-};
-
 class StatusView {
  public:
   static constexpr size_t SMALL_GRAPH = 400;  // tasks drawn one by one up to this
   static constexpr size_t MAX_GROUPS = 150;   // groups drawn; the rest are merged
   static constexpr size_t TIMELINE_BARS = 2000;
   static constexpr size_t TIMELINE_BUCKETS = 160;
+  // Closed sessions listed in /api/sessions and on the overview (each kept
+  // one is shown at /sessions/N).
   static constexpr size_t MAX_CLOSED = 32;
   static constexpr size_t THROUGHPUT_SAMPLES = 120;
 
-  StatusView(SessionTable& sessions, GovernorPool& governors, std::string version,
-             uint64_t startedAtMs);
+  StatusView(SessionTable& sessions, GovernorPool& governors, const SessionHistory& history,
+             std::string version, uint64_t startedAtMs);
 
   // Called once a second by the status server: samples the counters for
   // throughput.
   void tick(uint64_t nowMs);
-  // Called by SessionTable::onClose.
-  void sessionClosed(const Session& session, uint64_t nowMs);
+  // The session's graph and timeline as the page gets them, for the
+  // history, as it closes (from SessionTable::onClose); forgets what was
+  // cached of it.
+  PageViews sessionClosed(const Session& session);
 
   // No clock in it: unchanged state gives the same text (events send only
   // what changed).
@@ -82,7 +77,7 @@ class StatusView {
   Json governorsJson();
   Json sessionsJson();
   // nullptr-like Json (is_null) when the session is unknown (neither open
-  // nor remembered as closed).
+  // nor kept in the history).
   Json session(uint64_t id);
   Json tasks(uint64_t session, const TaskQuery& query);
   Json task(uint64_t session, uint64_t task);
@@ -98,6 +93,7 @@ class StatusView {
  private:
   SessionTable& sessions;
   GovernorPool& governors;
+  const SessionHistory& history;
   std::string version;
   uint64_t startedAtMs;
 
@@ -107,7 +103,6 @@ class StatusView {
     uint64_t failed;
   };
   std::deque<Sample> samples;
-  std::deque<ClosedSession> closed;
 
   // Derived from one session's tasks; rebuilt when Session::changes moves.
   struct Derived {
@@ -136,10 +131,13 @@ class StatusView {
   Derived& derive(const Session& session);
   void buildStructure(const Session& session, Derived& d);
   Json sessionSummary(const Session& session);
+  Json keptSummary(wire::KeptSession::Reader kept);
+  // A kept task's table row; `details`: with its error, tails and group, as
+  // the task page shows it.
+  Json keptRow(wire::KeptTask::Reader task, bool details);
   Json taskRow(const Session& session, const TaskNode& task);
   Json objectJson(const Session& session, const ObjectNode& object);
   kj::Maybe<const Session&> findOpen(uint64_t id);
-  const ClosedSession* findClosed(uint64_t id) const;
   std::string governorName(GovernorId id);
 };
 

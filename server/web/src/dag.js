@@ -3,7 +3,7 @@
 // task-name group with its counts by state, so the drawing never grows with
 // the number of tasks.
 import dagre from '@dagrejs/dagre';
-import { clear, formatCount, h, STATES, svg } from './dom.js';
+import { clear, formatBytes, formatCount, h, STATES, svg } from './dom.js';
 
 const TASK_HEIGHT = 26;
 const GROUP_HEIGHT = 46;
@@ -34,6 +34,12 @@ export class DagView {
 
   // graph: the /api/sessions/N/graph answer.
   update(graph) {
+    if (graph.mode === 'omitted') {
+      this.shape = null;
+      clear(this.container).append(h('p', { class: 'empty' },
+        `This graph was too big to keep (${formatBytes(graph.bytes)}) when the session closed.`));
+      return;
+    }
     const shape = `${graph.mode}:${graph.nodes.length}:${graph.edges.length}`;
     if (shape !== this.shape) {
       this.shape = shape;
@@ -90,9 +96,7 @@ export class DagView {
     const container = clear(this.container);
     this.nodes.clear();
     if (!graph.nodes.length) {
-      container.append(h('p', { class: 'empty' }, graph.mode === 'closed'
-        ? 'The session is closed: its graph is no longer held by the server.'
-        : 'No tasks submitted yet.'));
+      container.append(h('p', { class: 'empty' }, 'No tasks submitted yet.'));
       return;
     }
     const g = new dagre.graphlib.Graph({ multigraph: false });

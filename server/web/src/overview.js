@@ -64,7 +64,7 @@ function sessionsTable(sessions) {
       return h('tr', { 'data-testid': 'session-row', 'data-session': s.id, class: s.closed ? 'closed' : '' },
         h('td', { class: 'name' }, link(`/sessions/${s.id}`, s.name || '(unnamed)'), h('span', { class: 'muted' }, ` #${s.id}`),
           s.failure ? h('div', { class: 'error-line', title: s.failure.message }, s.failure.message) : null),
-        h('td', {}, stateBadge(s.state), s.closed ? h('span', { class: 'badge closed' }, 'closed') : null),
+        h('td', {}, stateBadge(s.state)),
         h('td', { class: 'progress' }, stateBar(c, s.tasks), h('span', { class: 'muted small' },
           s.tasks ? `${Math.floor((100 * done) / s.tasks)}%` : '')),
         h('td', { class: 'num', 'data-testid': 'session-finished' }, formatCount(c.finished)),

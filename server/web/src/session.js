@@ -54,7 +54,7 @@ export function sessionPage(root, ctx, id) {
     document.title = `${s.name || 'session'} #${s.id} · squall`;
     clear(header).append(
       h('h1', {}, s.name || '(unnamed session)', h('span', { class: 'muted' }, ` #${s.id}`)),
-      h('div', { class: 'head-badges' }, stateBadge(s.state), s.closed ? h('span', { class: 'badge closed' }, 'closed') : null,
+      h('div', { class: 'head-badges', 'data-testid': 'session-state' }, stateBadge(s.state),
         h('span', { class: 'muted' }, ` ${formatCount(s.tasks)} tasks`)),
     );
     clear(failure);
@@ -65,7 +65,11 @@ export function sessionPage(root, ctx, id) {
         s.failure.stderrTail ? h('pre', { class: 'tail' }, s.failure.stderrTail) : null));
     }
     if (s.closed) {
-      failure.append(h('p', { class: 'note' }, 'This session is closed. The server forgets a closed session\'s graph; its counts and failed tasks are kept here.'));
+      const kept = s.tasksKept < s.tasks
+        ? ` The table lists ${formatCount(s.tasksKept)} of its ${formatCount(s.tasks)} tasks: the failures and the longest-running ones.`
+        : '';
+      failure.append(h('p', { class: 'note', 'data-testid': 'closed-note' },
+        `This session ${s.state === 'failed' ? 'failed and ' : ''}was closed${s.closedAtMs ? ` at ${new Date(s.closedAtMs).toLocaleString()}` : ''}: this is what the server keeps of it, as it was then.${kept}`));
     }
     clear(chips).append(
       stateBar(s.counts, s.tasks),

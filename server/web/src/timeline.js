@@ -1,7 +1,7 @@
 // Tasks over time, one lane per governor. Up to a few thousand tasks are
 // drawn as bars; beyond that the server sends, per lane, how many tasks ran
 // on average in each time bucket, drawn as a heat strip.
-import { clear, formatCount, formatDuration, h, STATES, svg } from './dom.js';
+import { clear, formatBytes, formatCount, formatDuration, h, STATES, svg } from './dom.js';
 
 const LANE = 24;
 const LABEL = 130;
@@ -10,8 +10,8 @@ const SUBROWS = 8;
 
 export function drawTimeline(container, data, onOpenTask) {
   clear(container);
-  if (data.mode === 'closed') {
-    container.append(h('p', { class: 'empty' }, 'The session is closed: its timeline is no longer held by the server.'));
+  if (data.mode === 'omitted') {
+    container.append(h('p', { class: 'empty' }, `This timeline was too big to keep (${formatBytes(data.bytes)}) when the session closed.`));
     return;
   }
   if (!data.lanes.length) {

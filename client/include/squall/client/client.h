@@ -221,6 +221,9 @@ struct SessionState {
   bool open;
   std::string failure;
   uint64_t waiting, ready, running, finished, failed, skipped;
+  // Closed: what the server keeps of it (counts, failure, some tasks) is
+  // all there is. `open` is then false; `failure` says whether it failed.
+  bool closed = false;
 };
 
 struct GovernorInfo {
@@ -335,7 +338,9 @@ class Client {
   Session newSession(const std::string& name = "", SessionOptions options = {});
   // An existing session, by id or by name (the newest open one), e.g. one a
   // running `squall run` made. The returned Session does not close it when
-  // destroyed. New tasks may be added to it.
+  // destroyed. New tasks may be added to it. A closed session the server
+  // still keeps (by id, or by name when no open one has it) attaches too,
+  // to look at: state() and tasks() answer, the rest throws "closed".
   Session attach(uint64_t id);
   Session attach(const std::string& name);
   std::vector<SessionState> sessions();
