@@ -20,6 +20,8 @@
 #include <kj/debug.h>
 #include <malloc.h>
 #include <sched.h>
+#include <squall/proto/errors.h>
+#include <squall/proto/lifeline.h>
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/token.h>
@@ -45,6 +47,7 @@ struct Flags {
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::string compressStreams = "auto";
+  int lifelineFd = -1;
 };
 
 uint32_t detectCpus() {
@@ -141,6 +144,14 @@ int run(const Flags& flags) {
   auto tasksDir = kj::str(workDir, "/tasks");
   auto objectsDir = kj::str(workDir, "/objects");
   kj::String name = flags.name.empty() ? kj::str(hostName(), ":", getpid()) : kj::str(flags.name.c_str());
+
+  // Before any program starts: they must not inherit it.
+  kj::AutoCloseFd lifeline;
+  if (flags.lifelineFd >= 0) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { lifeline = adoptLifeline(flags.lifelineFd); })) {
+      usageError(userMessage(*e));
+    }
+  }
 
   // Signals KJ watches must be captured before any thread exists (libuv's
   // pool starts lazily). SIGCHLD stays with libuv.
@@ -276,12 +287,19 @@ int run(const Flags& flags) {
                 governorId, name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr(),
                 env.allowedRoots.describe().cStr());
 
-    auto signalled = io.unixEventPort.onSignal(SIGINT)
-                         .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
-                         .then([&logger](siginfo_t info) {
-                           logger.info("event=signal signal={}", signalName(info.si_signo).cStr());
-                         })
-                         .fork();
+    kj::Promise<void> stopAsked = io.unixEventPort.onSignal(SIGINT)
+                                      .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
+                                      .then([&logger](siginfo_t info) {
+                                        logger.info("event=signal signal={}",
+                                                    signalName(info.si_signo).cStr());
+                                      });
+    if (lifeline != nullptr) {
+      // Its starter has gone (killed, crashed): stop as on SIGTERM.
+      stopAsked = stopAsked.exclusiveJoin(lifelineCut(io.unixEventPort, lifeline).then([&logger]() {
+        logger.info("event=starter-gone action=shutdown");
+      }));
+    }
+    auto signalled = stopAsked.fork();
     int exitCode = 0;
     for (;;) {
       auto onSignal = signalled.addBranch().then([]() { return Stop::SIGNAL; });
@@ -427,6 +445,11 @@ int main(int argc, char** argv) {
                  "a directory (and everything under it) that load, load_dir and store tasks may "
                  "read and write; repeatable; none by default")
       ->type_name("DIR");
+  app.add_option("--lifeline-fd", flags.lifelineFd,
+                 "the read end of a pipe inherited from the process that starts the governor: "
+                 "when it reaches end of file (that process has gone), the governor stops as on "
+                 "SIGTERM, killing its tasks")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--compress-streams", flags.compressStreams,
                  "LZ4 for live streams read from other governors: auto (unless the producer's "
                  "address is a loopback one), on or off")

@@ -15,6 +15,7 @@
 #include <kj/async-unix.h>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/lifeline.h>
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/token.h>
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
   uint64_t logMaxMb = 0;
   squall::HistoryLimits history;
   double governorGrace = 10, clientGrace = 60, governorTimeout = 30;
+  int lifelineFd = -1;
   app.add_option("--listen", listen, "host:port for clients and governors (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--http", http,
@@ -124,11 +126,18 @@ int main(int argc, char** argv) {
                  "sessions before they are closed")
       ->check(CLI::Range(0.0, 86400.0))
       ->capture_default_str();
+  app.add_option("--lifeline-fd", lifelineFd,
+                 "the read end of a pipe inherited from the process that starts the server: "
+                 "when it reaches end of file (that process has gone), the server stops as on "
+                 "SIGTERM")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   std::shared_ptr<spdlog::logger> logger;
   std::string secret;
+  kj::AutoCloseFd lifeline;
   try {
+    if (lifelineFd >= 0) lifeline = squall::adoptLifeline(lifelineFd);
     logger = squall::makeLogger("server", logLevel);
     secret = squall::resolveToken(token, tokenFile);
     squall::checkAddress(listen);
@@ -272,6 +281,13 @@ int main(int argc, char** argv) {
                        .exclusiveJoin(port.onSignal(SIGTERM))
                        .then([](siginfo_t info) { return info.si_signo; });
   auto stop = running.then([]() { return 0; }).exclusiveJoin(kj::mv(signalled));
+  if (lifeline != nullptr) {
+    // Its starter has gone (killed, crashed): stop as on SIGTERM.
+    stop = stop.exclusiveJoin(squall::lifelineCut(port, lifeline).then([&logger]() {
+      logger->info("event=starter-gone action=shutdown");
+      return SIGTERM;
+    }));
+  }
   int signo = stop.wait(io.waitScope);
   logger->info("event=shutdown signal={}", signo);
   // From here on the parts are torn down in reverse order, and the event
