@@ -1,6 +1,7 @@
 #include <squall/tools/local-cluster.h>
 
 #include <algorithm>
+#include <mutex>
 
 #include <cerrno>
 #include <csignal>
@@ -32,7 +33,22 @@ int64_t msLeft(std::chrono::steady_clock::time_point deadline) {
       deadline - std::chrono::steady_clock::now());
   return std::max<int64_t>(0, left.count());
 }
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("was killed by ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+// What LocalCluster::stop() found, for uncleanStops(). Any thread.
+std::mutex uncleanMutex;
+std::vector<std::string> uncleanList;
 }  // namespace
+
+std::vector<std::string> uncleanStops() {
+  std::lock_guard<std::mutex> lock(uncleanMutex);
+  return uncleanList;
+}
 
 std::string findProgram(const std::string& name) {
   std::vector<fs::path> candidates;
@@ -65,13 +81,18 @@ std::string findProgram(const std::string& name) {
                            "' (looked beside this program and on PATH; set SQUALL_BIN_DIR)");
 }
 
-ChildProcess::ChildProcess(const std::string& program, const std::vector<std::string>& args)
+ChildProcess::ChildProcess(const std::string& program, const std::vector<std::string>& args,
+                           const std::vector<int>& inheritFds)
     : name(fs::path(program).filename()) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw systemError("pipe");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  // dup2 of a descriptor onto itself clears its close-on-exec flag in the
+  // child only (glibc >= 2.29; POSIX 2024), so our copy stays close-on-exec
+  // and no other program we start gets it.
+  for (int fd : inheritFds) posix_spawn_file_actions_adddup2(&actions, fd, fd);
   posix_spawnattr_t attr;
   posix_spawnattr_init(&attr);
   sigset_t defaults;
@@ -182,6 +203,7 @@ int ChildProcess::stop(std::chrono::milliseconds grace) {
   auto deadline = std::chrono::steady_clock::now() + grace;
   waitExit(deadline);
   if (!poll()) {
+    killedByStop = true;
     ::kill(childPid, SIGKILL);
     int s;
     waitpid(childPid, &s, 0);
@@ -190,9 +212,19 @@ int ChildProcess::stop(std::chrono::milliseconds grace) {
   return *status;
 }
 
-LocalCluster::LocalCluster(ClusterOptions options) : options(std::move(options)) {}
+LocalCluster::LocalCluster(ClusterOptions options) : options(std::move(options)) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw systemError("pipe (the cluster's lifeline)");
+  lifelineRead = fds[0];
+  lifelineWrite = fds[1];
+}
 
-LocalCluster::~LocalCluster() { stop(); }
+LocalCluster::~LocalCluster() {
+  auto problems = stop();
+  if (!problems.empty()) fprintf(stderr, "squall cluster: %s", problems.c_str());
+  close(lifelineRead);
+  close(lifelineWrite);
+}
 
 void LocalCluster::start() {
   work = options.workDir;
@@ -209,14 +241,17 @@ void LocalCluster::start() {
 
 void LocalCluster::startServer(const std::string& listen) {
   std::vector<std::string> args = {"--listen", listen, "--http", options.http,
-                                   "--log-level", options.logLevel};
+                                   "--log-level", options.logLevel,
+                                   "--lifeline-fd", std::to_string(lifelineRead)};
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
   // The session log lives with the rest of the cluster's state.
   if (std::find(options.serverArgs.begin(), options.serverArgs.end(), "--log") == options.serverArgs.end()) {
     args.insert(args.end(), {"--log", (fs::path(work) / "server.sqlite").string()});
   }
   args.insert(args.end(), options.serverArgs.begin(), options.serverArgs.end());
-  serverProcess = std::make_unique<ChildProcess>(findProgram("squall-server"), args);
+  stopped = false;
+  serverProcess = std::make_unique<ChildProcess>(findProgram("squall-server"), args,
+                                                 std::vector<int>{lifelineRead});
   auto line = serverProcess->expectLine("listening address=", options.startTimeout);
   address = line.substr(std::string("listening address=").size());
   if (options.http != "off") {
@@ -242,23 +277,56 @@ size_t LocalCluster::addGovernor() {
   auto dir = fs::path(work) / ("governor-" + std::to_string(index));
   std::vector<std::string> args = {"--server", address, "--work-dir", dir.string(),
                                    "--log-level", options.logLevel,
-                                   "--name", "governor-" + std::to_string(index)};
+                                   "--name", "governor-" + std::to_string(index),
+                                   "--lifeline-fd", std::to_string(lifelineRead)};
   if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
   args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
-  governorProcesses.push_back(std::make_unique<ChildProcess>(findProgram("squall-governor"), args));
+  stopped = false;
+  governorProcesses.push_back(std::make_unique<ChildProcess>(findProgram("squall-governor"), args,
+                                                             std::vector<int>{lifelineRead}));
   governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
   return index;
 }
 
-void LocalCluster::stop() {
-  for (auto& g : governorProcesses) g->stop();
-  if (serverProcess) serverProcess->stop();
+namespace {
+// Stops `process` and says what was wrong with how it ended, if anything.
+std::string stopChecked(ChildProcess& process, const std::string& what) {
+  bool wasRunning = process.running();
+  // Governors wait up to 10 s for their tasks to go; sanitized builds are
+  // slower still. Past this the process hangs and is killed.
+  int status = process.stop(std::chrono::seconds(20));
+  auto says = what + " (pid " + std::to_string(process.pid()) + ") ";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == SANITIZER_EXIT_CODE) {
+    return says + describeStatus(status) + ": a sanitizer report (see its stderr above)\n";
+  }
+  if (!wasRunning) return "";  // ended before (on purpose, or the test saw it)
+  if (process.killedAfterGrace()) return says + "did not stop within 20 s of SIGTERM and was killed\n";
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return "";
+  // SIGKILL from the test itself, racing with this stop().
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) return "";
+  return says + describeStatus(status) + " when stopped with SIGTERM\n";
+}
+}  // namespace
+
+std::string LocalCluster::stop() {
+  std::string problems;
+  if (stopped) return problems;
+  for (size_t i = 0; i < governorProcesses.size(); i++) {
+    problems += stopChecked(*governorProcesses[i], "governor-" + std::to_string(i));
+  }
+  if (serverProcess) problems += stopChecked(*serverProcess, "the server");
+  stopped = true;
+  if (!problems.empty()) {
+    std::lock_guard<std::mutex> lock(uncleanMutex);
+    uncleanList.push_back(problems);
+  }
   if (ownsWorkDir && !work.empty()) {
     std::error_code ec;
     fs::remove_all(work, ec);
     ownsWorkDir = false;
   }
+  return problems;
 }
 
 LocalCluster* startCluster(int governors, uint32_t cpus) {

@@ -81,7 +81,11 @@ int runStart(ClusterOptions options) {
       break;
     }
   }
-  cluster.stop();
+  auto problems = cluster.stop();
+  if (!problems.empty()) {
+    fprintf(stderr, "squall start: %s", problems.c_str());
+    status = 1;
+  }
   close(sfd);
   return status;
 }

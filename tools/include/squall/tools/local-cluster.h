@@ -16,7 +16,10 @@ namespace squall {
 // and readiness) and whose stderr goes where ours goes.
 class ChildProcess {
  public:
-  ChildProcess(const std::string& program, const std::vector<std::string>& args);
+  // `inheritFds`: descriptors of ours the child gets under the same numbers
+  // (everything else of ours is close-on-exec and stays here).
+  ChildProcess(const std::string& program, const std::vector<std::string>& args,
+               const std::vector<int>& inheritFds = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -37,6 +40,8 @@ class ChildProcess {
   bool running() { return !poll().has_value(); }
   // Blocks until the child exits or `deadline`; true if it exited.
   bool waitExit(std::chrono::steady_clock::time_point deadline);
+  // stop() had to send SIGKILL: the child ignored SIGTERM for `grace`.
+  bool killedAfterGrace() const { return killedByStop; }
 
  private:
   std::string name;
@@ -45,7 +50,16 @@ class ChildProcess {
   int pidFd = -1;
   std::string buffer;
   std::optional<int> status;
+  bool killedByStop = false;
 };
+
+// The exit status the sanitizer builds give a process with a report
+// (tools/sanitizer/ctest-env.cmake.in), told apart from squall's own 1 and 2.
+constexpr int SANITIZER_EXIT_CODE = 66;
+
+// Every problem the LocalClusters of this process found when they stopped
+// (see LocalCluster::stop()), for a test program to fail on. Any thread.
+std::vector<std::string> uncleanStops();
 
 struct ClusterOptions {
   int governors = 1;
@@ -64,10 +78,15 @@ struct ClusterOptions {
   std::chrono::milliseconds startTimeout = std::chrono::seconds(30);
 };
 
+// The server and governors die with the process that made the cluster,
+// however it ends (SIGKILL, a crash): they hold the read end of a lifeline
+// pipe whose write end only this object holds (see squall/proto/lifeline.h).
 class LocalCluster {
  public:
   explicit LocalCluster(ClusterOptions options);
   ~LocalCluster();
+  LocalCluster(const LocalCluster&) = delete;
+  LocalCluster& operator=(const LocalCluster&) = delete;
 
   // Starts the server, then the governors, and returns once all of them
   // are registered. Throws std::runtime_error naming what failed.
@@ -86,8 +105,14 @@ class LocalCluster {
   ChildProcess& server() { return *serverProcess; }
   ChildProcess& governor(size_t i) { return *governorProcesses.at(i); }
   size_t governorCount() const { return governorProcesses.size(); }
-  // Stops everything (governors first); safe to call twice.
-  void stop();
+  // The read end of the lifeline the server and governors inherit.
+  int lifelineFd() const { return lifelineRead; }
+  // Stops everything (governors first); safe to call twice. Returns what
+  // went wrong: each process that did not exit 0 when asked to stop (a
+  // sanitizer report at exit, a crash, a hang ended by SIGKILL), one line
+  // each; empty when all went well. A process that had exited before (or
+  // was killed on purpose) is not counted.
+  std::string stop();
 
  private:
   ClusterOptions options;
@@ -97,6 +122,11 @@ class LocalCluster {
   bool ownsWorkDir = false;
   std::unique_ptr<ChildProcess> serverProcess;
   std::vector<std::unique_ptr<ChildProcess>> governorProcesses;
+  // Both close-on-exec; the children get the read end by --lifeline-fd.
+  int lifelineRead = -1;
+  int lifelineWrite = -1;
+  // stop() ran since the last process started: a second one finds nothing.
+  bool stopped = false;
 
   void startServer(const std::string& listen);
 };
