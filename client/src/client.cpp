@@ -1155,10 +1155,11 @@ Session Client::attach(uint64_t id) {
   return impl->retrying([&]() {
     auto req = impl->svc().getStateRequest();
     req.setSession(id);
-    auto state = req.send().wait(impl->waitScope()).getState();
+    // The reader points into the response: keep the response.
+    auto response = req.send().wait(impl->waitScope());
     auto session = std::make_unique<client::SessionImpl>(*impl, id);
     session->owned = false;
-    session->nextN = state.getNextId();
+    session->nextN = response.getState().getNextId();
     return Session(std::move(session));
   });
 }
