@@ -41,19 +41,30 @@ PipeEnd::PipeEnd(kj::UnixEventPort& eventPort, kj::AutoCloseFd fd, Direction dir
       descriptor(ownedFd.get()),
       observer(eventPort, descriptor, observeFlags(direction)) {}
 
-kj::Promise<size_t> PipeEnd::read(kj::ArrayPtr<kj::byte> buffer) {
+PipeEnd::~PipeEnd() noexcept(false) {
+  canceler.cancel(kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__,
+                                kj::str("the pipe was closed")));
+}
+
+kj::Promise<size_t> PipeEnd::read(kj::ArrayPtr<kj::byte> buffer) { return canceler.wrap(readSome(buffer)); }
+
+kj::Promise<size_t> PipeEnd::readSome(kj::ArrayPtr<kj::byte> buffer) {
   for (;;) {
     ssize_t n = ::read(descriptor, buffer.begin(), buffer.size());
     if (n >= 0) return static_cast<size_t>(n);
     if (errno == EINTR) continue;
     if (errno == EAGAIN) {
-      return observer.whenBecomesReadable().then([this, buffer]() { return read(buffer); });
+      return observer.whenBecomesReadable().then([this, buffer]() { return readSome(buffer); });
     }
     KJ_FAIL_SYSCALL("read(pipe)", errno);
   }
 }
 
 kj::Promise<void> PipeEnd::writeAll(kj::ArrayPtr<const kj::byte> bytes) {
+  return canceler.wrap(writeRest(bytes));
+}
+
+kj::Promise<void> PipeEnd::writeRest(kj::ArrayPtr<const kj::byte> bytes) {
   while (bytes.size() > 0) {
     ssize_t n = ::write(descriptor, bytes.begin(), bytes.size());
     if (n >= 0) {
@@ -62,7 +73,7 @@ kj::Promise<void> PipeEnd::writeAll(kj::ArrayPtr<const kj::byte> bytes) {
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN) {
-      return observer.whenBecomesWritable().then([this, bytes]() { return writeAll(bytes); });
+      return observer.whenBecomesWritable().then([this, bytes]() { return writeRest(bytes); });
     }
     if (errno == EPIPE) {
       return kj::Exception(kj::Exception::Type::DISCONNECTED, __FILE__, __LINE__, kj::str("broken pipe"));

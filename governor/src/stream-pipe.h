@@ -29,10 +29,14 @@ struct PipeFds {
 PipeFds makePipe();
 
 // One non-blocking pipe descriptor of the governor's and its KJ watcher.
+// Its promises may outlive it (a reader's pipe is dropped when its program
+// exits, while the stream's pump still waits on a write): they then reject
+// DISCONNECTED "the pipe was closed", and nothing of theirs runs after.
 class PipeEnd {
  public:
   enum class Direction { READ, WRITE };
   PipeEnd(kj::UnixEventPort& eventPort, kj::AutoCloseFd fd, Direction direction);
+  ~PipeEnd() noexcept(false);
   KJ_DISALLOW_COPY(PipeEnd);
 
   int fd() const { return descriptor; }
@@ -44,14 +48,21 @@ class PipeEnd {
   kj::Promise<void> writeAll(kj::ArrayPtr<const kj::byte> bytes);
 
   // Waits, after an operation met EAGAIN, for a change worth retrying.
-  kj::Promise<void> whenReadable() { return observer.whenBecomesReadable(); }
-  kj::Promise<void> whenWritable() { return observer.whenBecomesWritable(); }
+  kj::Promise<void> whenReadable() { return canceler.wrap(observer.whenBecomesReadable()); }
+  kj::Promise<void> whenWritable() { return canceler.wrap(observer.whenBecomesWritable()); }
 
  private:
   // Declared first, closed last: the watcher leaves epoll before the close.
   kj::AutoCloseFd ownedFd;
   int descriptor;
   kj::UnixEventPort::FdObserver observer;
+  // Declared last, so cancelled first: the continuations of read() and
+  // writeAll() hold `this`, and one already scheduled (the descriptor became
+  // writable) would otherwise run on a destroyed end.
+  kj::Canceler canceler;
+
+  kj::Promise<size_t> readSome(kj::ArrayPtr<kj::byte> buffer);
+  kj::Promise<void> writeRest(kj::ArrayPtr<const kj::byte> bytes);
 };
 
 // Result of one spliceSome(): bytes moved, or why none were.
