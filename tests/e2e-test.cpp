@@ -270,9 +270,10 @@ TEST_F(E2eTest, DisconnectedClientsSessionsAreClosedAndTheirTasksKilled) {
     for (int i = 0; i < 4; i++) session.execute(Program({"sleep", "600"}));
     session.submit();
     ASSERT_EQ(session.state().running, 4u);  // every cpu of both governors
-    // Leave without closing: Session's destructor would close it politely,
-    // so keep it from running; the connection then just drops with `doomed`.
-    new Session(std::move(session));
+    // Leave without closing: the handle goes without a word (Session's
+    // destructor would close it politely) and the connection drops with
+    // `doomed`.
+    session.detach();
   }
   Client client(cluster->serverAddress());
   auto session = client.newSession("after-disconnect");

@@ -3,6 +3,7 @@
 // and governor processes. Reference results come from the same commands run
 // by /bin/sh here.
 #include "cluster-suite.h"
+#include "sanitizers.h"
 
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
@@ -263,7 +264,9 @@ TEST_F(CrossGovernorStreamTest, TwoGibArriveIntactWithBoundedMemory) {
   EXPECT_EQ(producer.output().info().size, 2147483648u);
   for (size_t i = 0; i < 2; i++) {
     auto peakKb = procStatusKb(cluster->governor(i).pid(), "VmHWM");
-    EXPECT_LT(peakKb, 200u * 1024) << "governor " << i << " peaked at " << peakKb << " kB";
+    // ASan keeps freed blocks in a quarantine (256 MiB by default) and
+    // adds its shadow: the peak then says nothing of the stream's buffers.
+    if (!UNDER_ASAN) EXPECT_LT(peakKb, 200u * 1024) << "governor " << i << " peaked at " << peakKb << " kB";
     std::printf("governor %zu peak RSS: %llu kB\n", i, static_cast<unsigned long long>(peakKb));
   }
 }
