@@ -107,11 +107,10 @@ class LocalCluster {
   size_t governorCount() const { return governorProcesses.size(); }
   // The read end of the lifeline the server and governors inherit.
   int lifelineFd() const { return lifelineRead; }
-  // Stops everything (governors first); safe to call twice. Returns what
-  // went wrong: each process that did not exit 0 when asked to stop (a
-  // sanitizer report at exit, a crash, a hang ended by SIGKILL), one line
-  // each; empty when all went well. A process that had exited before (or
-  // was killed on purpose) is not counted.
+  // Stops everything (governors first) with SIGTERM; safe to call twice.
+  // Returns what went wrong, one line a process, empty when all went well:
+  // an exit with SANITIZER_EXIT_CODE (a sanitizer report, at any time), a
+  // crash as it stopped, or a hang ended by SIGKILL after 20 s.
   std::string stop();
 
  private:
