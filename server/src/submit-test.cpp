@@ -1,4 +1,5 @@
 #include "submit.h"
+#include "json-nesting.h"
 
 #include "test-graph.h"
 
@@ -301,6 +302,32 @@ TEST(SubmitTest, AStreamGroupIsChargedWhatItsMembersAskForOrOneCpu) {
     ASSERT_EQ(trySubmit(session, g, nullptr, ClusterCapacity{3, 3}), "");
     EXPECT_EQ(session.tasks.at(1).group->cpus, 3u);
   }
+}
+
+// A text a recursive parser would overflow its stack on is refused at
+// submit, naming the limit; one at the limit passes.
+TEST(SubmitTest, AttributesNestingPastTheLimitAreRefused) {
+  auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  auto session = newSession();
+  TestGraph g(7);
+  testing::TestTask deep{2, {}, {1}};
+  deep.attributes = nested(100000);
+  g.output(1).task(deep);
+  EXPECT_NE(trySubmit(session, g).find("task 2: its attributes nest deeper than 64 levels"), std::string::npos);
+  EXPECT_TRUE(session.tasks.empty());
+  TestGraph ok(7);
+  testing::TestTask shallow{2, {}, {1}};
+  shallow.attributes = "{\"a\": " + nested(63) + ", \"b\": \"[[[[\"}";
+  ok.output(1).task(shallow);
+  EXPECT_EQ(trySubmit(session, ok), "");
+}
+
+TEST(JsonNestingTest, CountsBracketsOutsideStringsAndStopsPastTheLimit) {
+  EXPECT_EQ(jsonNesting("", 64), 0u);
+  EXPECT_EQ(jsonNesting("{\"a\": [1, {\"b\": 2}]}", 64), 3u);
+  EXPECT_EQ(jsonNesting("\"[[[\\\"[[\"", 64), 0u);  // brackets and an escaped quote in a string
+  EXPECT_EQ(jsonNesting(std::string(1000000, '['), 64), 65u);
+  EXPECT_EQ(jsonNesting("]]]][", 64), 1u);  // unbalanced: no underflow
 }
 
 }  // namespace

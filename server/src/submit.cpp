@@ -1,5 +1,7 @@
 #include "submit.h"
 
+#include "json-nesting.h"
+
 #include <algorithm>
 #include <capnp/serialize.h>
 #include <deque>
@@ -132,6 +134,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     SQUALL_REQUIRE(task.getResources().getCpusAsked() || task.getResources().getCpus() == 1, label,
                    " has ", task.getResources().getCpus(), " cpus without cpusAsked (the default is 1)");
     SQUALL_REQUIRE(task.getPolicy().getRetries() <= 100, label, ": at most 100 retries");
+    SQUALL_REQUIRE(jsonNesting(task.getAttributes().cStr(), MAX_ATTRIBUTE_NESTING) <= MAX_ATTRIBUTE_NESTING,
+                   label, ": its attributes nest deeper than ", MAX_ATTRIBUTE_NESTING, " levels");
     for (auto input : inputs) {
       findObject(task, input.getObject());
     }

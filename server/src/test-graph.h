@@ -30,6 +30,7 @@ struct TestTask {
   uint32_t retries = 0;
   bool allowFailure = false;
   std::string name;
+  std::string attributes;
 };
 
 class TestGraph {
@@ -67,6 +68,7 @@ class TestGraph {
       ts[i].initId().setSession(session);
       ts[i].getId().setN(t.n);
       ts[i].setName(t.name);
+      ts[i].setAttributes(t.attributes);
       ts[i].initResources().setCpus(t.cpus.value_or(1));
       ts[i].getResources().setCpusAsked(t.cpus.has_value());
       ts[i].initPolicy().setRetries(t.retries);
