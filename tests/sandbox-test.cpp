@@ -135,14 +135,18 @@ TEST_P(InputIsolationTest, WritingThroughAnInputNeverChangesItsObject) {
   auto attempt = [](const std::string& what, const std::string& line) {
     return "if (" + line + ") 2>/dev/null; then echo " + what + ":written; else echo " + what + ":refused; fi; ";
   };
+  // A blob small enough for the governor to keep in memory.
+  auto small = session.blob("small\n").keep();
   auto attack = session.execute(
       Program::shell(attempt("file", "chmod u+w in; echo x >> in") +
                      attempt("truncate", ": > in") +
                      attempt("tree", "chmod -R u+w d; echo y >> d/sub/g") +
-                     attempt("stdin", "echo z >> /dev/stdin"))
+                     attempt("stdin", "echo z >> /dev/stdin") +
+                     attempt("small", "chmod u+w s; echo x >> s"))
           .input(blob, "in")
           .input(tree, "d")
           .stdinFrom(blob)
+          .input(small, "s")
           .stdoutOutput());
   attack.output().keep();
   // The same, plainly: in mount mode the write fails (EROFS) and so the task.
@@ -150,8 +154,8 @@ TEST_P(InputIsolationTest, WritingThroughAnInputNeverChangesItsObject) {
   plain.allowFailure();
   session.submit();
   session.waitAll();  // an allowed failure does not end the session
-  auto expected = mountMode() ? "file:refused\ntruncate:refused\ntree:refused\nstdin:refused\n"
-                              : "file:written\ntruncate:written\ntree:written\nstdin:written\n";
+  auto expected = mountMode() ? "file:refused\ntruncate:refused\ntree:refused\nstdin:refused\nsmall:refused\n"
+                              : "file:written\ntruncate:written\ntree:written\nstdin:written\nsmall:written\n";
   EXPECT_EQ(attack.output().fetch(), expected);
   auto plainInfo = plain.info();
   if (mountMode()) {
@@ -168,6 +172,7 @@ TEST_P(InputIsolationTest, WritingThroughAnInputNeverChangesItsObject) {
   EXPECT_EQ(blobAfter.size, blobBefore.size);
   EXPECT_EQ(blobAfter.hash, blobBefore.hash);
   EXPECT_EQ(tree.info().hash, treeBefore.hash);
+  EXPECT_EQ(small.fetch(), "small\n");
   auto reader = session.execute(Program({"cat", "in", "d/f", "d/sub/g"}).input(blob, "in").input(tree, "d")
                                     .stdoutOutput());
   reader.output().keep();

@@ -152,18 +152,19 @@ kj::String spawnError(kj::StringPtr program, int code) {
   }
 }
 
-// Detaches the sandbox's mounted inputs, then removes it. Pool threads.
-void removeSandbox(kj::StringPtr sandbox, InputMounts& mounts) {
-  mounts.detach();
+// Releases what placing the inputs left outside the sandbox (mounts in it
+// first), then removes it. Pool threads.
+void removeSandbox(kj::StringPtr sandbox, PlacedInputs& placed) {
+  placed.release();
   removeTree(sandbox);
 }
 
 // Removes the sandbox, then resolves with `outcome`.
-kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, kj::StringPtr sandbox, kj::Own<InputMounts> mounts,
+kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, kj::StringPtr sandbox, kj::Own<PlacedInputs> placed,
                                  TaskOutcome outcome) {
   return env.bridge
-      .runOnPool<void>([sandbox = kj::str(sandbox), mounts = kj::mv(mounts)]() mutable {
-        removeSandbox(sandbox, *mounts);
+      .runOnPool<void>([sandbox = kj::str(sandbox), placed = kj::mv(placed)]() mutable {
+        removeSandbox(sandbox, *placed);
       })
       .catch_([&env, sandbox = kj::str(sandbox)](kj::Exception&& e) {
         env.logger.warn("event=sandbox-remove-failed path={} error=\"{}\"", sandbox.cStr(),
@@ -319,7 +320,7 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
                                           wire::Assignment::Reader spec, Id taskId, kj::String sandbox,
                                           kj::String program, kj::Own<const SharedFd> stdoutFd,
                                           kj::Own<const SharedFd> stderrFd, bool wantsStdout,
-                                          kj::Own<StreamEnds> ends, kj::Own<InputMounts> mounts,
+                                          kj::Own<StreamEnds> ends, kj::Own<PlacedInputs> placed,
                                           ProcessExit exit) {
   // A producer whose readers had all gone, ended by the SIGPIPE that
   // closing its pipe caused (or a shell's 141 for it), finished as a pipe
@@ -365,7 +366,7 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
   auto harvest = env.bridge.runOnPool<Harvest>(
       [sandbox = kj::str(sandbox), success, tempPaths = kj::mv(tempPaths), sources = kj::mv(sources),
        kinds = kj::mv(outputKinds), outputIds = kj::mv(outputIds), stdoutFd = kj::mv(stdoutFd),
-       stderrFd = kj::mv(stderrFd), wantsStdout, mounts = kj::mv(mounts),
+       stderrFd = kj::mv(stderrFd), wantsStdout, placed = kj::mv(placed),
        viewRoot = kj::mv(viewRoot)]() mutable {
         Harvest h;
         h.stderrTail = readTailFd(stderrFd->fd, STDERR_TAIL_BYTES);
@@ -394,7 +395,7 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
         })) {
           h.error = kj::str(e->getDescription());
         }
-        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeSandbox(sandbox, *mounts); })) {
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeSandbox(sandbox, *placed); })) {
           KJ_LOG(WARNING, "cannot remove sandbox", sandbox, e->getDescription());
         }
         return h;
@@ -622,7 +623,9 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
     if (isStdin) stdinPath = kj::str(rel);
     placements.add(SandboxInput{kj::mv(rel), kj::mv(source)});
   }
-  choosePlacements(placements, outputPaths, fifos, env.storeView, stdinSource);
+  // The task's directory in the store, for blobs held in memory (mount mode).
+  auto storeFiles = kj::str(env.store.directory(), "/.inputs-", taskId.session, "-", taskId.n);
+  choosePlacements(placements, outputPaths, fifos, env.storeView, storeFiles, stdinSource);
   kj::Vector<kj::String> environment;
   {
     kj::Vector<kj::StringPtr> overridden;
@@ -664,11 +667,12 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
   options.cwd = kj::str(sandbox);
 
   // --- prepare the sandbox off the loop
-  auto mounts = kj::atomicRefcounted<InputMounts>();
+  auto placed = kj::atomicRefcounted<PlacedInputs>(
+      env.storeView == nullptr ? kj::Maybe<kj::String>(nullptr) : kj::mv(storeFiles));
   auto prepare = env.bridge.runOnPool<kj::AutoCloseFd>(
       [sandbox = kj::str(sandbox), scratchDir = kj::str(env.tasksDir), placements = kj::mv(placements),
        outputDirs = kj::mv(outputDirs), fifos = kj::mv(fifos), stdinSource = kj::mv(stdinSource),
-       stdinPath = kj::mv(stdinPath), mounts = kj::atomicAddRef(*mounts)]() mutable {
+       stdinPath = kj::mv(stdinPath), placed = kj::atomicAddRef(*placed)]() mutable {
         removeTree(sandbox);
         makeDirs(sandbox);
         auto root = openDirectory(sandbox);
@@ -678,7 +682,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
           auto parts = pathComponents(p.path);
           auto label = kj::str("input path '", p.path, "'");
           auto parent = openDirChain(root, parts, parts.size() - 1, true, label);
-          placeInput(p.input, parent, parts.back(), label, *mounts);
+          placeInput(p.input, parent, parts.back(), label, *placed);
         }
         for (auto& dir : outputDirs) {
           auto parts = pathComponents(dir);
@@ -712,9 +716,9 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       [&env, &control, spec, taskId, sandbox = kj::str(sandbox), program = kj::mv(program),
        options = kj::mv(options), wantsStdout, stdoutIsStream, liveInputs = kj::mv(liveInputs),
        streamOutputs = kj::mv(streamOutputs),
-       mounts = kj::atomicAddRef(*mounts)](kj::AutoCloseFd stdinFd) mutable -> kj::Promise<TaskOutcome> {
+       placed = kj::atomicAddRef(*placed)](kj::AutoCloseFd stdinFd) mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) {
-          return cleanUp(env, sandbox, kj::mv(mounts), TaskOutcome::failure(taskId, kj::str("cancelled")));
+          return cleanUp(env, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::str("cancelled")));
         }
         kj::Own<StreamEnds> ends;
         KJ_IF_MAYBE(hub, env.streams) {
@@ -739,7 +743,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         if (spawned.is<int>()) {
           auto error = spawnError(program, spawned.get<int>());
           ends->producerExited(kj::StringPtr(kj::str("could not start: ", error)));
-          return cleanUp(env, sandbox, kj::mv(mounts), TaskOutcome::failure(taskId, kj::mv(error)));
+          return cleanUp(env, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::mv(error)));
         }
         auto child = kj::mv(spawned.get<kj::Own<ChildProcess>>());
         env.logger.debug("event=task-spawned task={} pid={}", kj::str(taskId).cStr(), child->pid());
@@ -750,21 +754,21 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
             .attach(kj::defer([&control]() { control.setProcess(nullptr); }))
             .then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox), program = kj::mv(program),
                    stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd), wantsStdout,
-                   ends = kj::mv(ends), mounts = kj::mv(mounts)](ProcessExit exit) mutable {
+                   ends = kj::mv(ends), placed = kj::mv(placed)](ProcessExit exit) mutable {
               control.setProcess(nullptr);
               auto inputsSettled = ends->settleInputs().exclusiveJoin(control.whenCancelled());
               return inputsSettled.then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox),
                                          program = kj::mv(program), stdoutFd = kj::mv(stdoutFd),
                                          stderrFd = kj::mv(stderrFd), wantsStdout,
-                                         ends = kj::mv(ends), mounts = kj::mv(mounts), exit]() mutable {
+                                         ends = kj::mv(ends), placed = kj::mv(placed), exit]() mutable {
                 return harvestAndReport(env, control, spec, taskId, kj::mv(sandbox), kj::mv(program),
                                         kj::mv(stdoutFd), kj::mv(stderrFd), wantsStdout, kj::mv(ends),
-                                        kj::mv(mounts), exit);
+                                        kj::mv(placed), exit);
               });
             });
       })
-      .catch_([&env, taskId, sandbox = kj::str(sandbox), mounts = kj::mv(mounts)](kj::Exception&& e) mutable {
-        return cleanUp(env, sandbox, kj::mv(mounts), TaskOutcome::failure(taskId, kj::str(e.getDescription())));
+      .catch_([&env, taskId, sandbox = kj::str(sandbox), placed = kj::mv(placed)](kj::Exception&& e) mutable {
+        return cleanUp(env, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::str(e.getDescription())));
       });
 }
 

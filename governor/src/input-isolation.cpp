@@ -114,9 +114,15 @@ kj::String StoreView::viewOf(kj::StringPtr storePath) const {
   return kj::str(viewPath, storePath.slice(storeDir.size()));
 }
 
-// ---------------------------------------------------------------- InputMounts
+// --------------------------------------------------------------- PlacedInputs
 
-void InputMounts::detach() {
+PlacedInputs::~PlacedInputs() noexcept(false) {
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([this]() { release(); })) {
+    KJ_LOG(WARNING, "cannot release a task's placed inputs", e->getDescription());
+  }
+}
+
+void PlacedInputs::release() {
   for (auto& fd : mounts) {
     // The descriptor's /proc name leads to the mount's root wherever it is
     // now. EINVAL: no longer mounted (a root program unmounted it).
@@ -126,6 +132,7 @@ void InputMounts::detach() {
     }
   }
   mounts.clear();
+  KJ_IF_MAYBE(dir, storeFiles) { removeTree(*dir); }
 }
 
 // ------------------------------------------------------------------ placement
@@ -142,13 +149,13 @@ bool atOrInside(kj::StringPtr inner, kj::StringPtr outer) {
 
 void choosePlacements(kj::ArrayPtr<SandboxInput> inputs, kj::ArrayPtr<const kj::String> outputPaths,
                       kj::ArrayPtr<const kj::String> fifos, kj::Maybe<const StoreView&> view,
-                      kj::Maybe<InputSource&> stdinOnly) {
+                      kj::StringPtr storeFiles, kj::Maybe<InputSource&> stdinOnly) {
   auto placementOf = [&](const SandboxInput& p) {
     if (p.input.placement == InputPlacement::WRITABLE) return InputPlacement::WRITABLE;
     for (auto& out : outputPaths) {
       if (atOrInside(out, p.path)) return InputPlacement::WRITABLE;
     }
-    if (view == nullptr || !p.input.data.is<kj::String>()) return InputPlacement::COPY;
+    if (view == nullptr) return InputPlacement::COPY;
     for (auto& out : outputPaths) {
       if (atOrInside(p.path, out)) return InputPlacement::COPY;
     }
@@ -164,20 +171,41 @@ void choosePlacements(kj::ArrayPtr<SandboxInput> inputs, kj::ArrayPtr<const kj::
   };
   for (auto& p : inputs) p.input.placement = placementOf(p);
   KJ_IF_MAYBE(source, stdinOnly) {
-    source->placement = view != nullptr && source->data.is<kj::String>() ? InputPlacement::VIEW
-                                                                         : InputPlacement::COPY;
+    source->placement = view != nullptr ? InputPlacement::VIEW : InputPlacement::COPY;
   }
   KJ_IF_MAYBE(v, view) {
+    uint files = 0;
     auto viewed = [&](InputSource& source) {
-      if (source.placement == InputPlacement::VIEW) source.viewPath = v->viewOf(source.data.get<kj::String>());
+      if (source.placement != InputPlacement::VIEW) return;
+      if (source.data.is<kj::String>()) {
+        source.viewPath = v->viewOf(source.data.get<kj::String>());
+      } else {
+        auto file = kj::str(storeFiles, "/", files++);
+        source.viewPath = v->viewOf(file);
+        source.storeFile = kj::mv(file);
+      }
     };
     for (auto& p : inputs) viewed(p.input);
     KJ_IF_MAYBE(source, stdinOnly) { viewed(*source); }
   }
 }
 
+namespace {
+
+// Writes a blob held in memory to its store file (see InputSource), making
+// the task's directory in the store first if need be.
+void writeStoreFile(const Blob& blob, kj::StringPtr path) {
+  auto slash = KJ_ASSERT_NONNULL(path.findLast('/'));
+  auto dir = kj::heapString(path.slice(0, slash));
+  if (::mkdir(dir.cStr(), 0755) < 0 && errno != EEXIST) KJ_FAIL_SYSCALL("mkdir", errno, dir);
+  auto out = openOrThrow(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
+  writeAll(out, blob.bytes);
+}
+
+}  // namespace
+
 void placeInput(const InputSource& input, int parentFd, kj::StringPtr name, kj::StringPtr label,
-                InputMounts& mounts) {
+                PlacedInputs& placed) {
   struct stat st;
   if (::fstatat(parentFd, name.cStr(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
     SQUALL_FAIL(label, " is already taken by an earlier input");
@@ -185,8 +213,13 @@ void placeInput(const InputSource& input, int parentFd, kj::StringPtr name, kj::
   int fileMode = input.placement == InputPlacement::WRITABLE ? 0644 : 0444;
   KJ_SWITCH_ONEOF(input.data) {
     KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
-      auto out = createAt(parentFd, name, fileMode);
-      writeAll(out, blob->bytes);
+      KJ_IF_MAYBE(storeFile, input.storeFile) {
+        writeStoreFile(*blob, *storeFile);
+        KJ_SYSCALL(::symlinkat(KJ_ASSERT_NONNULL(input.viewPath).cStr(), parentFd, name.cStr()), name);
+      } else {
+        auto out = createAt(parentFd, name, fileMode);
+        writeAll(out, blob->bytes);
+      }
     }
     KJ_CASE_ONEOF(path, kj::String) {
       auto what = kj::str("input ", input.id);
@@ -198,7 +231,7 @@ void placeInput(const InputSource& input, int parentFd, kj::StringPtr name, kj::
           if (::move_mount(tree, "", parentFd, name.cStr(), MOVE_MOUNT_F_EMPTY_PATH) < 0) {
             SQUALL_FAIL("cannot mount ", what, " at ", label, ": ", strerror(errno));
           }
-          mounts.add(kj::mv(tree));
+          placed.addMount(kj::mv(tree));
         } else {
           KJ_SYSCALL(::symlinkat(viewPath.cStr(), parentFd, name.cStr()), name);
         }
@@ -221,6 +254,10 @@ void placeInput(const InputSource& input, int parentFd, kj::StringPtr name, kj::
 kj::AutoCloseFd openStdinInput(const InputSource& input, kj::StringPtr scratchDir) {
   KJ_SWITCH_ONEOF(input.data) {
     KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
+      KJ_IF_MAYBE(storeFile, input.storeFile) {
+        writeStoreFile(*blob, *storeFile);
+        return openOrThrow(KJ_ASSERT_NONNULL(input.viewPath), O_RDONLY);
+      }
       auto file = openAnonymousFile(scratchDir);
       writeAll(file, blob->bytes);
       KJ_SYSCALL(::lseek(file, 0, SEEK_SET));

@@ -25,8 +25,10 @@
 // In both, an input marked writable (or replaced in place by an output) is a
 // private copy the program may change; a dir input that other inputs are
 // placed into, and an input placed inside a dir output (it becomes part of
-// that output), are private copies too. A blob held in memory is written
-// into the sandbox: a private file already.
+// that output), are private copies too. A small blob the governor holds in
+// memory is written to a file of the task's own: in mount mode in the store
+// (seen through the view, so read-only like the rest), in copy mode in the
+// sandbox.
 //
 // Links into the view that a program moves or copies into an output (`mv a
 // out`, `cp -a a out/`) are replaced by the bytes they name when the output
@@ -104,25 +106,30 @@ enum class InputPlacement {
   WRITABLE,
 };
 
-// The dir inputs mounted into one sandbox, shared (kj::atomicRefcounted)
-// between the task's promise chain and the pool jobs that prepare and remove
-// the sandbox. Each mount is detached (lazily, so a program still inside it
-// does not block) by detach() before the sandbox is removed, or when the
-// last reference goes. Any thread, one at a time.
-class InputMounts final : public kj::AtomicRefcounted {
+// What placing one task's inputs left outside its sandbox: dir inputs
+// mounted into it, and the store's files holding in-memory blobs for the
+// view (a directory of the task's own in the store). Shared
+// (kj::atomicRefcounted) between the task's promise chain and the pool jobs
+// that prepare and remove the sandbox. release() detaches the mounts
+// (lazily, so a program still inside one does not block) and removes the
+// files; it runs before the sandbox is removed, or when the last reference
+// goes. Any thread, one at a time.
+class PlacedInputs final : public kj::AtomicRefcounted {
  public:
-  InputMounts() = default;
-  KJ_DISALLOW_COPY(InputMounts);
-  ~InputMounts() noexcept(false) { detach(); }
+  // `storeFiles`: the task's directory in the store for in-memory blobs
+  // placed through the view (made on first use).
+  explicit PlacedInputs(kj::Maybe<kj::String> storeFiles = nullptr) : storeFiles(kj::mv(storeFiles)) {}
+  KJ_DISALLOW_COPY(PlacedInputs);
+  ~PlacedInputs() noexcept(false);
 
-  void add(kj::AutoCloseFd mountRoot) { mounts.add(kj::mv(mountRoot)); }
-  size_t count() const { return mounts.size(); }
-  void detach();
+  void addMount(kj::AutoCloseFd mountRoot) { mounts.add(kj::mv(mountRoot)); }
+  void release();
 
  private:
   // Descriptors of the mounts' roots: they name the mounts even if the
   // program renamed a directory above one.
   kj::Vector<kj::AutoCloseFd> mounts;
+  kj::Maybe<kj::String> storeFiles;
 };
 
 // One input as the sandbox's preparation needs it.
@@ -133,6 +140,10 @@ struct InputSource {
   InputPlacement placement;
   // For VIEW: the object's path in the store view.
   kj::Maybe<kj::String> viewPath;
+  // For VIEW of a blob held in memory: the store file (in the task's
+  // directory, see PlacedInputs) its bytes are written to first, so that
+  // the program sees them read-only through the view like any other input.
+  kj::Maybe<kj::String> storeFile;
 };
 
 // An input with a place in the sandbox.
@@ -145,19 +156,20 @@ struct SandboxInput {
 // Settles how each input is placed; `inputs` come with WRITABLE where the
 // task says so, anything else for the rest. An output at or inside an
 // input's path makes it WRITABLE (the server insists on the flag; this
-// holds without it). Without a view, or for a blob held in memory, the
-// others are COPY; with one, VIEW except for a dir input that another input
-// or a named pipe is placed into, and an input inside a dir output (it
-// becomes part of that output): those are COPY. Fills in the view paths.
+// holds without it). Without a view the others are COPY; with one, VIEW
+// except for a dir input that another input or a named pipe is placed
+// into, and an input inside a dir output (it becomes part of that output):
+// those are COPY. Fills in the view paths; blobs held in memory get a file
+// in `storeFiles` (the task's directory in the store, see PlacedInputs).
 void choosePlacements(kj::ArrayPtr<SandboxInput> inputs, kj::ArrayPtr<const kj::String> outputPaths,
                       kj::ArrayPtr<const kj::String> fifos, kj::Maybe<const StoreView&> view,
-                      kj::Maybe<InputSource&> stdinOnly);
+                      kj::StringPtr storeFiles, kj::Maybe<InputSource&> stdinOnly);
 
 // Places `input` as the new entry `name` of the directory `parentFd`
 // (which must not have it yet: "<label> is already taken by an earlier
-// input"). A mounted dir input is added to `mounts`. Pool threads.
+// input"). A mounted dir input is added to `placed`. Pool threads.
 void placeInput(const InputSource& input, int parentFd, kj::StringPtr name, kj::StringPtr label,
-                InputMounts& mounts);
+                PlacedInputs& placed);
 
 // A descriptor to feed `input` (a blob) on a program's stdin without giving
 // it a name in the sandbox: the view's file, or an anonymous private copy in
