@@ -456,6 +456,8 @@ TEST_F(DirTasksTest, TheGovernorsFilesHaveNoNameATaskCanUse) {
   auto only = exec("ls -A; wc -c", {{{8, 4}, ""}, {{8, 1}, "mine"}}, {{{8, 5}, Kind::BLOB, ""}}, 0, 1, 0);
   ASSERT_TRUE(only.ok) << only.error.cStr();
   EXPECT_EQ(blobText({8, 5}), "mine\n" + std::to_string(bigText('i').size()) + "\n");
+  // Once the sandboxes are gone (the tasks' aftermath), nothing is left.
+  waitWithTimeout(io, members->queue->shutdown());
   EXPECT_EQ(listDir(openDirectory(env.tasksDir)).size(), 0u);
 }
 

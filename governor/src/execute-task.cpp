@@ -5,7 +5,9 @@
 // its outputs into the store (a dir output is the tree the program left,
 // moved and sealed; an output at a writable input's path takes what the
 // program made of it) and removes the sandbox, detaching mounted dir inputs
-// first. Loop thread only; sandbox file work runs on the libuv pool.
+// first; that removal is the task's aftermath (TaskControl), done after its
+// outcome is reported. Loop thread only; sandbox file work runs on the
+// libuv pool.
 //
 // Nothing of the governor's lives in the sandbox, so no name a task uses can
 // reach it: stdout and stderr go to anonymous files (O_TMPFILE in tasksDir)
@@ -32,6 +34,7 @@
 #include "stream-hub.h"
 #include "task-env.h"
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <fcntl.h>
@@ -53,6 +56,8 @@ struct Harvest {
   kj::String stdoutTail;
   kj::Maybe<kj::String> error;
   kj::Vector<HashedSize> outputs;
+  // Where the sandbox went (retireSandbox), to be removed after the outcome.
+  kj::Maybe<kj::String> retired;
 };
 
 // Store paths the outputs are moved to before they are adopted; whatever
@@ -152,25 +157,46 @@ kj::String spawnError(kj::StringPtr program, int code) {
   }
 }
 
-// Releases what placing the inputs left outside the sandbox (mounts in it
-// first), then removes it. Pool threads.
-void removeSandbox(kj::StringPtr sandbox, PlacedInputs& placed) {
-  placed.release();
-  removeTree(sandbox);
+std::atomic<uint64_t> retiredSandboxes{0};
+
+// Moves the sandbox away from its name, to <tasksDir>/.removing-N, so that
+// the task can be run again at once (a retry on this governor) while the
+// old one is removed. Returns the new path; nullptr if there was none.
+// Pool threads.
+kj::Maybe<kj::String> retireSandbox(kj::StringPtr tasksDir, kj::StringPtr sandbox) {
+  auto retired = kj::str(tasksDir, "/.removing-", retiredSandboxes.fetch_add(1));
+  if (::rename(sandbox.cStr(), retired.cStr()) == 0) return kj::mv(retired);
+  if (errno == ENOENT) return nullptr;
+  KJ_FAIL_SYSCALL("rename", errno, sandbox, retired);
 }
 
-// Removes the sandbox, then resolves with `outcome`.
-kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, kj::StringPtr sandbox, kj::Own<PlacedInputs> placed,
-                                 TaskOutcome outcome) {
+// Releases what placing the inputs left outside the sandbox (the mounts in
+// it first), then removes the retired sandbox: the task's aftermath.
+kj::Promise<void> removeRetired(TaskEnv& env, kj::Maybe<kj::String> retired, kj::Own<PlacedInputs> placed) {
+  return env.bridge.runOnPool<void>([retired = kj::mv(retired), placed = kj::mv(placed)]() mutable {
+    placed->release();
+    KJ_IF_MAYBE(path, retired) { removeTree(*path); }
+  });
+}
+
+// Retires the sandbox and leaves its removal to the task's aftermath, then
+// resolves with `outcome`.
+kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, TaskControl& control, kj::StringPtr sandbox,
+                                 kj::Own<PlacedInputs> placed, TaskOutcome outcome) {
   return env.bridge
-      .runOnPool<void>([sandbox = kj::str(sandbox), placed = kj::mv(placed)]() mutable {
-        removeSandbox(sandbox, *placed);
+      .runOnPool<kj::Maybe<kj::String>>([tasksDir = kj::str(env.tasksDir), sandbox = kj::str(sandbox)]() {
+        return retireSandbox(tasksDir, sandbox);
       })
-      .catch_([&env, sandbox = kj::str(sandbox)](kj::Exception&& e) {
+      .catch_([&env, sandbox = kj::str(sandbox)](kj::Exception&& e) -> kj::Maybe<kj::String> {
         env.logger.warn("event=sandbox-remove-failed path={} error=\"{}\"", sandbox.cStr(),
                         e.getDescription().cStr());
+        return nullptr;
       })
-      .then([outcome = kj::mv(outcome)]() mutable { return kj::mv(outcome); });
+      .then([&env, &control, placed = kj::mv(placed),
+             outcome = kj::mv(outcome)](kj::Maybe<kj::String> retired) mutable {
+        control.setAftermath(removeRetired(env, kj::mv(retired), kj::mv(placed)));
+        return kj::mv(outcome);
+      });
 }
 
 
@@ -366,7 +392,7 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
   auto harvest = env.bridge.runOnPool<Harvest>(
       [sandbox = kj::str(sandbox), success, tempPaths = kj::mv(tempPaths), sources = kj::mv(sources),
        kinds = kj::mv(outputKinds), outputIds = kj::mv(outputIds), stdoutFd = kj::mv(stdoutFd),
-       stderrFd = kj::mv(stderrFd), wantsStdout, placed = kj::mv(placed),
+       stderrFd = kj::mv(stderrFd), wantsStdout, tasksDir = kj::str(env.tasksDir),
        viewRoot = kj::mv(viewRoot)]() mutable {
         Harvest h;
         h.stderrTail = readTailFd(stderrFd->fd, STDERR_TAIL_BYTES);
@@ -395,13 +421,15 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
         })) {
           h.error = kj::str(e->getDescription());
         }
-        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeSandbox(sandbox, *placed); })) {
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { h.retired = retireSandbox(tasksDir, sandbox); })) {
           KJ_LOG(WARNING, "cannot remove sandbox", sandbox, e->getDescription());
         }
         return h;
       });
   return harvest.then([&env, &control, spec, taskId, exit, exitedOk, program = kj::mv(program),
-                       temps = kj::mv(temps), ends = kj::mv(ends)](Harvest h) mutable {
+                       temps = kj::mv(temps), ends = kj::mv(ends),
+                       placed = kj::mv(placed)](Harvest h) mutable {
+    control.setAftermath(removeRetired(env, kj::mv(h.retired), kj::mv(placed)));
     // The streams' verdict: their readers learn it once the flow has ended.
     if (exitedOk && !control.isCancelled() && ends->inputFailure == nullptr && h.error == nullptr) {
       ends->producerExited(nullptr);
@@ -718,7 +746,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
        streamOutputs = kj::mv(streamOutputs),
        placed = kj::atomicAddRef(*placed)](kj::AutoCloseFd stdinFd) mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) {
-          return cleanUp(env, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::str("cancelled")));
+          return cleanUp(env, control, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::str("cancelled")));
         }
         kj::Own<StreamEnds> ends;
         KJ_IF_MAYBE(hub, env.streams) {
@@ -743,7 +771,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         if (spawned.is<int>()) {
           auto error = spawnError(program, spawned.get<int>());
           ends->producerExited(kj::StringPtr(kj::str("could not start: ", error)));
-          return cleanUp(env, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::mv(error)));
+          return cleanUp(env, control, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::mv(error)));
         }
         auto child = kj::mv(spawned.get<kj::Own<ChildProcess>>());
         env.logger.debug("event=task-spawned task={} pid={}", kj::str(taskId).cStr(), child->pid());
@@ -767,8 +795,10 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
               });
             });
       })
-      .catch_([&env, taskId, sandbox = kj::str(sandbox), placed = kj::mv(placed)](kj::Exception&& e) mutable {
-        return cleanUp(env, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::str(e.getDescription())));
+      .catch_([&env, &control, taskId, sandbox = kj::str(sandbox),
+               placed = kj::mv(placed)](kj::Exception&& e) mutable {
+        return cleanUp(env, control, sandbox, kj::mv(placed),
+                       TaskOutcome::failure(taskId, kj::str(e.getDescription())));
       });
 }
 

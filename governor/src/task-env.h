@@ -69,6 +69,13 @@ class TaskControl {
   // While set, cancel() SIGKILLs the process group.
   void setProcess(kj::Maybe<ChildProcess&> child) { process = child; }
 
+  // Work a runner leaves for after its outcome is reported (removing the
+  // sandbox: detaching a mount waits out an RCU grace period, milliseconds
+  // that no task needs to wait for). The queue takes it when the task ends
+  // and waits for it only at shutdown.
+  void setAftermath(kj::Promise<void> work) { aftermath = kj::mv(work); }
+  kj::Maybe<kj::Promise<void>> takeAftermath() { return kj::mv(aftermath); }
+
  private:
   bool cancelled = false;
   bool timedOut = false;
@@ -76,6 +83,7 @@ class TaskControl {
   kj::Own<kj::PromiseFulfiller<void>> fulfiller;
   kj::ForkedPromise<void> cancelledPromise;
   kj::Maybe<ChildProcess&> process;
+  kj::Maybe<kj::Promise<void>> aftermath;
 };
 
 // The environment of the current process as NAME=VALUE strings.
