@@ -12,6 +12,8 @@
 #include <map>
 #include <memory>
 #include <sstream>
+#include <sys/wait.h>
+#include <tuple>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -282,6 +284,38 @@ TEST_P(InputIsolationTest, AnOutputAtAnInputsPathChangesItInPlace) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, InputIsolationTest, ::testing::Values("mount", "copy"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+// The governor says once, at start, how it keeps inputs apart; a bad
+// choice is a usage error.
+TEST(SandboxTest, TheGovernorSaysHowItIsolatesInputs) {
+  TempTree work;
+  // Nothing listens on port 1: the governor stops (status 1) once it has
+  // set itself up.
+  auto start = [&](const std::string& args) -> std::pair<int, std::string> {
+    auto log = work.root / "log";
+    auto line = "'" + findProgram("squall-governor") + "' --server 127.0.0.1:1 --connect-timeout 0 --work-dir '" +
+                (work.root / "w").string() + "' " + args + " > /dev/null 2> '" + log.string() + "'";
+    int status = std::system(line.c_str());
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, readFile(log)};
+  };
+  auto [status, log] = start("--input-isolation copy");
+  EXPECT_EQ(status, 1) << log;
+  EXPECT_NE(log.find("info governor: event=input-isolation mode=copy reason=\"--input-isolation copy\""),
+            std::string::npos)
+      << log;
+  std::tie(status, log) = start("--input-isolation mount");
+  if (geteuid() == 0) {
+    EXPECT_EQ(status, 1) << log;
+    EXPECT_NE(log.find("info governor: event=input-isolation mode=mount namespace=\"mount namespace\" view=" +
+                       fs::canonical(work.root).string() + "/w/objects-ro"),
+              std::string::npos)
+        << log;
+    EXPECT_FALSE(fs::exists(work.root / "w" / "objects-ro"));  // unmounted and removed at exit
+  }
+  std::tie(status, log) = start("--input-isolation sideways");
+  EXPECT_EQ(status, 2) << log;
+  EXPECT_NE(log.find("--input-isolation: sideways not in {auto,mount,copy}"), std::string::npos) << log;
+}
 
 // What the server refuses at submit, whatever the governors do.
 TEST(SandboxTest, PathsThatCannotWorkAreRefusedAtSubmit) {
