@@ -7,10 +7,10 @@
 #include "safe-path.h"
 
 #include <cerrno>
-#include <squall/proto/sandbox-path.h>
 #include <cstring>
 #include <fcntl.h>
 #include <sched.h>
+#include <squall/proto/sandbox-path.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -75,7 +75,8 @@ OwnNamespace enterOwnMountNamespace() {
     return OwnNamespace{false, kj::str("cannot enter a mount namespace (", strerror(direct),
                                        ") nor a user namespace (", strerror(errno), ")")};
   }
-  // From here on there is no way back: a failure is fatal to the caller.
+  // No way back from here: until the ids are mapped the governor cannot even
+  // create a file, so a failure to map them throws (fatal to the caller).
   writeProcFile("/proc/self/uid_map", kj::str(uid, " ", uid, " 1\n"));
   writeProcFile("/proc/self/setgroups", "deny");
   writeProcFile("/proc/self/gid_map", kj::str(gid, " ", gid, " 1\n"));
