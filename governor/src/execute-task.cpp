@@ -49,7 +49,6 @@ namespace {
 constexpr size_t STDERR_TAIL_BYTES = 4096;
 constexpr size_t STDOUT_TAIL_BYTES = 4096;
 
-
 // What the program produced, gathered off the loop after it exits.
 struct Harvest {
   kj::String stderrTail;

@@ -16,8 +16,11 @@
 //   through either fails with EROFS whatever the program's uid and whatever
 //   modes it sets. The name of a file input may be removed or replaced like
 //   any file; a dir input is a real directory (find, tar, du, cp -r see its
-//   tree) whose name cannot be removed or renamed (EBUSY). Per input: one
-//   symlink, or one mount and one unmount, whatever its size.
+//   tree) whose name cannot be removed or renamed (EBUSY); tools that copy
+//   links as links (tar without -h, cp -a) see a file input as the link it
+//   is. Per input: one symlink, or one mount and one unmount, whatever its
+//   size (the unmount waits out an RCU grace period, milliseconds, after
+//   the task's outcome has gone: see TaskControl::setAftermath).
 // COPY: each input is a private copy (FICLONE where the file system can,
 //   else the bytes copied), read-only by its modes only: a program may
 //   change its copy, never the object. Per input: its bytes.
