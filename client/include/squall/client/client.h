@@ -302,6 +302,12 @@ class Session {
   void submit();
   // Block until the named tasks/objects are finished; throw TaskFailed if the
   // session fails first.
+  //
+  // Once the session has failed, every call that needs it to go on
+  // (submit, wait, waitSome, unkeep, and fetch of an object that will not be
+  // made) throws that same TaskFailed, naming the task that failed it. What
+  // it finished and kept can still be fetched, and state(), tasks() and
+  // objects() still answer: they describe the failed session.
   void wait(const std::vector<Task>& tasks);
   void wait(const std::vector<DataObject>& objects);
   void waitAll();
