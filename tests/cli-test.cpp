@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <squall/tools/local-cluster.h>
 
+#include "isolation-probe.h"
+
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -93,7 +95,11 @@ TEST_F(CliTest, SubmitChangesInputsInPlaceOrInWritableCopies) {
   // The local files are what they were.
   EXPECT_EQ(slurp(dir / "notes.txt"), "colour\n");
   EXPECT_TRUE(fs::exists(dir / "book" / "ch2.txt"));
-  // A read-only input stays read-only: writing to it fails the program.
+  // A read-only input stays read-only: writing to it fails the program
+  // (mount mode; where the governor copies inputs, root may write its copy).
+  if (!mountIsolationProblem().empty()) {
+    GTEST_SKIP() << "no mount mode here, so root writes its copy: " << mountIsolationProblem();
+  }
   EXPECT_NE(squall("submit --input notes.txt=notes.txt --shell -- 'echo more >> notes.txt'"), 0);
   EXPECT_NE(slurp(dir / "stderr.txt").find("notes.txt"), std::string::npos) << slurp(dir / "stderr.txt");
 }
