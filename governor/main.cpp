@@ -3,6 +3,7 @@
 // Single-threaded (the KJ loop, with libuv inside); libuv's pool does file work.
 #include "data-service.h"
 #include "governor-control.h"
+#include "input-isolation.h"
 #include "object-store.h"
 #include "result-batcher.h"
 #include "stream-hub.h"
@@ -12,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 #include <capnp/rpc.h>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +49,7 @@ struct Flags {
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::string compressStreams = "auto";
+  std::string inputIsolation = "auto";
   int lifelineFd = -1;
 };
 
@@ -110,6 +113,32 @@ int run(const Flags& flags) {
   }
   spdlog::logger& logger = *loggerPtr;
   KjLogForwarder forwarder(logger);
+
+  // Input isolation (input-isolation.h). The namespace must be entered
+  // before any thread exists; the store view is mounted once the store's
+  // directory is there. `copyReason` says why inputs are copied instead.
+  auto isolation = KJ_ASSERT_NONNULL(parseIsolationChoice(flags.inputIsolation.c_str()));
+  bool ownNamespace = false;
+  kj::String namespaceDetail = kj::str();
+  kj::Maybe<kj::String> copyReason;
+  if (isolation == IsolationChoice::COPY) {
+    copyReason = kj::str("--input-isolation copy");
+  } else {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  auto entered = enterOwnMountNamespace();
+                  ownNamespace = entered.entered;
+                  namespaceDetail = kj::mv(entered.detail);
+                })) {
+      fatal(kj::str("cannot set up a namespace of its own: ", e->getDescription()));
+    }
+    if (!ownNamespace) {
+      if (isolation == IsolationChoice::MOUNT) {
+        fatal(kj::str("--input-isolation mount: ", namespaceDetail,
+                      "; run as root, allow user namespaces, or use --input-isolation copy"));
+      }
+      copyReason = kj::mv(namespaceDetail);
+    }
+  }
 
   std::string token;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { token = resolveToken(flags.token, flags.tokenFile); })) {
@@ -188,6 +217,35 @@ int run(const Flags& flags) {
     auto& store = KJ_ASSERT_NONNULL(storeSlot);
     TaskEnv env{bridge,        timer,        store, logger, kj::str(tasksDir), kj::str(name),
                 captureEnvironment(), kj::mv(allowedRoots)};
+    // Unmounted (before the work directory is removed) when serve() returns.
+    kj::Maybe<StoreView> storeView;
+    if (ownNamespace) {
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                    char absolute[PATH_MAX];
+                    if (realpath(workDir.cStr(), absolute) == nullptr) {
+                      KJ_FAIL_SYSCALL("realpath", errno, workDir);
+                    }
+                    storeView.emplace(store.directory(), kj::str(absolute, "/objects-ro"));
+                  })) {
+        if (isolation == IsolationChoice::MOUNT) {
+          failure = kj::str("--input-isolation mount: ", e->getDescription());
+          return 1;
+        }
+        copyReason = kj::str(e->getDescription());
+      }
+    }
+    KJ_IF_MAYBE(view, storeView) {
+      env.storeView = *view;
+      logger.info("event=input-isolation mode=mount namespace=\"{}\" view={}", namespaceDetail.cStr(),
+                  view->path().cStr());
+    } else KJ_IF_MAYBE(reason, copyReason) {
+      if (isolation == IsolationChoice::COPY) {
+        logger.info("event=input-isolation mode=copy reason=\"{}\"", reason->cStr());
+      } else {
+        logger.warn("event=input-isolation mode=copy reason=\"{}\" cost=\"every input is copied\"",
+                    reason->cStr());
+      }
+    }
     DataServiceEnv dataEnv{store, logger, kj::str(token.c_str()), kj::str(name)};
     DataFetcher fetcher(network, bridge, store, kj::str(token.c_str()), logger);
     StreamHub streams(io.unixEventPort, timer, bridge, store, fetcher, logger, kj::str(name),
@@ -454,6 +512,12 @@ int main(int argc, char** argv) {
                  "LZ4 for live streams read from other governors: auto (unless the producer's "
                  "address is a loopback one), on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--input-isolation", flags.inputIsolation,
+                 "how programs are kept from changing their inputs' objects: mount (inputs reached "
+                 "through a read-only mount of the store: writes fail; needs root or user "
+                 "namespaces), copy (each input a private copy: costs its bytes) or auto (mount "
+                 "where possible)")
+      ->check(CLI::IsMember({"auto", "mount", "copy"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -13,6 +13,7 @@ $Cxx.namespace("squall::wire");
 # cpu unless their members ask for their own).
 # Also 3: getState, getTasks and findSession answer for closed sessions the
 # server keeps (SessionState.closed).
+# Also 3: writable inputs and outputs in place (TaskInput.writable).
 const protocolVersion :UInt32 = 3;
 
 # Ids are chosen by the client: `n` is unique within one session across both
@@ -69,6 +70,14 @@ struct TaskInput {
   # shell). By default that is how pipes work (`producer | head`) and the
   # producer still finishes; set this to make it the producer's failure.
   earlyCloseIsError @3 :Bool;
+  # For execute: the input is a private copy the program may change (a file
+  # its owner may write, a tree it may change), never the object itself.
+  # An output at or inside this input's path (in place: `sed -i f`, a tool
+  # adding files to a directory) takes what the program left there; such an
+  # output requires this flag (the client library sets it for you). Not for
+  # a stream read live. Without it the input is read-only: see the guide
+  # ("What a program may do to its inputs").
+  writable @4 :Bool;
 }
 
 struct TaskSpec {

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <squall/tools/local-cluster.h>
 
+#include "isolation-probe.h"
+
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -72,6 +74,36 @@ TEST_F(CliTest, SubmitPrintsStdoutAndMapsInputsAndOutputs) {
   EXPECT_EQ(slurp(dir / "result.txt"), "a\nb\nc\n");
 }
 
+TEST_F(CliTest, SubmitChangesInputsInPlaceOrInWritableCopies) {
+  std::ofstream(dir / "notes.txt") << "colour\n";
+  fs::create_directories(dir / "book");
+  std::ofstream(dir / "book" / "ch1.txt") << "one\n";
+  std::ofstream(dir / "book" / "ch2.txt") << "two\n";
+  // An --output at an --input's path: that input changed in place.
+  EXPECT_EQ(squall("submit --input notes.txt=notes.txt --output notes.txt=fixed.txt "
+                   "--input book=book --output book/=bound "
+                   "--input-rw scratch=notes.txt --shell -- "
+                   "'sed -i s/colour/color/ notes.txt && cat book/*.txt > book/all.txt && rm book/ch2.txt "
+                   "&& echo more >> scratch && wc -l < scratch'"),
+            0)
+      << slurp(dir / "stderr.txt");
+  EXPECT_EQ(slurp(dir / "stdout.txt"), "2\n");
+  EXPECT_EQ(slurp(dir / "fixed.txt"), "color\n");
+  EXPECT_EQ(slurp(dir / "bound" / "all.txt"), "one\ntwo\n");
+  EXPECT_EQ(slurp(dir / "bound" / "ch1.txt"), "one\n");
+  EXPECT_FALSE(fs::exists(dir / "bound" / "ch2.txt"));
+  // The local files are what they were.
+  EXPECT_EQ(slurp(dir / "notes.txt"), "colour\n");
+  EXPECT_TRUE(fs::exists(dir / "book" / "ch2.txt"));
+  // A read-only input stays read-only: writing to it fails the program
+  // (mount mode; where the governor copies inputs, root may write its copy).
+  if (!mountIsolationProblem().empty()) {
+    GTEST_SKIP() << "no mount mode here, so root writes its copy: " << mountIsolationProblem();
+  }
+  EXPECT_NE(squall("submit --input notes.txt=notes.txt --shell -- 'echo more >> notes.txt'"), 0);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("notes.txt"), std::string::npos) << slurp(dir / "stderr.txt");
+}
+
 TEST_F(CliTest, FailingProgramGivesItsStatusAndAClearMessage) {
   EXPECT_EQ(squall("submit -- false"), 1);
   auto err = slurp(dir / "stderr.txt");
@@ -84,6 +116,12 @@ TEST_F(CliTest, FailingProgramGivesItsStatusAndAClearMessage) {
 TEST_F(CliTest, BadArgumentsAreClearErrors) {
   EXPECT_NE(squall("submit --input nonsense -- true"), 0);
   EXPECT_NE(slurp(dir / "stderr.txt").find("PATH=FILE"), std::string::npos);
+  EXPECT_NE(squall("submit --input-rw nonsense -- true"), 0);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("--input-rw takes PATH=FILE"), std::string::npos);
+  std::ofstream(dir / "d.txt") << "x\n";
+  EXPECT_NE(squall("submit --input d=d.txt --output d/=out -- true"), 0);
+  EXPECT_NE(slurp(dir / "stderr.txt").find("so it must be a blob like the input, not a dir"), std::string::npos)
+      << slurp(dir / "stderr.txt");
   EXPECT_NE(squall("submit --stdin /no/such/file -- cat"), 0);
   EXPECT_NE(slurp(dir / "stderr.txt").find("/no/such/file"), std::string::npos);
   EXPECT_NE(squall("submit --server 127.0.0.1:1 -- true"), 0);

@@ -230,6 +230,25 @@ TEST_F(E2eTest, EveryCallOnAFailedSessionThrowsTaskFailedNamingTheTask) {
   EXPECT_EQ(doomed.info().state, "failed");
 }
 
+// The security review's crash: attributes a recursive JSON parser
+// overflows on. Refused at submit, naming the limit; the session goes on.
+TEST_F(E2eTest, AttributesNestedTooDeeplyAreRefusedAndTheSessionGoesOn) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("deep-attributes");
+  session.execute(Program({"true"})).attributes(std::string(100000, '[') + std::string(100000, ']'));
+  try {
+    session.submit();
+    ADD_FAILURE() << "accepted attributes nested 100,000 deep";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attributes nest deeper than 64 levels"), std::string::npos)
+        << e.what();
+  }
+  auto ok = session.concat({session.blob("still fine")});
+  ok.output().keep();
+  session.submit();
+  EXPECT_EQ(ok.output().fetch(), "still fine");
+}
+
 TEST_F(E2eTest, InvalidUseThroughTheClientIsAClearError) {
   Client client(cluster->serverAddress());
   auto one = client.newSession("one");

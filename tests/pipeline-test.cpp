@@ -102,6 +102,14 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
        "p.toml:3:17: output 'o': path '/tmp/o' is absolute"},
       {"[step.a]\nstore = { from = \"data/words.txt\" }\n", "p.toml:2:9: store needs 'path'"},
       {"[step.a]\nshell = \"true\"\nstdout = true\ncollect = \".\"\n", "p.toml:4:11: collect path '"},
+      {"[step.a]\nshell = \"seq 3\"\nstdout = true\n[step.b]\nshell = \"cat s\"\n"
+       "inputs = { s = { from = \"@a\", stream = true, writable = true } }\n",
+       "p.toml:6:57: a stream edge cannot be writable: the program reads '@a' from a named pipe while it is "
+       "written (drop stream = true to get a copy it may change)"},
+      {"[step.a]\ncommand = [\"cat\"]\nstdin = { from = \"data/words.txt\", writable = true }\n",
+       "p.toml:3:36: unknown key 'writable' in stdin (it takes from, stream, broken_pipe)"},
+      {"[step.a]\nmake_dir = { x = { from = \"data/words.txt\", writable = true } }\n",
+       "p.toml:2:45: unknown key 'writable' in make_dir entry 'x'"},
   };
   for (auto& c : cases) {
     auto error = planError(ws.dir, c.text);
@@ -147,6 +155,19 @@ TEST(PipelineCliTest, DryRunPrintsTheTasksAndRunsNothing) {
   EXPECT_NE(run.out.find("sum.stdin (concat)"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("=> " + (ws.dir / "out/squares/4.txt").string()), std::string::npos) << run.out;
   EXPECT_FALSE(fs::exists(ws.dir / "out"));
+
+  // Inputs changed in place show as writable.
+  for (auto& example : docExamples()) {
+    if (example.file == "in-place.toml") writeFile(ws.dir / example.file, example.text);
+  }
+  run = squall(ws.dir, "127.0.0.1:1", "run --dry-run in-place.toml");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_NE(run.out.find("  input   words.txt <- local file " + (ws.dir / "data/words.txt").string() +
+                         " (writable)\n  output  words <- words.txt"),
+            std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("  input   book <- local dir " + (ws.dir / "data/chapters").string() + " (writable)\n"),
+            std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("  input   words.txt <- fix.words (writable)\n"), std::string::npos) << run.out;
 }
 
 // ---- squall run against a cluster ----
@@ -164,7 +185,7 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
     EXPECT_EQ(result.status, 0) << example.file << "\n" << result.out << result.err;
     EXPECT_NE(result.out.find("done "), std::string::npos) << result.out;
   }
-  EXPECT_EQ(ran, 7u);
+  EXPECT_EQ(ran, 8u);
   auto out = ws.dir / "out";
   EXPECT_EQ(slurp(out / "hello.txt"), "hello, squall\n");
   EXPECT_EQ(slurp(out / "count.txt"), "4\n");
@@ -178,6 +199,13 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
   EXPECT_EQ(slurp(out / "cities" / "2-Oslo.txt"), "Oslo has 4 letters\n");
   EXPECT_EQ(slurp(*governorRoot / "archive" / "sorted.txt"), "apple\nfig\npear\n");
   EXPECT_TRUE(fs::exists(out / "report" / "totals.txt"));
+  EXPECT_EQ(slurp(out / "in-place" / "words.txt"), "pear\nAPPLE\nfig\nbanana\nAPPLE\nkiwi\n");
+  EXPECT_EQ(slurp(out / "in-place" / "book" / "all.txt"),
+            "Call me Ishmael.\nIt was a bright cold day in April.\nHappy families are all alike.\n");
+  EXPECT_FALSE(fs::exists(out / "in-place" / "book" / "ch3.txt"));
+  EXPECT_EQ(slurp(out / "in-place" / "book" / "ch1.txt"), "Call me Ishmael.\n");
+  EXPECT_EQ(slurp(out / "in-place" / "first.txt"), "APPLE\n");
+  EXPECT_EQ(slurp(ws.dir / "data" / "words.txt"), "pear\napple\nfig\nbanana\napple\n");
 }
 
 // The acceptance test: split, count the parts in parallel, merge, make a

@@ -44,8 +44,13 @@ int main(int argc, char** argv) {
   sub->add_option("--token", submit.token, "shared secret (default $SQUALL_TOKEN)");
   sub->add_option("--stdin", submit.stdinFile, "local file fed to the program's stdin");
   sub->add_option("--stdout", submit.stdoutFile, "write the program's stdout here (default: print it)");
-  sub->add_option("--input", submit.inputs, "PATH=FILE: local FILE placed at PATH in the sandbox");
-  sub->add_option("--output", submit.outputs, "PATH=FILE: the sandbox file PATH is written to FILE");
+  sub->add_option("--input", submit.inputs,
+                  "PATH=FILE: local FILE (or directory) placed at PATH in the sandbox, read-only");
+  sub->add_option("--input-rw", submit.writableInputs,
+                  "PATH=FILE: like --input, but a copy the program may change");
+  sub->add_option("--output", submit.outputs,
+                  "PATH=FILE: the sandbox file PATH is written to FILE (PATH/=DIR: a directory, "
+                  "unpacked into DIR); at an --input's PATH it is that input changed in place");
   sub->add_option("--cpus", submit.cpus, "cpus the task needs")->capture_default_str()->check(CLI::Range(1, 4096));
   sub->add_option("--name", submit.name, "task name");
   sub->add_flag("--shell", submit.shell, "run the command line with /bin/sh -c");

@@ -13,6 +13,7 @@
 #include <squall/proto/chunk-codec.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/rpc.h>
+#include <squall/proto/sandbox-path.h>
 #include <squall/proto/token.h>
 #include <squall/wire/data.capnp.h>
 #include <squall/wire/service.capnp.h>
@@ -367,6 +368,7 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
     setId(inputs[i].initObject(), session, task.inputs[i].object);
     inputs[i].setPath(task.inputs[i].path);
     inputs[i].setEarlyCloseIsError(task.strictPipes);
+    inputs[i].setWritable(task.inputs[i].writable);
   }
   auto outputs = out.initOutputs(task.outputs.size());
   for (size_t i = 0; i < task.outputs.size(); i++) setId(outputs[i], session, task.outputs[i]);
@@ -741,14 +743,18 @@ Program& Program::arg(std::string value) {
   return *this;
 }
 
-Program& Program::input(const DataObject& object, std::string path) {
-  inputs.push_back({object.id(), std::move(path), ""});
+Program& Program::input(const DataObject& object, std::string path, InputOptions options) {
+  if (options.arg) args.push_back(path);
+  inputs.push_back({object.id(), std::move(path), "", options.writable});
   return *this;
 }
 
 Program& Program::inputArg(const DataObject& object, std::string path) {
-  args.push_back(path);
-  return input(object, std::move(path));
+  return input(object, std::move(path), {.arg = true});
+}
+
+Program& Program::writableInput(const DataObject& object, std::string path) {
+  return input(object, std::move(path), {.writable = true});
 }
 
 Program& Program::stdinFrom(const DataObject& object) {
@@ -757,14 +763,14 @@ Program& Program::stdinFrom(const DataObject& object) {
   return *this;
 }
 
-Program& Program::inputSlot(std::string slot, std::string path) {
-  inputs.push_back({0, std::move(path), std::move(slot)});
+Program& Program::inputSlot(std::string slot, std::string path, InputOptions options) {
+  if (options.arg) args.push_back(path);
+  inputs.push_back({0, std::move(path), std::move(slot), options.writable});
   return *this;
 }
 
 Program& Program::inputArgSlot(std::string slot, std::string path) {
-  args.push_back(path);
-  return inputSlot(std::move(slot), std::move(path));
+  return inputSlot(std::move(slot), std::move(path), {.arg = true});
 }
 
 Program& Program::stdinSlot(std::string slot) {
@@ -943,6 +949,17 @@ Task Session::execute(const Program& program,
   }
   for (size_t i = 0; i < slots.size(); i++) {
     if (!used[i]) throw Error("the program has no slot '" + slots[i].first + "'");
+  }
+  // An output at an input's path, or inside it, changes that input in
+  // place: the input must be writable.
+  for (auto& input : inputs) {
+    if (input.path.empty()) continue;
+    auto in = normalisedSandboxPath(input.path);
+    for (auto& output : program.outputs) {
+      if (!output) continue;
+      auto out = normalisedSandboxPath(*output);
+      if (isAtOrInside(out, in)) input.writable = true;
+    }
   }
   auto& task = impl->newTask(client::LocalTask::Type::EXECUTE, program.outputKinds);
   task.name = program.taskName;

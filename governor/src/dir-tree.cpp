@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <kj/debug.h>
 #include <kj/vector.h>
 #include <string>
@@ -101,7 +103,7 @@ void copyInto(int src, int dst, const std::string& prefix, FileCopy how, kj::Str
                                 (st.st_mode & 0777) | 0600),
                  path.c_str());
       kj::AutoCloseFd outFd(out);
-      copyFileFd(inFd, outFd, false);
+      cloneFileFd(inFd, outFd);
     } else if (S_ISLNK(st.st_mode)) {
       auto target = readLinkAt(src, name.c_str());
       KJ_SYSCALL(::symlinkat(target.cStr(), dst, name.c_str()), path.c_str());
@@ -140,15 +142,20 @@ struct TreeEntry {
 };
 
 void collect(int dirFd, const std::string& prefix, bool seal, kj::StringPtr what,
-             std::vector<TreeEntry>& out) {
+             kj::Maybe<LinkHook&> onLink, std::vector<TreeEntry>& out) {
   for (auto& name : listDir(dirFd)) {
     auto path = childPath(prefix, name);
     struct stat st;
     KJ_SYSCALL(::fstatat(dirFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW), path.c_str());
+    KJ_IF_MAYBE(hook, onLink) {
+      if (S_ISLNK(st.st_mode) && (*hook)(dirFd, name.c_str(), readLinkAt(dirFd, name.c_str()))) {
+        KJ_SYSCALL(::fstatat(dirFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW), path.c_str());
+      }
+    }
     if (S_ISDIR(st.st_mode)) {
       out.push_back(TreeEntry{path, 'd'});
       auto child = openChildDir(dirFd, name);
-      collect(child, path, seal, what, out);
+      collect(child, path, seal, what, onLink, out);
       if (seal) {
         KJ_SYSCALL(::fchmod(child, 0555), path.c_str());
       }
@@ -229,6 +236,12 @@ HashedSize copyFileFd(int from, int to, bool hash) {
   return result;
 }
 
+void cloneFileFd(int from, int to) {
+  if (::ioctl(to, FICLONE, from) == 0) return;
+  // EOPNOTSUPP, EXDEV, EINVAL, ENOTTY...: no block sharing here.
+  copyFileFd(from, to, false);
+}
+
 void linkFdOrCopy(int fd, kj::StringPtr to) {
   auto proc = kj::str("/proc/self/fd/", fd);
   if (::linkat(AT_FDCWD, proc.cStr(), AT_FDCWD, to.cStr(), AT_SYMLINK_FOLLOW) == 0) return;
@@ -239,9 +252,9 @@ void linkFdOrCopy(int fd, kj::StringPtr to) {
 
 namespace {
 
-HashedSize walkTree(int rootFd, kj::StringPtr what, bool seal, bool hash) {
+HashedSize walkTree(int rootFd, kj::StringPtr what, bool seal, bool hash, kj::Maybe<LinkHook&> onLink) {
   std::vector<TreeEntry> entries;
-  collect(rootFd, "", seal, what, entries);
+  collect(rootFd, "", seal, what, onLink, entries);
   if (seal) {
     KJ_SYSCALL(::fchmod(rootFd, 0555));
   }
@@ -287,11 +300,11 @@ HashedSize walkTree(int rootFd, kj::StringPtr what, bool seal, bool hash) {
 
 }  // namespace
 
-HashedSize sealTree(int rootFd, kj::StringPtr what, bool hash) {
-  return walkTree(rootFd, what, true, hash);
+HashedSize sealTree(int rootFd, kj::StringPtr what, bool hash, kj::Maybe<LinkHook&> onLink) {
+  return walkTree(rootFd, what, true, hash, onLink);
 }
 
-HashedSize hashTree(int rootFd) { return walkTree(rootFd, "tree", false, true); }
+HashedSize hashTree(int rootFd) { return walkTree(rootFd, "tree", false, true, nullptr); }
 
 void removeTreeAt(int parentFd, kj::StringPtr name) {
   struct stat st;

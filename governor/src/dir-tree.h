@@ -20,6 +20,7 @@
 
 #include "file-ops.h"
 
+#include <kj/function.h>
 #include <kj/io.h>
 #include <kj/string.h>
 #include <string>
@@ -31,7 +32,8 @@ enum class FileCopy {
   // Hard-link files (sharing the read-only inode of an object), copying only
   // where linking is impossible (another filesystem, link limits).
   LINK,
-  // Copy the bytes into new files the owner may write.
+  // Copy the bytes (sharing blocks where the file system can, see
+  // cloneFileFd) into new files the owner may write.
   COPY,
 };
 
@@ -59,16 +61,26 @@ void copyTreeContents(int srcDirFd, int dstDirFd, FileCopy how, kj::StringPtr wh
 // when `hash` is set (the hash is 0 otherwise).
 HashedSize copyFileFd(int from, int to, bool hash);
 
+// Copies the whole open file `from` into the empty file `to`: shares its
+// blocks (FICLONE) where the file system can, copies the bytes otherwise.
+void cloneFileFd(int from, int to);
+
 // Hard-links the open regular file `fd` at `to` (through /proc/self/fd), or
 // copies it when that is impossible (unlinked, another filesystem).
 void linkFdOrCopy(int fd, kj::StringPtr to);
 
 
+// Called for each symbolic link met while sealing, before it is recorded:
+// it may replace the link by a file or directory of the same name and then
+// returns true (the entry is then sealed as what it has become).
+using LinkHook = kj::Function<bool(int dirFd, const char* name, kj::StringPtr target)>;
+
 // Checks the kinds of all entries of the tree open at `rootFd`, makes it
 // read-only (files lose their write bits, directories become 0555) and,
 // when `hash` is set, computes its size and tree hash. `what` names the
 // tree in errors.
-HashedSize sealTree(int rootFd, kj::StringPtr what, bool hash = true);
+HashedSize sealTree(int rootFd, kj::StringPtr what, bool hash = true,
+                    kj::Maybe<LinkHook&> onLink = nullptr);
 
 // Size and tree hash, without changing anything.
 HashedSize hashTree(int rootFd);

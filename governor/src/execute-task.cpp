@@ -1,15 +1,25 @@
 // The `execute` task: runs a program in a per-task sandbox directory
-// <tasksDir>/<session>-<n>/ with its inputs placed read-only at their paths
-// (a dir input as a tree of hard links), takes its outputs into the store
-// (a dir output is the tree the program left, moved and sealed) and removes
-// the sandbox. Loop thread only; sandbox file work runs on the libuv pool.
+// <tasksDir>/<session>-<n>/ with its inputs at their paths, placed as
+// input-isolation.h says (through the read-only store view, or as private
+// copies; writable inputs as private copies the program may change), takes
+// its outputs into the store (a dir output is the tree the program left,
+// moved and sealed; an output at a writable input's path takes what the
+// program made of it) and removes the sandbox, detaching mounted dir inputs
+// first; that removal is the task's aftermath (TaskControl), done after its
+// outcome is reported. Loop thread only; sandbox file work runs on the
+// libuv pool.
+//
+// Nothing of the governor's lives in the sandbox, so no name a task uses can
+// reach it: stdout and stderr go to anonymous files (O_TMPFILE in tasksDir)
+// read back through the governor's descriptors, and an input fed only on
+// stdin is opened for the program, not placed.
 //
 // The program may do anything inside its sandbox, including planting
 // symbolic links; the governor never follows one there: outputs are taken
 // through directory descriptors with O_NOFOLLOW, an output path that is a
-// link fails the task, and links inside a dir output stay links. stdout and
-// stderr are read back through the descriptors the governor opened, not by
-// name.
+// link fails the task (unless it is a link into the store view, which is
+// replaced by what it names), and other links inside a dir output stay
+// links.
 //
 // Live streams (stream-hub.h): a stream output is the program's stdout (a
 // pipe) or a named pipe made in the sandbox before it starts; a live input
@@ -20,9 +30,11 @@
 // by SIGPIPE, or a shell's 141, after every reader had gone counts as
 // success) and the outcome waits until they have ended for every reader.
 #include "dir-tree.h"
+#include "input-isolation.h"
 #include "stream-hub.h"
 #include "task-env.h"
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <fcntl.h>
@@ -35,18 +47,7 @@ namespace squall {
 namespace {
 
 constexpr size_t STDERR_TAIL_BYTES = 4096;
-constexpr const char* STDOUT_FILE = ".squall-stdout";
-constexpr const char* STDERR_FILE = ".squall-stderr";
-constexpr const char* STDIN_FILE = ".squall-stdin";
-
 constexpr size_t STDOUT_TAIL_BYTES = 4096;
-
-struct Placement {
-  kj::String path;  // relative to the sandbox
-  Id id;
-  wire::ObjectKind kind;
-  ObjectData data;
-};
 
 // What the program produced, gathered off the loop after it exits.
 struct Harvest {
@@ -54,6 +55,8 @@ struct Harvest {
   kj::String stdoutTail;
   kj::Maybe<kj::String> error;
   kj::Vector<HashedSize> outputs;
+  // Where the sandbox went (retireSandbox), to be removed after the outcome.
+  kj::Maybe<kj::String> retired;
 };
 
 // Store paths the outputs are moved to before they are adopted; whatever
@@ -77,20 +80,30 @@ struct OutputTemps {
 
 // Takes the output `rel` of the sandbox into `temp`: checks what is there
 // against the declared kind without following links, then moves it (a dir
-// is then sealed). Returns its size and hash.
+// is then sealed). Links into the store view at `viewRoot` (an input the
+// program moved or copied as a link) become copies of what they name.
+// Returns its size and hash.
 HashedSize takeOutput(int sandboxFd, kj::StringPtr rel, wire::ObjectKind kind, Id outputId,
-                      kj::StringPtr temp) {
+                      kj::StringPtr temp, kj::Maybe<kj::StringPtr> viewRoot) {
   auto parts = pathComponents(rel);
   auto what = kj::str("output '", rel, "'");
   auto parent = openDirChain(sandboxFd, parts, parts.size() - 1, false, what);
   auto& name = parts.back();
   struct stat st;
-  if (::fstatat(parent, name.cStr(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
-    if (errno == ENOENT) {
-      if (kind == wire::ObjectKind::DIR) SQUALL_FAIL("output directory '", rel, "' was not created");
-      SQUALL_FAIL("output file '", rel, "' was not created");
+  auto look = [&]() {
+    if (::fstatat(parent, name.cStr(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      if (errno == ENOENT) {
+        if (kind == wire::ObjectKind::DIR) SQUALL_FAIL("output directory '", rel, "' was not created");
+        SQUALL_FAIL("output file '", rel, "' was not created");
+      }
+      SQUALL_FAIL("cannot read output '", rel, "': ", strerror(errno));
     }
-    SQUALL_FAIL("cannot read output '", rel, "': ", strerror(errno));
+  };
+  look();
+  if (S_ISLNK(st.st_mode)) {
+    KJ_IF_MAYBE(view, viewRoot) {
+      if (replaceViewLink(*view, parent, name.cStr(), readLinkAt(parent, name.cStr()))) look();
+    }
   }
   if (S_ISLNK(st.st_mode)) SQUALL_FAIL("output '", rel, "' is a symbolic link");
   if (kind == wire::ObjectKind::DIR) {
@@ -100,6 +113,12 @@ HashedSize takeOutput(int sandboxFd, kj::StringPtr rel, wire::ObjectKind kind, I
     }
     KJ_SYSCALL(::renameat(parent, name.cStr(), AT_FDCWD, temp.cStr()), rel);
     auto root = openDirectory(temp);
+    KJ_IF_MAYBE(view, viewRoot) {
+      LinkHook materialize = [view = *view](int dirFd, const char* entry, kj::StringPtr target) {
+        return replaceViewLink(view, dirFd, entry, target);
+      };
+      return sealTree(root, what, true, materialize);
+    }
     return sealTree(root, what);
   }
   if (!S_ISREG(st.st_mode)) {
@@ -137,18 +156,46 @@ kj::String spawnError(kj::StringPtr program, int code) {
   }
 }
 
-kj::AutoCloseFd openForChild(kj::StringPtr path, int flags) {
-  return openOrThrow(path, flags, 0644);
+std::atomic<uint64_t> retiredSandboxes{0};
+
+// Moves the sandbox away from its name, to <tasksDir>/.removing-N, so that
+// the task can be run again at once (a retry on this governor) while the
+// old one is removed. Returns the new path; nullptr if there was none.
+// Pool threads.
+kj::Maybe<kj::String> retireSandbox(kj::StringPtr tasksDir, kj::StringPtr sandbox) {
+  auto retired = kj::str(tasksDir, "/.removing-", retiredSandboxes.fetch_add(1));
+  if (::rename(sandbox.cStr(), retired.cStr()) == 0) return kj::mv(retired);
+  if (errno == ENOENT) return nullptr;
+  KJ_FAIL_SYSCALL("rename", errno, sandbox, retired);
 }
 
-// Removes the sandbox, then resolves with `outcome`.
-kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, kj::StringPtr sandbox, TaskOutcome outcome) {
-  return env.bridge.runOnPool<void>([sandbox = kj::str(sandbox)]() { removeTree(sandbox); })
-      .catch_([&env, sandbox = kj::str(sandbox)](kj::Exception&& e) {
+// Releases what placing the inputs left outside the sandbox (the mounts in
+// it first), then removes the retired sandbox: the task's aftermath.
+kj::Promise<void> removeRetired(TaskEnv& env, kj::Maybe<kj::String> retired, kj::Own<PlacedInputs> placed) {
+  return env.bridge.runOnPool<void>([retired = kj::mv(retired), placed = kj::mv(placed)]() mutable {
+    placed->release();
+    KJ_IF_MAYBE(path, retired) { removeTree(*path); }
+  });
+}
+
+// Retires the sandbox and leaves its removal to the task's aftermath, then
+// resolves with `outcome`.
+kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, TaskControl& control, kj::StringPtr sandbox,
+                                 kj::Own<PlacedInputs> placed, TaskOutcome outcome) {
+  return env.bridge
+      .runOnPool<kj::Maybe<kj::String>>([tasksDir = kj::str(env.tasksDir), sandbox = kj::str(sandbox)]() {
+        return retireSandbox(tasksDir, sandbox);
+      })
+      .catch_([&env, sandbox = kj::str(sandbox)](kj::Exception&& e) -> kj::Maybe<kj::String> {
         env.logger.warn("event=sandbox-remove-failed path={} error=\"{}\"", sandbox.cStr(),
                         e.getDescription().cStr());
+        return nullptr;
       })
-      .then([outcome = kj::mv(outcome)]() mutable { return kj::mv(outcome); });
+      .then([&env, &control, placed = kj::mv(placed),
+             outcome = kj::mv(outcome)](kj::Maybe<kj::String> retired) mutable {
+        control.setAftermath(removeRetired(env, kj::mv(retired), kj::mv(placed)));
+        return kj::mv(outcome);
+      });
 }
 
 
@@ -298,7 +345,8 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
                                           wire::Assignment::Reader spec, Id taskId, kj::String sandbox,
                                           kj::String program, kj::Own<const SharedFd> stdoutFd,
                                           kj::Own<const SharedFd> stderrFd, bool wantsStdout,
-                                          kj::Own<StreamEnds> ends, ProcessExit exit) {
+                                          kj::Own<StreamEnds> ends, kj::Own<PlacedInputs> placed,
+                                          ProcessExit exit) {
   // A producer whose readers had all gone, ended by the SIGPIPE that
   // closing its pipe caused (or a shell's 141 for it), finished as a pipe
   // stage does: successfully.
@@ -338,10 +386,13 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
   }
   kj::Vector<Id> outputIds;
   for (auto output : task.getOutputs()) outputIds.add(Id::from(output));
+  kj::Maybe<kj::String> viewRoot;
+  KJ_IF_MAYBE(view, env.storeView) { viewRoot = kj::str(view->path()); }
   auto harvest = env.bridge.runOnPool<Harvest>(
       [sandbox = kj::str(sandbox), success, tempPaths = kj::mv(tempPaths), sources = kj::mv(sources),
        kinds = kj::mv(outputKinds), outputIds = kj::mv(outputIds), stdoutFd = kj::mv(stdoutFd),
-       stderrFd = kj::mv(stderrFd), wantsStdout]() {
+       stderrFd = kj::mv(stderrFd), wantsStdout, tasksDir = kj::str(env.tasksDir),
+       viewRoot = kj::mv(viewRoot)]() mutable {
         Harvest h;
         h.stderrTail = readTailFd(stderrFd->fd, STDERR_TAIL_BYTES);
         if (!wantsStdout) h.stdoutTail = readTailFd(stdoutFd->fd, STDOUT_TAIL_BYTES);
@@ -353,7 +404,8 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
             if (kinds[i] == wire::ObjectKind::STREAM) {
               h.outputs.add(HashedSize{});
             } else KJ_IF_MAYBE(rel, sources[i]) {
-              h.outputs.add(takeOutput(root, *rel, kinds[i], outputIds[i], tempPaths[i]));
+              h.outputs.add(takeOutput(root, *rel, kinds[i], outputIds[i], tempPaths[i],
+                                       viewRoot.map([](const kj::String& v) -> kj::StringPtr { return v; })));
             } else {
               linkFdOrCopy(stdoutFd->fd, tempPaths[i]);
               KJ_IF_MAYBE(known, stdoutHash) {
@@ -368,13 +420,15 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
         })) {
           h.error = kj::str(e->getDescription());
         }
-        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeTree(sandbox); })) {
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { h.retired = retireSandbox(tasksDir, sandbox); })) {
           KJ_LOG(WARNING, "cannot remove sandbox", sandbox, e->getDescription());
         }
         return h;
       });
   return harvest.then([&env, &control, spec, taskId, exit, exitedOk, program = kj::mv(program),
-                       temps = kj::mv(temps), ends = kj::mv(ends)](Harvest h) mutable {
+                       temps = kj::mv(temps), ends = kj::mv(ends),
+                       placed = kj::mv(placed)](Harvest h) mutable {
+    control.setAftermath(removeRetired(env, kj::mv(h.retired), kj::mv(placed)));
     // The streams' verdict: their readers learn it once the flow has ended.
     if (exitedOk && !control.isCancelled() && ends->inputFailure == nullptr && h.error == nullptr) {
       ends->producerExited(nullptr);
@@ -511,61 +565,11 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
                         inputs.size(), " inputs)"));
   }
   kj::String sandbox = kj::str(env.tasksDir, "/", taskId.session, "-", taskId.n);
-  kj::Vector<Placement> placements;
-  kj::Vector<LiveInputSpec> liveInputs;
+  // Output paths (normalised) the program writes, and the directories above them.
+  kj::Vector<kj::String> outputPaths;
+  kj::Vector<kj::String> outputDirs;
   // Named pipes to make in the sandbox (live inputs and stream outputs).
   kj::Vector<kj::String> fifos;
-  kj::String stdinPath = kj::str("/dev/null");
-  for (uint i = 0; i < inputs.size(); i++) {
-    auto path = inputs[i].getPath();
-    bool isStdin = static_cast<int32_t>(i) == stdinInput;
-    Id inputId = Id::from(inputs[i].getObject());
-    if (i < locations.size() && locations[i].getLive()) {
-      // Read while its producer runs: a pipe on stdin, or a named pipe.
-      if (env.streams == nullptr) {
-        return fail(kj::str("input ", inputId, " is a live stream; this governor reads no live streams"));
-      }
-      if (locations[i].getKind() != wire::ObjectKind::STREAM) {
-        return fail(kj::str("input ", inputId, " is to be read live, but it is not a stream"));
-      }
-      auto sources = locations[i].getSources();
-      LiveInputSpec live{inputId, nullptr, inputs[i].getEarlyCloseIsError(),
-                         sources.size() > 0 ? kj::Maybe<kj::String>(kj::str(sources[0])) : nullptr};
-      if (!isStdin) {
-        KJ_IF_MAYBE(problem, relativePathProblem(path)) {
-          return fail(kj::str("input path '", path, "' is not allowed: ", *problem));
-        }
-        auto parts = pathComponents(path);
-        live.fifo = joinPath(parts, parts.size());
-        fifos.add(joinPath(parts, parts.size()));
-      }
-      liveInputs.add(kj::mv(live));
-      continue;
-    }
-    kj::String rel;
-    if (path.size() == 0 && isStdin) {
-      // A stdin-only input needs no name in the sandbox.
-      rel = kj::str(STDIN_FILE);
-    } else KJ_IF_MAYBE(problem, relativePathProblem(path)) {
-      return fail(kj::str("input path '", path, "' is not allowed: ", *problem));
-    } else {
-      auto parts = pathComponents(path);
-      rel = joinPath(parts, parts.size());
-    }
-    KJ_IF_MAYBE(data, env.store.data(inputId)) {
-      auto kind = KJ_ASSERT_NONNULL(env.store.find(inputId)).kind;
-      if (isStdin) {
-        if (kind == wire::ObjectKind::DIR) {
-          return fail(kj::str("input ", inputId, " is a dir, so it cannot be the program's stdin"));
-        }
-        stdinPath = kj::str(sandbox, "/", rel);
-      }
-      placements.add(Placement{kj::mv(rel), inputId, kind, kj::mv(*data)});
-    } else {
-      return fail(kj::str("input ", inputId, " is not held by governor ", env.governorName));
-    }
-  }
-  kj::Vector<kj::String> outputDirs;
   bool wantsStdout = false;
   bool stdoutIsStream = false;
   for (uint i = 0; i < mappings.size(); i++) {
@@ -582,11 +586,73 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         return fail(kj::str("output path '", path, "' is not allowed: ", *problem));
       }
       auto parts = pathComponents(path);
+      outputPaths.add(joinPath(parts, parts.size()));
       if (kinds[i] == wire::ObjectKind::STREAM) fifos.add(joinPath(parts, parts.size()));
       parts.removeLast();
       if (parts.size() > 0) outputDirs.add(joinPath(parts, parts.size()));
     }
   }
+  kj::Vector<SandboxInput> placements;
+  kj::Vector<LiveInputSpec> liveInputs;
+  // An input fed on stdin only is opened for the program, not placed.
+  kj::Maybe<InputSource> stdinSource;
+  kj::Maybe<kj::String> stdinPath;
+  for (uint i = 0; i < inputs.size(); i++) {
+    auto path = inputs[i].getPath();
+    bool isStdin = static_cast<int32_t>(i) == stdinInput;
+    Id inputId = Id::from(inputs[i].getObject());
+    if (i < locations.size() && locations[i].getLive()) {
+      // Read while its producer runs: a pipe on stdin, or a named pipe.
+      if (env.streams == nullptr) {
+        return fail(kj::str("input ", inputId, " is a live stream; this governor reads no live streams"));
+      }
+      if (locations[i].getKind() != wire::ObjectKind::STREAM) {
+        return fail(kj::str("input ", inputId, " is to be read live, but it is not a stream"));
+      }
+      if (inputs[i].getWritable()) {
+        return fail(kj::str("input ", inputId, " is a stream read live, so it cannot be writable"));
+      }
+      auto sources = locations[i].getSources();
+      LiveInputSpec live{inputId, nullptr, inputs[i].getEarlyCloseIsError(),
+                         sources.size() > 0 ? kj::Maybe<kj::String>(kj::str(sources[0])) : nullptr};
+      if (!isStdin) {
+        KJ_IF_MAYBE(problem, relativePathProblem(path)) {
+          return fail(kj::str("input path '", path, "' is not allowed: ", *problem));
+        }
+        auto parts = pathComponents(path);
+        live.fifo = joinPath(parts, parts.size());
+        fifos.add(joinPath(parts, parts.size()));
+      }
+      liveInputs.add(kj::mv(live));
+      continue;
+    }
+    if (path.size() > 0 || !isStdin) {
+      KJ_IF_MAYBE(problem, relativePathProblem(path)) {
+        return fail(kj::str("input path '", path, "' is not allowed: ", *problem));
+      }
+    }
+    auto data = env.store.data(inputId);
+    if (data == nullptr) {
+      return fail(kj::str("input ", inputId, " is not held by governor ", env.governorName));
+    }
+    auto kind = KJ_ASSERT_NONNULL(env.store.find(inputId)).kind;
+    if (isStdin && kind == wire::ObjectKind::DIR) {
+      return fail(kj::str("input ", inputId, " is a dir, so it cannot be the program's stdin"));
+    }
+    InputSource source{inputId, kind, kj::mv(KJ_ASSERT_NONNULL(data)),
+                       inputs[i].getWritable() ? InputPlacement::WRITABLE : InputPlacement::VIEW, nullptr};
+    if (path.size() == 0) {
+      stdinSource = kj::mv(source);
+      continue;
+    }
+    auto parts = pathComponents(path);
+    auto rel = joinPath(parts, parts.size());
+    if (isStdin) stdinPath = kj::str(rel);
+    placements.add(SandboxInput{kj::mv(rel), kj::mv(source)});
+  }
+  // The task's directory in the store, for blobs held in memory (mount mode).
+  auto storeFiles = kj::str(env.store.directory(), "/.inputs-", taskId.session, "-", taskId.n);
+  choosePlacements(placements, outputPaths, fifos, env.storeView, storeFiles, stdinSource);
   kj::Vector<kj::String> environment;
   {
     kj::Vector<kj::StringPtr> overridden;
@@ -628,9 +694,12 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
   options.cwd = kj::str(sandbox);
 
   // --- prepare the sandbox off the loop
-  auto prepare = env.bridge.runOnPool<void>(
-      [sandbox = kj::str(sandbox), placements = kj::mv(placements), outputDirs = kj::mv(outputDirs),
-       fifos = kj::mv(fifos)]() {
+  auto placed = kj::atomicRefcounted<PlacedInputs>(
+      env.storeView == nullptr ? kj::Maybe<kj::String>(nullptr) : kj::mv(storeFiles));
+  auto prepare = env.bridge.runOnPool<kj::AutoCloseFd>(
+      [sandbox = kj::str(sandbox), scratchDir = kj::str(env.tasksDir), placements = kj::mv(placements),
+       outputDirs = kj::mv(outputDirs), fifos = kj::mv(fifos), stdinSource = kj::mv(stdinSource),
+       stdinPath = kj::mv(stdinPath), placed = kj::atomicAddRef(*placed)]() mutable {
         removeTree(sandbox);
         makeDirs(sandbox);
         auto root = openDirectory(sandbox);
@@ -640,12 +709,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
           auto parts = pathComponents(p.path);
           auto label = kj::str("input path '", p.path, "'");
           auto parent = openDirChain(root, parts, parts.size() - 1, true, label);
-          placeObject(p.kind, p.data, p.id, parent, parts.back(), label);
-          if (p.kind == wire::ObjectKind::DIR) {
-            // Read-only like file inputs (its files are the store's inodes).
-            auto placed = openChildDir(parent, std::string(parts.back().cStr()));
-            sealTree(placed, label, false);
-          }
+          placeInput(p.input, parent, parts.back(), label, *placed);
         }
         for (auto& dir : outputDirs) {
           auto parts = pathComponents(dir);
@@ -660,17 +724,28 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
             SQUALL_FAIL("cannot make the named pipe '", fifo, "': ", strerror(errno));
           }
         }
-      }).catch_([](kj::Exception&& e) -> kj::Promise<void> {
+        KJ_IF_MAYBE(source, stdinSource) { return openStdinInput(*source, scratchDir); }
+        KJ_IF_MAYBE(rel, stdinPath) {
+          // What we placed there a moment ago (a link into the view is
+          // followed: that is how the program would read it).
+          auto parts = pathComponents(*rel);
+          auto parent = openDirChain(root, parts, parts.size() - 1, false, kj::str("stdin '", *rel, "'"));
+          int fd;
+          KJ_SYSCALL(fd = ::openat(parent, parts.back().cStr(), O_RDONLY | O_CLOEXEC), *rel);
+          return kj::AutoCloseFd(fd);
+        }
+        return openOrThrow("/dev/null", O_RDONLY);
+      }).catch_([](kj::Exception&& e) -> kj::Promise<kj::AutoCloseFd> {
         return SQUALL_EXCEPTION(FAILED, "cannot prepare the task's sandbox: ", e.getDescription());
       });
 
   return prepare.then(
       [&env, &control, spec, taskId, sandbox = kj::str(sandbox), program = kj::mv(program),
-       options = kj::mv(options), stdinPath = kj::mv(stdinPath), wantsStdout, stdoutIsStream,
-       liveInputs = kj::mv(liveInputs),
-       streamOutputs = kj::mv(streamOutputs)]() mutable -> kj::Promise<TaskOutcome> {
+       options = kj::mv(options), wantsStdout, stdoutIsStream, liveInputs = kj::mv(liveInputs),
+       streamOutputs = kj::mv(streamOutputs),
+       placed = kj::atomicAddRef(*placed)](kj::AutoCloseFd stdinFd) mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) {
-          return cleanUp(env, sandbox, TaskOutcome::failure(taskId, kj::str("cancelled")));
+          return cleanUp(env, control, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::str("cancelled")));
         }
         kj::Own<StreamEnds> ends;
         KJ_IF_MAYBE(hub, env.streams) {
@@ -678,14 +753,11 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         } else {
           ends = kj::heap<StreamEnds>();
         }
-        // Opening files in our own fresh directory is a short metadata call.
-        auto stdinFd = openForChild(stdinPath, O_RDONLY);
-        // Read back through these descriptors after the exit, whatever the
-        // program did to the names meanwhile.
-        kj::Own<const SharedFd> stdoutFd = kj::atomicRefcounted<SharedFd>(openForChild(
-            kj::str(sandbox, "/", STDOUT_FILE), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW));
-        kj::Own<const SharedFd> stderrFd = kj::atomicRefcounted<SharedFd>(openForChild(
-            kj::str(sandbox, "/", STDERR_FILE), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW));
+        // Outside the sandbox and nameless: read back through these
+        // descriptors after the exit, whatever the program did meanwhile.
+        // (A short metadata call on the loop.)
+        kj::Own<const SharedFd> stdoutFd = kj::atomicRefcounted<SharedFd>(openAnonymousFile(env.tasksDir));
+        kj::Own<const SharedFd> stderrFd = kj::atomicRefcounted<SharedFd>(openAnonymousFile(env.tasksDir));
         options.stdinFd = ends->childStdin != nullptr ? ends->childStdin.get() : stdinFd.get();
         options.stdoutFd = stdoutIsStream ? ends->childStdout.get() : stdoutFd->fd.get();
         options.stderrFd = stderrFd->fd;
@@ -694,10 +766,11 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         // ending (stdout) or from breaking (stdin).
         ends->childStdin = nullptr;
         ends->childStdout = nullptr;
+        stdinFd = nullptr;
         if (spawned.is<int>()) {
           auto error = spawnError(program, spawned.get<int>());
           ends->producerExited(kj::StringPtr(kj::str("could not start: ", error)));
-          return cleanUp(env, sandbox, TaskOutcome::failure(taskId, kj::mv(error)));
+          return cleanUp(env, control, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::mv(error)));
         }
         auto child = kj::mv(spawned.get<kj::Own<ChildProcess>>());
         env.logger.debug("event=task-spawned task={} pid={}", kj::str(taskId).cStr(), child->pid());
@@ -708,21 +781,23 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
             .attach(kj::defer([&control]() { control.setProcess(nullptr); }))
             .then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox), program = kj::mv(program),
                    stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd), wantsStdout,
-                   ends = kj::mv(ends)](ProcessExit exit) mutable {
+                   ends = kj::mv(ends), placed = kj::mv(placed)](ProcessExit exit) mutable {
               control.setProcess(nullptr);
               auto inputsSettled = ends->settleInputs().exclusiveJoin(control.whenCancelled());
               return inputsSettled.then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox),
                                          program = kj::mv(program), stdoutFd = kj::mv(stdoutFd),
                                          stderrFd = kj::mv(stderrFd), wantsStdout,
-                                         ends = kj::mv(ends), exit]() mutable {
+                                         ends = kj::mv(ends), placed = kj::mv(placed), exit]() mutable {
                 return harvestAndReport(env, control, spec, taskId, kj::mv(sandbox), kj::mv(program),
                                         kj::mv(stdoutFd), kj::mv(stderrFd), wantsStdout, kj::mv(ends),
-                                        exit);
+                                        kj::mv(placed), exit);
               });
             });
       })
-      .catch_([&env, taskId, sandbox = kj::str(sandbox)](kj::Exception&& e) {
-        return cleanUp(env, sandbox, TaskOutcome::failure(taskId, kj::str(e.getDescription())));
+      .catch_([&env, &control, taskId, sandbox = kj::str(sandbox),
+               placed = kj::mv(placed)](kj::Exception&& e) mutable {
+        return cleanUp(env, control, sandbox, kj::mv(placed),
+                       TaskOutcome::failure(taskId, kj::str(e.getDescription())));
       });
 }
 

@@ -2,6 +2,7 @@
 #include "file-ops.h"
 
 #include <cerrno>
+#include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
 #include <string_view>
@@ -79,6 +80,17 @@ kj::Array<kj::byte> preadUpTo(int fd, uint64_t offset, size_t max) {
   auto result = kj::heapArray<kj::byte>(got);
   memcpy(result.begin(), buffer.begin(), got);
   return result;
+}
+
+kj::AutoCloseFd openAnonymousFile(kj::StringPtr dir) {
+  int fd = ::open(dir.cStr(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return kj::AutoCloseFd(fd);
+  if (errno != EOPNOTSUPP && errno != EISDIR) KJ_FAIL_SYSCALL("open(O_TMPFILE)", errno, dir);
+  auto pattern = kj::str(dir, "/.anonymous-XXXXXX");
+  KJ_SYSCALL(fd = ::mkostemp(pattern.begin(), O_CLOEXEC), dir);
+  kj::AutoCloseFd file(fd);
+  KJ_SYSCALL(::unlink(pattern.cStr()), pattern);
+  return file;
 }
 
 void writeFile(kj::StringPtr path, kj::ArrayPtr<const kj::byte> bytes, int mode) {

@@ -37,6 +37,11 @@ void pwriteAll(int fd, kj::ArrayPtr<const kj::byte> bytes, uint64_t offset);
 // Up to `max` bytes from `offset`; fewer only at end of file.
 kj::Array<kj::byte> preadUpTo(int fd, uint64_t offset, size_t max);
 
+// A new file in `dir` with no name (O_TMPFILE, or made and unlinked where
+// the file system has no O_TMPFILE), open for reading and writing: nothing
+// can reach it by a path.
+kj::AutoCloseFd openAnonymousFile(kj::StringPtr dir);
+
 // Writes `bytes` to a new file at `path` (replacing one there).
 void writeFile(kj::StringPtr path, kj::ArrayPtr<const kj::byte> bytes, int mode);
 

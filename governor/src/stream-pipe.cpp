@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <fcntl.h>
 #include <kj/debug.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -125,8 +126,20 @@ kj::Promise<void> ConsumerPipe::closeWhenOpened(kj::Timer& timer, kj::Duration w
   int probe = ::open(self.cStr(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   if (probe >= 0) {
     ::close(probe);
-    writer = nullptr;
-    return kj::READY_NOW;
+    // Someone holds it open for reading. Close only once it has also read
+    // what is in the FIFO: a reader seen here need not be the program (a
+    // process that opened it for a moment, or the program before it opens
+    // it again), and once our end is gone a later open would block for
+    // good with the bytes lost. Until then, look again soon.
+    int pending = 0;
+    if (::ioctl(writer->fd(), FIONREAD, &pending) < 0 || pending == 0) {
+      writer = nullptr;
+      return kj::READY_NOW;
+    }
+    auto next = kj::min(wait, 20 * kj::MILLISECONDS);
+    return timer.afterDelay(next).then([this, &timer, next]() {
+      return closeWhenOpened(timer, kj::min(next * 2, 20 * kj::MILLISECONDS));
+    });
   }
   int error = errno;
   if (error != ENXIO) {

@@ -95,7 +95,8 @@ class ConsumerPipe {
   bool isFifo() const { return fifoRead != nullptr; }
 
   // Delivers end-of-file: closes the governor's ends (a FIFO's once the
-  // program has opened it, polling with `timer` until then).
+  // program has opened it and read what the FIFO holds, polling with
+  // `timer` until then).
   kj::Promise<void> close(kj::Timer& timer);
   // The governor's write end is gone: the program gets end of file.
   bool closed() const { return writer.get() == nullptr; }

@@ -17,6 +17,7 @@
 namespace squall {
 
 class StreamHub;
+class StoreView;
 
 // Shared services, owned by main() and outliving every task.
 struct TaskEnv {
@@ -35,6 +36,10 @@ struct TaskEnv {
   AllowedRoots allowedRoots;
   // Live streams; without it, stream outputs and live inputs are refused.
   kj::Maybe<StreamHub&> streams = nullptr;
+  // How programs' inputs are isolated from the objects (input-isolation.h):
+  // through this read-only view of the store (mount mode), or, without it,
+  // as private copies (copy mode).
+  kj::Maybe<const StoreView&> storeView = nullptr;
 };
 
 // Set once a task is cancelled or timed out. Pool jobs, which cannot be
@@ -64,6 +69,13 @@ class TaskControl {
   // While set, cancel() SIGKILLs the process group.
   void setProcess(kj::Maybe<ChildProcess&> child) { process = child; }
 
+  // Work a runner leaves for after its outcome is reported (removing the
+  // sandbox: detaching a mount waits out an RCU grace period, milliseconds
+  // that no task needs to wait for). The queue takes it when the task ends
+  // and waits for it only at shutdown.
+  void setAftermath(kj::Promise<void> work) { aftermath = kj::mv(work); }
+  kj::Maybe<kj::Promise<void>> takeAftermath() { return kj::mv(aftermath); }
+
  private:
   bool cancelled = false;
   bool timedOut = false;
@@ -71,6 +83,7 @@ class TaskControl {
   kj::Own<kj::PromiseFulfiller<void>> fulfiller;
   kj::ForkedPromise<void> cancelledPromise;
   kj::Maybe<ChildProcess&> process;
+  kj::Maybe<kj::Promise<void>> aftermath;
 };
 
 // The environment of the current process as NAME=VALUE strings.
@@ -94,7 +107,9 @@ kj::Promise<TaskOutcome> runStore(TaskEnv& env, wire::Assignment::Reader spec, T
 // Places a held object (blob bytes, blob file or dir tree) as the new entry
 // `name` of the directory `parentFd`: files hard-linked (read-only inodes of
 // the store) or written 0444, trees copied with hard links. `label` names
-// the place in errors ("... is already taken by an earlier input"). Pool
+// the place in errors ("... is already taken by an earlier input"). For
+// make_dir, whose tree joins the store and never meets a program; a
+// program's inputs are placed by placeInput (input-isolation.h). Pool
 // threads.
 void placeObject(wire::ObjectKind kind, const ObjectData& data, Id id, int parentFd,
                  kj::StringPtr name, kj::StringPtr label);

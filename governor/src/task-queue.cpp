@@ -227,16 +227,32 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
     }
     free += task->cpus;
     running--;
+    KJ_IF_MAYBE(aftermath, task->control.takeAftermath()) {
+      finishing++;
+      work.add(aftermath->then(
+          [this]() {
+            finishing--;
+            checkIdle();
+          },
+          [this](kj::Exception&& e) {
+            env.logger.warn("event=task-aftermath-failed error=\"{}\"", e.getDescription().cStr());
+            finishing--;
+            checkIdle();
+          }));
+    }
     auto spec = kj::mv(task->spec);
     tasks.erase(id);
     ended(*spec, kj::mv(outcome));
-    if (running == 0) {
-      KJ_IF_MAYBE(f, idleFulfiller) {
-        (*f)->fulfill();
-        idleFulfiller = nullptr;
-      }
-    }
+    checkIdle();
     pump();
+  }
+}
+
+void TaskQueue::checkIdle() {
+  if (running > 0 || finishing > 0) return;
+  KJ_IF_MAYBE(f, idleFulfiller) {
+    (*f)->fulfill();
+    idleFulfiller = nullptr;
   }
 }
 
@@ -263,7 +279,7 @@ kj::Promise<void> TaskQueue::shutdown() {
   kj::Vector<Id> ids;
   for (auto& entry : tasks) ids.add(entry.first);
   for (auto id : ids) cancel(id);
-  if (running == 0) return kj::READY_NOW;
+  if (running == 0 && finishing == 0) return kj::READY_NOW;
   auto paf = kj::newPromiseAndFulfiller<void>();
   idleFulfiller = kj::mv(paf.fulfiller);
   return kj::mv(paf.promise);

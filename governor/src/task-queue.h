@@ -71,6 +71,8 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   Reporter report;
   uint64_t nextSerial = 1;
   size_t running = 0;
+  // Ended tasks whose aftermath (TaskControl::setAftermath) still runs.
+  size_t finishing = 0;
   bool shuttingDown = false;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> idleFulfiller;
   std::unordered_map<Id, kj::Own<Task>, IdHash> tasks;
@@ -83,6 +85,8 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   void inputsReady(Id id, uint64_t serial);
   void failWaiting(Id id, uint64_t serial, kj::String error);
   void pump();
+  // Fulfils a shutdown() waiting for the last task and aftermath.
+  void checkIdle();
   void start(Task& task);
   void finish(Id id, uint64_t serial, TaskOutcome outcome);
   // Tells the stream hub (if any), then reports.

@@ -112,7 +112,8 @@ void SessionHistory::open(SessionLog& sessionLog) {
     kj::Array<capnp::word> words;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                   kj::ArrayInputStream input(kj::arrayPtr(record.record.data(), record.record.size()));
-                  capnp::PackedMessageReader reader(input, trusted());
+                  // Bounded: the copy below is canonical, read in place later.
+                  capnp::PackedMessageReader reader(input, storedMessageReading(record.record.size()));
                   auto root = reader.getRoot<wire::KeptSession>();
                   KJ_REQUIRE(root.getId() == record.id, "a history record names another session");
                   KJ_REQUIRE(root.getCounts().size() == 7, "a history record has no counts");

@@ -158,6 +158,45 @@ TEST_F(SessionLogTest, ALogFromANewerServerIsRefused) {
   EXPECT_NE(error.find("schema version 99, newer than this server's"), std::string::npos) << error;
 }
 
+// The security review's hang: an outcome row whose list claims 2^28
+// elements of no size (capnp's amplification case) held start-up for
+// minutes under an unlimited traversal budget. Now refused at once, named.
+TEST_F(SessionLogTest, ATamperedOutcomeRecordIsRefusedNotReplayedForMinutes) {
+  {
+    SessionLog log(path, *logger);
+    log.sessionOpened(1, "s", true);
+  }
+  // A flat message: the segment table (one segment of 5 words), the root
+  // (3 pointers), `tasks` as an inline-composite list whose tag claims 2^28
+  // zero-word elements, two null pointers, the tag.
+  uint64_t words[6] = {
+      uint64_t(5) << 32,                           // 1 segment, 5 words
+      uint64_t(3) << 48,                           // root struct: 0 data words, 3 pointers
+      1 | (uint64_t(2) << 2) | (uint64_t(7) << 32),  // list at word 4, inline composite, 0 words
+      0, 0,
+      uint64_t(1) << 30,                           // tag: 2^28 elements of 0 words
+  };
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* stmt = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "INSERT INTO outcomes (session, seq, batch, packed) VALUES (1, 0, ?, 0)", -1,
+                               &stmt, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_blob(stmt, 1, words, sizeof(words), SQLITE_STATIC);
+  ASSERT_EQ(sqlite3_step(stmt), SQLITE_DONE);
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  std::string error;
+  try {
+    SessionLog log(path, *logger);
+    log.load();
+  } catch (const kj::Exception& e) {
+    error = e.getDescription().cStr();
+  }
+  EXPECT_NE(error.find(path), std::string::npos) << error;
+  EXPECT_NE(error.find("an outcome record of session 1 is damaged"), std::string::npos) << error;
+}
+
 TEST_F(SessionLogTest, ATruncatedLogIsRefusedNotHalfRead) {
   {
     SessionLog log(path, *logger);

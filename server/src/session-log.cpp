@@ -606,11 +606,10 @@ std::vector<SessionLog::SessionRecord> SessionLog::load() {
     // Later passes override earlier ones (a task made again after a loss).
     Statement stmt{prepare("SELECT session, batch, packed FROM outcomes ORDER BY seq")};
     std::map<std::pair<uint64_t, uint64_t>, size_t> taskAt, objectAt;
-    capnp::ReaderOptions options;
-    options.traversalLimitInWords = UINT64_MAX;
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
       auto& session = sessionOf(stmt);
       auto size = static_cast<size_t>(sqlite3_column_bytes(stmt, 1));
+      auto options = storedMessageReading(size);
       auto data = static_cast<const kj::byte*>(sqlite3_column_blob(stmt, 1));
       kj::Own<capnp::MessageReader> reader;
       kj::ArrayInputStream input(kj::arrayPtr(data, size));
@@ -628,29 +627,36 @@ std::vector<SessionLog::SessionRecord> SessionLog::load() {
         SQUALL_FAIL("session log ", file, " is corrupt: an outcome record of session ", session.id,
                     " is truncated");
       }
-      auto batch = reader->getRoot<wire::LoggedOutcomes>();
-      for (auto t : batch.getTasks()) {
-        TaskRecord record{session.id,        t.getTask(),      t.getState(),
-                          t.getAttempt(),    t.getGovernor(),  t.getStartTimeUs(),
-                          t.getDurationUs(), t.getExitStatus(), t.getError(),
-                          t.getStdoutTail(), t.getStderrTail()};
-        auto [it, fresh] = taskAt.emplace(std::make_pair(session.id, record.task), session.tasks.size());
-        if (fresh) {
-          session.tasks.push_back(std::move(record));
-        } else {
-          session.tasks[it->second] = std::move(record);
+      // A damaged or tampered record (see storedMessageReading) stops
+      // start-up with an error naming it, not with a hang.
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+        auto batch = reader->getRoot<wire::LoggedOutcomes>();
+        for (auto t : batch.getTasks()) {
+          TaskRecord record{session.id,        t.getTask(),      t.getState(),
+                            t.getAttempt(),    t.getGovernor(),  t.getStartTimeUs(),
+                            t.getDurationUs(), t.getExitStatus(), t.getError(),
+                            t.getStdoutTail(), t.getStderrTail()};
+          auto [it, fresh] = taskAt.emplace(std::make_pair(session.id, record.task), session.tasks.size());
+          if (fresh) {
+            session.tasks.push_back(std::move(record));
+          } else {
+            session.tasks[it->second] = std::move(record);
+          }
         }
-      }
-      for (auto n : batch.getUnkept()) session.unkept.push_back(n);
-      for (auto o : batch.getObjects()) {
-        ObjectRecord record{session.id, o.getObject(), o.getState(), o.getSize(), o.getHash(), {}};
-        for (auto name : o.getLocations()) record.locations.push_back(name);
-        auto [it, fresh] = objectAt.emplace(std::make_pair(session.id, record.object), session.objects.size());
-        if (fresh) {
-          session.objects.push_back(std::move(record));
-        } else {
-          session.objects[it->second] = std::move(record);
+        for (auto n : batch.getUnkept()) session.unkept.push_back(n);
+        for (auto o : batch.getObjects()) {
+          ObjectRecord record{session.id, o.getObject(), o.getState(), o.getSize(), o.getHash(), {}};
+          for (auto name : o.getLocations()) record.locations.push_back(name);
+          auto [it, fresh] = objectAt.emplace(std::make_pair(session.id, record.object), session.objects.size());
+          if (fresh) {
+            session.objects.push_back(std::move(record));
+          } else {
+            session.objects[it->second] = std::move(record);
+          }
         }
+      })) {
+        SQUALL_FAIL("session log ", file, " is corrupt: an outcome record of session ", session.id,
+                    " is damaged (", e->getDescription(), ")");
       }
     }
     if (rc != SQLITE_DONE) fail("reading task outcomes", rc);

@@ -30,6 +30,7 @@
 // write leaves the log as it was before that transaction.
 #pragma once
 
+#include <capnp/message.h>
 #include <condition_variable>
 #include <cstdint>
 #include <kj/array.h>
@@ -46,6 +47,18 @@ struct sqlite3;
 struct sqlite3_stmt;
 
 namespace squall {
+
+// How a message read back from the log (a submit chunk, outcomes, a history
+// record) may be traversed: a budget that grows with what is stored, so a
+// tampered row whose pointers point at the same data again and again (an
+// amplification) fails at once instead of holding start-up for minutes.
+// 512 words a stored byte covers a packed message (a 2-byte run of zeros
+// unpacks to up to 256 words) read twice.
+inline capnp::ReaderOptions storedMessageReading(size_t storedBytes) {
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = 512 * static_cast<uint64_t>(storedBytes) + (1 << 16);
+  return options;
+}
 
 class SessionLog {
  public:

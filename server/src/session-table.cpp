@@ -34,13 +34,11 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
 
   // The graph: every submit's chunks, validated and applied as one.
   PendingSubmit submit(record.id, SubmitLimits{UINT64_MAX, UINT64_MAX, UINT64_MAX});
-  capnp::ReaderOptions options;
-  options.traversalLimitInWords = UINT64_MAX;
   for (auto& chunk : record.chunks) {
     KJ_REQUIRE(chunk.size() % sizeof(capnp::word) == 0, "a logged submit is truncated", record.id);
     capnp::FlatArrayMessageReader reader(
         kj::arrayPtr(reinterpret_cast<const capnp::word*>(chunk.data()), chunk.size() / sizeof(capnp::word)),
-        options);
+        storedMessageReading(chunk.size()));
     submit.add(reader.getRoot<wire::Submission::AddParams>());
   }
   for (auto& [n, data] : record.constants) submit.appendData(n, kj::arrayPtr(data.data(), data.size()));

@@ -1,4 +1,5 @@
 #include "submit.h"
+#include "json-nesting.h"
 
 #include "test-graph.h"
 
@@ -156,6 +157,59 @@ INSTANTIATE_TEST_SUITE_P(
                        g.object({1, "tar", true, false, wire::ObjectKind::DIR}).output(2).task({3, {1}, {2}});
                      },
                      "input 1 is a dir but must be a blob"},
+        BadGraphCase{"OutputAtAReadOnlyInputsPath",
+                     [](TestGraph& g) {
+                       g.constant(1, "x").output(2).task(testing::executeTask(3, {1}, {2}, {"f"}, {"./f"}));
+                     },
+                     "output 2 at 'f' would change input 1 in place, but that input is not writable"},
+        BadGraphCase{"InPlaceOutputOfAnotherKind",
+                     [](TestGraph& g) {
+                       g.object({1, "tar", true, false, wire::ObjectKind::DIR}).output(2);
+                       g.task(testing::executeTask(3, {1}, {2}, {"d"}, {"d"}, {true}));
+                     },
+                     "changes input 1 in place, so it must be a dir like the input, not a blob"},
+        BadGraphCase{"OutputInsideABlobInput",
+                     [](TestGraph& g) {
+                       g.constant(1, "x").output(2).task(testing::executeTask(3, {1}, {2}, {"f"}, {"f/g"}, {true}));
+                     },
+                     "output 2 at 'f/g' is inside input 1, which is a blob, not a dir"},
+        BadGraphCase{"OutputInsideAReadOnlyDirInput",
+                     [](TestGraph& g) {
+                       g.object({1, "tar", true, false, wire::ObjectKind::DIR}).output(2);
+                       g.task(testing::executeTask(3, {1}, {2}, {"d"}, {"d/new"}));
+                     },
+                     "output 2 at 'd/new' is inside input 1, which is not writable"},
+        BadGraphCase{"TwoOutputsAtOnePath",
+                     [](TestGraph& g) { g.output(1).output(2).task(testing::executeTask(3, {}, {1, 2}, {}, {"o", "./o/"})); },
+                     "two outputs at path './o/'"},
+        BadGraphCase{"TwoInputsAtOnePath",
+                     [](TestGraph& g) {
+                       g.constant(1, "x").constant(2, "y").output(3);
+                       g.task(testing::executeTask(4, {1, 2}, {3}, {"a", "a/."}, {}));
+                     },
+                     "two inputs at path 'a/.'"},
+        BadGraphCase{"WritableStdinOnlyInput",
+                     [](TestGraph& g) {
+                       auto t = testing::executeTask(3, {1}, {2}, {""}, {}, {true});
+                       t.stdinInput = 0;
+                       g.constant(1, "x").output(2).task(t);
+                     },
+                     "input 1 is writable but has no path in the sandbox (it is only fed on stdin)"},
+        BadGraphCase{"WritableLiveStream",
+                     [](TestGraph& g) {
+                       g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2);
+                       g.task({3, {}, {1}, {"yes"}}).task(testing::executeTask(4, {1}, {2}, {"s"}, {}, {true}));
+                     },
+                     "reads stream 1 live (a named pipe or stdin), so that input cannot be writable"},
+        BadGraphCase{"ReservedInputPath",
+                     [](TestGraph& g) {
+                       g.constant(1, "x").output(2).task({3, {1}, {2}, {"cat"}, {".squall-stdout"}});
+                     },
+                     "input path '.squall-stdout' is reserved: names starting with '.squall-' belong to "
+                     "the governor"},
+        BadGraphCase{"ReservedOutputPath",
+                     [](TestGraph& g) { g.output(1).task(testing::executeTask(3, {}, {1}, {}, {"./.squall-stderr"})); },
+                     "output path '.squall-stderr' is reserved"},
         BadGraphCase{"ConcatIntoADir",
                      [](TestGraph& g) {
                        g.object({1, "", false, false, wire::ObjectKind::DIR}).task({3, {}, {1}});
@@ -202,6 +256,20 @@ TEST(SubmitTest, LimitsAreEnforced) {
   TestGraph g(7);
   g.output(1).output(2).task({3, {}, {1}}).task({4, {}, {2}});
   EXPECT_ANY_THROW(pending.add(g.build()));
+}
+
+TEST(SubmitTest, AnOutputMayChangeAWritableInputInPlace) {
+  auto session = newSession();
+  TestGraph g(7);
+  g.constant(1, "x").object({2, "tar", true, false, wire::ObjectKind::DIR});
+  g.output(3).output(4).object({5, "", false, false, wire::ObjectKind::DIR});
+  // The blob in place, a new file inside the dir, the dir itself in place;
+  // a read-only input beside them.
+  g.constant(6, "y");
+  g.task(testing::executeTask(7, {1, 2, 6}, {3, 4, 5}, {"f", "d", "ro"}, {"./f", "d/new", "d/"},
+                             {true, true, false}));
+  EXPECT_EQ(trySubmit(session, g), "");
+  EXPECT_EQ(session.tasks.size(), 1u);
 }
 
 TEST(SubmitTest, StreamReadersJoinTheirProducersGroup) {
@@ -301,6 +369,32 @@ TEST(SubmitTest, AStreamGroupIsChargedWhatItsMembersAskForOrOneCpu) {
     ASSERT_EQ(trySubmit(session, g, nullptr, ClusterCapacity{3, 3}), "");
     EXPECT_EQ(session.tasks.at(1).group->cpus, 3u);
   }
+}
+
+// A text a recursive parser would overflow its stack on is refused at
+// submit, naming the limit; one at the limit passes.
+TEST(SubmitTest, AttributesNestingPastTheLimitAreRefused) {
+  auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  auto session = newSession();
+  TestGraph g(7);
+  testing::TestTask deep{2, {}, {1}};
+  deep.attributes = nested(100000);
+  g.output(1).task(deep);
+  EXPECT_NE(trySubmit(session, g).find("task 2: its attributes nest deeper than 64 levels"), std::string::npos);
+  EXPECT_TRUE(session.tasks.empty());
+  TestGraph ok(7);
+  testing::TestTask shallow{2, {}, {1}};
+  shallow.attributes = "{\"a\": " + nested(63) + ", \"b\": \"[[[[\"}";
+  ok.output(1).task(shallow);
+  EXPECT_EQ(trySubmit(session, ok), "");
+}
+
+TEST(JsonNestingTest, CountsBracketsOutsideStringsAndStopsPastTheLimit) {
+  EXPECT_EQ(jsonNesting("", 64), 0u);
+  EXPECT_EQ(jsonNesting("{\"a\": [1, {\"b\": 2}]}", 64), 3u);
+  EXPECT_EQ(jsonNesting("\"[[[\\\"[[\"", 64), 0u);  // brackets and an escaped quote in a string
+  EXPECT_EQ(jsonNesting(std::string(1000000, '['), 64), 65u);
+  EXPECT_EQ(jsonNesting("]]]][", 64), 1u);  // unbalanced: no underflow
 }
 
 }  // namespace

@@ -1,10 +1,14 @@
 #include "submit.h"
 
+#include "json-nesting.h"
+
 #include <algorithm>
+#include <cstring>
 #include <capnp/serialize.h>
 #include <deque>
 #include <functional>
 #include <kj/debug.h>
+#include <kj/function.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/sandbox-path.h>
 #include <squall/proto/spec-names.h>
@@ -19,6 +23,85 @@ namespace {
 kj::String taskLabel(wire::TaskSpec::Reader spec) {
   if (spec.getName().size() > 0) return kj::str("task ", spec.getId().getN(), " (", spec.getName(), ")");
   return kj::str("task ", spec.getId().getN());
+}
+
+// Names starting with this are the governor's (it keeps none in a sandbox
+// today; reserved so that it never meets a task's file of the same name).
+constexpr const char* RESERVED_PREFIX = ".squall-";
+
+// The sandbox paths of an execute task: each input at its own path, each
+// output at its own path, none under a reserved name, and an output at or
+// inside an input's path only when that input is writable (the output is
+// the input changed in place: of the same kind, or a file inside a dir).
+void checkExecutePaths(kj::StringPtr label, wire::TaskSpec::Reader task,
+                       kj::FunctionParam<wire::ObjectKind(uint)> inputKind,
+                       kj::FunctionParam<wire::ObjectKind(uint)> outputKind) {
+  auto config = task.getConfig().getExecute();
+  auto inputs = task.getInputs();
+  auto outputs = task.getOutputs();
+  auto reserved = [&](kj::StringPtr what, const std::string& path) {
+    SQUALL_REQUIRE(path.compare(0, strlen(RESERVED_PREFIX), RESERVED_PREFIX) != 0, label, ": ", what,
+                   " path '", path, "' is reserved: names starting with '", RESERVED_PREFIX,
+                   "' belong to the governor");
+  };
+  struct Placed {
+    std::string path;
+    uint index;
+  };
+  std::vector<Placed> placed;
+  for (uint i = 0; i < inputs.size(); i++) {
+    uint64_t n = inputs[i].getObject().getN();
+    if (static_cast<int32_t>(i) == config.getStdinInput() && inputs[i].getPath().size() == 0) {
+      SQUALL_REQUIRE(!inputs[i].getWritable(), label, ": input ", n,
+                     " is writable but has no path in the sandbox (it is only fed on stdin)");
+      continue;
+    }
+    KJ_IF_MAYBE(problem, checkSandboxPath(inputs[i].getPath())) {
+      SQUALL_FAIL(label, ": input ", i, ": ", *problem);
+    }
+    auto path = normalisedSandboxPath(inputs[i].getPath().cStr());
+    reserved("input", path);
+    for (auto& other : placed) {
+      SQUALL_REQUIRE(other.path != path, label, ": two inputs at path '", inputs[i].getPath(), "'");
+    }
+    placed.push_back({path, i});
+  }
+  auto mappings = config.getOutputs();
+  std::vector<std::string> outputPaths;
+  for (uint o = 0; o < mappings.size(); o++) {
+    if (mappings[o].isStdout()) continue;
+    KJ_IF_MAYBE(problem, checkSandboxPath(mappings[o].getPath())) {
+      SQUALL_FAIL(label, ": output: ", *problem);
+    }
+    auto path = normalisedSandboxPath(mappings[o].getPath().cStr());
+    reserved("output", path);
+    uint64_t out = outputs[o].getN();
+    for (auto& other : outputPaths) {
+      SQUALL_REQUIRE(other != path, label, ": two outputs at path '", mappings[o].getPath(), "'");
+    }
+    outputPaths.push_back(path);
+    for (auto& in : placed) {
+      if (!isAtOrInside(path, in.path)) continue;
+      uint64_t n = inputs[in.index].getObject().getN();
+      auto kind = inputKind(in.index);
+      SQUALL_REQUIRE(kind != wire::ObjectKind::STREAM, label, ": output ", out, " at '", path,
+                     "' would change input ", n, " in place, but that input is a stream (a program "
+                     "cannot change a stream; read it into a file first)");
+      if (path == in.path) {
+        SQUALL_REQUIRE(inputs[in.index].getWritable(), label, ": output ", out, " at '", path,
+                       "' would change input ", n, " in place, but that input is not writable "
+                       "(mark it writable)");
+        SQUALL_REQUIRE(outputKind(o) == kind, label, ": output ",
+                       out, " at '", path, "' changes input ", n, " in place, so it must be a ",
+                       kindName(kind), " like the input, not a ", kindName(outputKind(o)));
+      } else {
+        SQUALL_REQUIRE(kind == wire::ObjectKind::DIR, label, ": output ", out, " at '", path,
+                       "' is inside input ", n, ", which is a ", kindName(kind), ", not a dir");
+        SQUALL_REQUIRE(inputs[in.index].getWritable(), label, ": output ", out, " at '", path,
+                       "' is inside input ", n, ", which is not writable (mark it writable)");
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -132,6 +215,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     SQUALL_REQUIRE(task.getResources().getCpusAsked() || task.getResources().getCpus() == 1, label,
                    " has ", task.getResources().getCpus(), " cpus without cpusAsked (the default is 1)");
     SQUALL_REQUIRE(task.getPolicy().getRetries() <= 100, label, ": at most 100 retries");
+    SQUALL_REQUIRE(jsonNesting(task.getAttributes().cStr(), MAX_ATTRIBUTE_NESTING) <= MAX_ATTRIBUTE_NESTING,
+                   label, ": its attributes nest deeper than ", MAX_ATTRIBUTE_NESTING, " levels");
     for (auto input : inputs) {
       findObject(task, input.getObject());
     }
@@ -240,31 +325,14 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
           SQUALL_REQUIRE(inputKind(i) != wire::ObjectKind::DIR, label, ": stdin input ",
                          inputs[i].getObject().getN(), " is a dir but must be a blob or a stream");
         }
-        std::unordered_set<std::string> paths;
-        for (uint i = 0; i < inputs.size(); i++) {
-          if (static_cast<int32_t>(i) == config.getStdinInput() && inputs[i].getPath().size() == 0) {
-            continue;
-          }
-          KJ_IF_MAYBE(problem, checkSandboxPath(inputs[i].getPath())) {
-            SQUALL_FAIL(label, ": input ", i, ": ", *problem);
-          }
-          SQUALL_REQUIRE(paths.insert(inputs[i].getPath().cStr()).second, label,
-                         ": two inputs at path '", inputs[i].getPath(), "'");
-        }
+        checkExecutePaths(label, task, inputKind, outputKind);
         uint stdoutCount = 0;
         auto mappings = config.getOutputs();
         for (uint i = 0; i < mappings.size(); i++) {
-          if (mappings[i].isStdout()) {
-            stdoutCount++;
-            SQUALL_REQUIRE(outputKind(i) != wire::ObjectKind::DIR, label, ": stdout output ",
-                           outputs[i].getN(), " is a dir but must be a blob or a stream");
-            continue;
-          }
-          KJ_IF_MAYBE(problem, checkSandboxPath(mappings[i].getPath())) {
-            SQUALL_FAIL(label, ": output: ", *problem);
-          }
-          SQUALL_REQUIRE(paths.insert(mappings[i].getPath().cStr()).second, label, ": path '",
-                         mappings[i].getPath(), "' is used twice");
+          if (!mappings[i].isStdout()) continue;
+          stdoutCount++;
+          SQUALL_REQUIRE(outputKind(i) != wire::ObjectKind::DIR, label, ": stdout output ",
+                         outputs[i].getN(), " is a dir but must be a blob or a stream");
         }
         SQUALL_REQUIRE(stdoutCount <= 1, label, ": stdout can be only one output");
         for (auto env : config.getEnv()) {
@@ -384,6 +452,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       }
       if (!live[i]) continue;
       SQUALL_REQUIRE(liveSeen.insert(n).second, label, " reads stream ", n, " twice");
+      SQUALL_REQUIRE(!inputs[i].getWritable(), label, " reads stream ", n,
+                     " live (a named pipe or stdin), so that input cannot be writable");
       uint64_t producer = producerOf.count(n) ? producerOf.at(n) : target.objects.at(n).producer->id.n;
       join(task.getId().getN(), producer);
     }

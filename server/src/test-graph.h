@@ -30,7 +30,24 @@ struct TestTask {
   uint32_t retries = 0;
   bool allowFailure = false;
   std::string name;
+  std::string attributes;
+  // Execute: where each output is taken from ("" or missing: stdout).
+  std::vector<std::string> outputPaths = {};
+  // Execute: which inputs are writable (missing: not).
+  std::vector<bool> writable = {};
+  // Execute: the input fed on stdin (-1: none).
+  int32_t stdinInput = -1;
 };
+
+// An execute task running `program` with inputs and outputs at paths.
+inline TestTask executeTask(uint64_t n, std::vector<uint64_t> inputs, std::vector<uint64_t> outputs,
+                            std::vector<std::string> inputPaths, std::vector<std::string> outputPaths,
+                            std::vector<bool> writable = {}) {
+  TestTask t{n, std::move(inputs), std::move(outputs), {"program"}, std::move(inputPaths)};
+  t.outputPaths = std::move(outputPaths);
+  t.writable = std::move(writable);
+  return t;
+}
 
 class TestGraph {
  public:
@@ -67,6 +84,7 @@ class TestGraph {
       ts[i].initId().setSession(session);
       ts[i].getId().setN(t.n);
       ts[i].setName(t.name);
+      ts[i].setAttributes(t.attributes);
       ts[i].initResources().setCpus(t.cpus.value_or(1));
       ts[i].getResources().setCpusAsked(t.cpus.has_value());
       ts[i].initPolicy().setRetries(t.retries);
@@ -76,6 +94,7 @@ class TestGraph {
         in[k].initObject().setSession(t.inputSession ? t.inputSession : session);
         in[k].getObject().setN(t.inputs[k]);
         in[k].setPath(k < t.inputPaths.size() ? t.inputPaths[k] : "in" + std::to_string(k));
+        in[k].setWritable(k < t.writable.size() && t.writable[k]);
       }
       auto out = ts[i].initOutputs(t.outputs.size());
       for (size_t k = 0; k < t.outputs.size(); k++) {
@@ -88,8 +107,15 @@ class TestGraph {
         auto e = ts[i].initConfig().initExecute();
         auto a = e.initArgs(t.args.size());
         for (size_t k = 0; k < t.args.size(); k++) a.set(k, t.args[k]);
+        e.setStdinInput(t.stdinInput);
         auto m = e.initOutputs(t.outputs.size());
-        for (size_t k = 0; k < t.outputs.size(); k++) m[k].setStdout();
+        for (size_t k = 0; k < t.outputs.size(); k++) {
+          if (k < t.outputPaths.size() && !t.outputPaths[k].empty()) {
+            m[k].setPath(t.outputPaths[k]);
+          } else {
+            m[k].setStdout();
+          }
+        }
       }
     }
     return root.asReader();

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 
@@ -74,6 +75,37 @@ double programsPerSecond(squall::Client& client, int n) {
   auto session = client.newSession("bench-programs");
   auto start = Clock::now();
   for (int i = 0; i < n; i++) session.execute(squall::Program({"true"}));
+  session.submit();
+  session.waitAll();
+  return n / seconds(start);
+}
+
+// N `true` programs that each get the same two inputs placed in their
+// sandbox: a 1 MiB blob (a file in the governor's store) at `a` and a dir of
+// 16 small files at `d`. Against programsPerSecond, what placing inputs
+// costs per task (docs/guide.md, "Inputs are read-only").
+double programsWithInputsPerSecond(squall::Client& client, int n) {
+  auto session = client.newSession("bench-programs-inputs");
+  char pattern[] = "/tmp/squall-bench-dir-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) throw std::runtime_error("cannot make a temp dir");
+  std::string dir = pattern;
+  for (int i = 0; i < 16; i++) {
+    auto path = dir + "/f" + std::to_string(i);
+    FILE* file = fopen(path.c_str(), "w");
+    if (file == nullptr) throw std::runtime_error("cannot write " + path);
+    fprintf(file, "file %d\n", i);
+    fclose(file);
+  }
+  auto tree = session.directory(dir);
+  std::filesystem::remove_all(dir);
+  auto big = session.blob(std::string(1 << 20, 'x'));
+  // Kept, so that they outlive this first submit.
+  tree.keep();
+  big.keep();
+  session.submit();
+  session.wait({big, tree});
+  auto start = Clock::now();
+  for (int i = 0; i < n; i++) session.execute(squall::Program({"true"}).input(big, "a").input(tree, "d"));
   session.submit();
   session.waitAll();
   return n / seconds(start);
@@ -171,7 +203,8 @@ int main(int argc, char** argv) {
   CLI::App app{"squall-bench: squall's task throughput and latency"};
   int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
   int streamMib = 2048;
-  bool streamsOnly = false, recoveryOnly = false;
+  bool streamsOnly = false, recoveryOnly = false, inputsOnly = false;
+  std::vector<std::string> governorArgs;
   int recoveryTasks = 100000;
   std::string server;
   app.add_option("--governors", governors)->capture_default_str();
@@ -185,6 +218,11 @@ int main(int argc, char** argv) {
   app.add_option("--stream-mib", streamMib, "MiB sent through each stream benchmark (0: none)")
       ->capture_default_str();
   app.add_flag("--streams-only", streamsOnly, "run only the stream benchmarks");
+  app.add_flag("--inputs-only", inputsOnly,
+               "run only the program benchmarks without and with inputs (the cost of placing "
+               "inputs)");
+  app.add_option("--governor-arg", governorArgs,
+                 "an argument for every governor started (e.g. --governor-arg=--input-isolation=copy)");
   app.add_flag("--recovery-only", recoveryOnly,
                "run only the session-log benchmarks (trivial tasks with and without the log, "
                "replay of a large log)");
@@ -198,6 +236,7 @@ int main(int argc, char** argv) {
       squall::ClusterOptions options;
       options.governors = governors;
       options.cpus = cpus;
+      options.governorArgs = governorArgs;
       cluster = std::make_unique<squall::LocalCluster>(options);
       cluster->start();
       server = cluster->serverAddress();
@@ -225,6 +264,11 @@ int main(int argc, char** argv) {
       return 0;
     }
     squall::Client client(server);
+    if (inputsOnly) {
+      run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
+      run("squall_shell_cmds_with_inputs_per_s", [&]() { return programsWithInputsPerSecond(client, programs); });
+      return 0;
+    }
     if (!streamsOnly) {
       fprintf(stderr, "# squall: %d governors x %d cpus; trivial N=%d, fft %d layers, latency N=%d, "
                       "programs N=%d\n", governors, cpus, n, layers, latencyN, programs);
@@ -232,6 +276,7 @@ int main(int argc, char** argv) {
       run("squall_tree_tasks_per_s", [&]() { return fftTasksPerSecond(client, layers); });
       run("squall_roundtrip_latency_us", [&]() { return roundTripMicros(client, latencyN); });
       run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
+      run("squall_shell_cmds_with_inputs_per_s", [&]() { return programsWithInputsPerSecond(client, programs); });
     }
     if (streamMib > 0) {
       // One governor with 2 cpus holds producer and reader; two governors

@@ -17,8 +17,9 @@ struct SubmitOptions {
   std::string token;
   std::string stdinFile;
   std::string stdoutFile;   // empty: the program's stdout is printed
-  std::vector<std::string> inputs;   // PATH=FILE
-  std::vector<std::string> outputs;  // PATH=FILE
+  std::vector<std::string> inputs;          // PATH=FILE (FILE may be a directory)
+  std::vector<std::string> writableInputs;  // PATH=FILE, a copy the program may change
+  std::vector<std::string> outputs;         // PATH=FILE; PATH/=DIR for a directory
   uint32_t cpus = 1;
   std::string name;
   bool shell = false;

@@ -27,10 +27,8 @@ Task PipelineBuilder::makeTask(const PlannedTask& planned, const BuiltPipeline& 
         auto object = objectFor(in, built);
         if (in.isStdin) {
           program.stdinFrom(object);
-        } else if (in.arg) {
-          program.inputArg(object, in.path);
         } else {
-          program.input(object, in.path);
+          program.input(object, in.path, {.arg = in.arg, .writable = in.writable});
         }
       }
       for (auto& out : planned.outputs) {

@@ -324,7 +324,8 @@ class PipelineParser {
         parseInputs(step, table(*value, where), where, true);
       } else if (key == "stdin") {
         if (value->is_table()) {
-          step.stdinFrom = parseEdge(*value->as_table(), posOf(value->source()), where, "stdin", nullptr, true);
+          step.stdinFrom =
+              parseEdge(*value->as_table(), posOf(value->source()), where, "stdin", nullptr, nullptr, true);
         } else {
           step.stdinFrom = parseRef(*value, where);
         }
@@ -423,7 +424,7 @@ class PipelineParser {
       if (value->is_table()) {
         input.from = parseEdge(*value->as_table(), posOf(value->source()), where + "." + path,
                                (execute ? "input '" : "make_dir entry '") + path + "'",
-                               execute ? &input.arg : nullptr, execute);
+                               execute ? &input.arg : nullptr, execute ? &input.writable : nullptr, execute);
       } else {
         input.from = parseRef(*value, where + "." + path);
       }
@@ -431,19 +432,21 @@ class PipelineParser {
     }
   }
 
-  // A source written as a table: { from = SOURCE, arg = ..., stream = ...,
-  // broken_pipe = ... }. `arg` is null where the edge takes no `arg`;
-  // `execute` says whether the reader is a program (only those read
-  // streams live).
+  // A source written as a table: { from = SOURCE, arg = ..., writable =
+  // ..., stream = ..., broken_pipe = ... }. `arg` and `writable` are null
+  // where the edge takes none; `execute` says whether the reader is a
+  // program (only those read streams live).
   SourceRef parseEdge(const toml::table& options, SourcePos tablePos, const std::string& where,
-                      const std::string& what, bool* arg, bool execute) {
+                      const std::string& what, bool* arg, bool* writable, bool execute) {
     std::optional<SourceRef> from;
     bool stream = false;
     SourcePos streamPos;
+    SourcePos writablePos;
     std::optional<std::string> brokenPipe;
     SourcePos brokenPipePos;
     std::vector<std::string> allowed = {"from"};
     if (arg != nullptr) allowed.push_back("arg");
+    if (writable != nullptr) allowed.push_back("writable");
     if (execute) allowed.insert(allowed.end(), {"stream", "broken_pipe"});
     for (auto&& [option, node] : sortedByPosition(options)) {
       auto optionPos = keyPos.at(option);
@@ -451,6 +454,9 @@ class PipelineParser {
         from = parseRef(*node, where + ".from");
       } else if (option == "arg" && arg != nullptr) {
         *arg = boolean(*node, where + ".arg");
+      } else if (option == "writable" && writable != nullptr) {
+        *writable = boolean(*node, where + ".writable");
+        writablePos = posOf(node->source());
       } else if ((option == "stream" || option == "broken_pipe") && !execute) {
         fail(optionPos, "a " + what + " cannot be read as a stream: make_dir is a built-in step, which "
                         "reads its sources once they have ended (drop '" + option + "')");
@@ -474,6 +480,11 @@ class PipelineParser {
       }
     }
     if (!from) fail(tablePos, what + " has no 'from'");
+    if (stream && writable != nullptr && *writable) {
+      fail(writablePos, "a stream edge cannot be writable: the program reads '" + from->text +
+                            "' from a named pipe while it is written (drop stream = true to get a copy "
+                            "it may change)");
+    }
     if (brokenPipe && !stream) {
       fail(brokenPipePos, "broken_pipe is about a stream edge; add stream = true to read '" + from->text +
                               "' while it is written");
@@ -1110,9 +1121,22 @@ class PipelinePlanner {
         bool program = step.kind == Step::Kind::EXECUTE;
         auto in = toInput(program && !input.from.stream ? afterEnd(source) : source, path);
         in.arg = input.arg;
+        in.writable = input.writable;
         in.stream = input.from.stream;
         if (input.from.stream) task.brokenPipeIsError = input.from.brokenPipeIsError;
         task.inputs.push_back(std::move(in));
+      }
+    }
+  }
+
+  // An output at or inside an input's path changes that input in place: it
+  // is writable (as the client library would make it anyway; marked here
+  // so that a dry run shows it).
+  static void markInPlace(PlannedTask& task) {
+    for (auto& in : task.inputs) {
+      if (in.isStdin || in.path.empty()) continue;
+      for (auto& out : task.outputs) {
+        if (out.path == in.path || out.path.rfind(in.path + "/", 0) == 0) in.writable = true;
       }
     }
   }
@@ -1196,6 +1220,7 @@ class PipelinePlanner {
           }
           planInputs(step, item, i, task);
           if (step.stdinFrom) planStdin(step, item, i, task);
+          markInPlace(task);
           break;
         case Step::Kind::MAKE_DIR:
           task.kind = PlannedTask::Kind::MAKE_DIR;
@@ -1310,6 +1335,7 @@ std::string describePlan(const PipelinePlan& plan) {
       }
       out << (in.isStdin || !in.path.empty() ? " <- " : "") << source(in);
       if (in.stream) out << (task.brokenPipeIsError ? " (stream; stopping early fails it)" : " (stream)");
+      if (in.writable) out << " (writable)";
       out << "\n";
     }
     for (auto& o : task.outputs) {

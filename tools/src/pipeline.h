@@ -59,6 +59,8 @@ struct StepInput {
   std::string path;  // sandbox path (execute) or entry path (make_dir); may hold placeholders
   SourceRef from;
   bool arg = false;  // the path is also appended to the program's arguments
+  // A private copy the program may change (`writable = true`).
+  bool writable = false;
   SourcePos pos;
 };
 
@@ -144,6 +146,9 @@ struct PlannedInput {
   size_t task = SIZE_MAX;  // index in PipelinePlan::tasks
   size_t output = 0;
   bool stream = false;  // read live from a running producer (its output is a stream)
+  // Execute: a private copy the program may change (asked for, or because
+  // an output of the task is at or inside its path: in place).
+  bool writable = false;
 };
 
 struct PlannedOutput {

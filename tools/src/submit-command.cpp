@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <squall/client/client.h>
@@ -43,16 +44,30 @@ int runSubmit(const SubmitOptions& options) {
                                                           : options.name);
     Program program = options.shell ? Program::shell(options.command[0]) : Program(options.command);
     program.cpus(options.cpus).name(options.name.empty() ? options.command[0] : options.name);
+    // A local file, or a directory (uploaded as a tree).
+    auto upload = [&session](const std::string& file) {
+      std::error_code error;
+      if (std::filesystem::is_directory(file, error)) return session.directory(file);
+      return session.blob(readFile(file), file);
+    };
     for (auto& mapping : options.inputs) {
       auto [path, file] = splitMapping(mapping, "--input");
-      program.input(session.blob(readFile(file), file), path);
+      program.input(upload(file), path);
+    }
+    for (auto& mapping : options.writableInputs) {
+      auto [path, file] = splitMapping(mapping, "--input-rw");
+      program.writableInput(upload(file), path);
     }
     if (!options.stdinFile.empty()) program.stdinFrom(session.blob(readFile(options.stdinFile)));
-    std::vector<std::string> destinations;
+    // Where each output goes; a directory output is unpacked there. An
+    // output at an input's path is that input changed in place (the
+    // client library makes the input writable).
+    std::vector<std::pair<std::string, bool>> destinations;
     for (auto& mapping : options.outputs) {
       auto [path, file] = splitMapping(mapping, "--output");
-      program.output(path);
-      destinations.push_back(file);
+      bool isDir = path.size() > 1 && path.back() == '/';
+      program.output(path, isDir ? ObjectKind::DIR : ObjectKind::BLOB);
+      destinations.emplace_back(file, isDir);
     }
     program.stdoutOutput();
     auto task = session.execute(program);
@@ -69,7 +84,14 @@ int runSubmit(const SubmitOptions& options) {
       if (failure.exitStatus > 0 && failure.exitStatus < 256) return failure.exitStatus;
       return 1;
     }
-    for (size_t i = 0; i < destinations.size(); i++) task.output(i).fetchToFile(destinations[i]);
+    for (size_t i = 0; i < destinations.size(); i++) {
+      auto& [file, isDir] = destinations[i];
+      if (isDir) {
+        task.output(i).fetchDir(file);
+      } else {
+        task.output(i).fetchToFile(file);
+      }
+    }
     auto out = task.output(destinations.size());
     if (options.stdoutFile.empty()) {
       out.fetchTo(stdout);

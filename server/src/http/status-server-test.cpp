@@ -72,6 +72,21 @@ class StatusServerTest : public testing::StatusFixture {
     return reply;
   }
 
+  // Sends `request` as it is (no client adds headers) and returns the
+  // response's status line.
+  std::string rawStatusLine(kj::StringPtr request) {
+    auto connection = connect();
+    connection->write(request.begin(), request.size()).wait(io.waitScope);
+    std::string seen;
+    char buffer[512];
+    while (seen.find("\r\n") == std::string::npos) {
+      size_t n = connection->tryRead(buffer, 1, sizeof(buffer)).wait(io.waitScope);
+      if (n == 0) break;
+      seen.append(buffer, n);
+    }
+    return seen.substr(0, seen.find("\r\n"));
+  }
+
   Json json(kj::StringPtr path) {
     auto reply = request(path);
     EXPECT_EQ(reply.status, 200u) << path.cStr() << ": " << reply.body;
@@ -133,6 +148,16 @@ TEST_F(StatusServerTest, ReadOnlyAndLoopbackNamesOnly) {
   EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "evil.example:7222").status, 403u);
   EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "localhost:7222").status, 200u);
   EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "[::1]:7222").status, 200u);
+  EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "127.0.0.1").status, 200u);
+  EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "127.3.4.5:80").status, 200u);
+  EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "LocalHost").status, 200u);
+  // Names that merely start like a loopback address are anyone's (DNS
+  // rebinding), and so is a request that names no host.
+  EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "127.evil.example").status, 403u);
+  EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "127.0.0.1.evil.example:7222").status, 403u);
+  EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "[::2]:7222").status, 403u);
+  EXPECT_EQ(request("/api/overview", kj::HttpMethod::GET, "localhost.evil.example").status, 403u);
+  EXPECT_EQ(rawStatusLine("GET /api/overview HTTP/1.1\r\n\r\n"), "HTTP/1.1 400 Bad Request");
   EXPECT_EQ(request("/", kj::HttpMethod::HEAD).status, 200u);
 }
 

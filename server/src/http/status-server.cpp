@@ -2,6 +2,8 @@
 
 #include "web-assets.h"
 
+#include <arpa/inet.h>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <kj/debug.h>
@@ -44,7 +46,16 @@ bool loopbackHost(kj::StringPtr value) {
 }  // namespace
 
 bool isLoopbackHost(std::string_view host) {
-  return host == "localhost" || host == "[::1]" || host == "::1" || host.substr(0, 4) == "127.";
+  std::string name(host);
+  for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (name == "localhost") return true;
+  if (name.size() >= 2 && name.front() == '[' && name.back() == ']') name = name.substr(1, name.size() - 2);
+  // A whole address, not a prefix: "127.evil.example" is a name anyone can
+  // point anywhere (DNS rebinding).
+  in_addr v4;
+  if (inet_pton(AF_INET, name.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  return inet_pton(AF_INET6, name.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 StatusServer::StatusServer(StatusView& view, kj::Timer& timer, spdlog::logger& logger,
@@ -213,11 +224,14 @@ kj::Promise<void> StatusServer::request(kj::HttpMethod method, kj::StringPtr url
     return write.attach(kj::mv(stream), kj::mv(body));
   }
   if (options.loopbackHostsOnly) {
+    // A request without a Host header cannot be told from a rebound one.
     KJ_IF_MAYBE(value, headers.get(host)) {
       if (!loopbackHost(*value)) {
         return error(response, api, 403,
                      "this status port answers to loopback names only (localhost, 127.0.0.1)");
       }
+    } else {
+      return error(response, api, 400, "a Host header is needed (localhost or 127.0.0.1)");
     }
   }
   auto parsed = parseRoute(url);

@@ -1,4 +1,5 @@
 #include "status-view.h"
+#include "json-nesting.h"
 
 #include <algorithm>
 #include <cctype>
@@ -534,7 +535,9 @@ Json StatusView::task(uint64_t id, uint64_t n) {
     auto spec = task.spec;
     auto attributes = spec.getAttributes();
     if (attributes.size() > 0) {
-      auto parsed = Json::parse(attributes.cStr(), nullptr, false);
+      // Parsed (recursively) only when it nests shallowly: else shown as text.
+      bool shallow = jsonNesting(attributes.cStr(), MAX_ATTRIBUTE_NESTING) <= MAX_ATTRIBUTE_NESTING;
+      auto parsed = shallow ? Json::parse(attributes.cStr(), nullptr, false) : Json(Json::value_t::discarded);
       out["attributes"] = parsed.is_discarded() ? Json(attributes.cStr()) : parsed;
     } else {
       out["attributes"] = nullptr;

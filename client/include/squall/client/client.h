@@ -97,9 +97,24 @@ class DataObject {
   uint64_t n;
 };
 
+// How an input is placed (Program::input).
+struct InputOptions {
+  // Also pass its path as the program's next argument.
+  bool arg = false;
+  // A private copy the program may change (write, append, chmod; add to or
+  // remove from a dir's tree) instead of the read-only input; the object
+  // itself never changes. Not for a stream read live.
+  bool writable = false;
+};
+
 // Builds an `execute` task: a program (argv or a shell line), its inputs
 // mapped as read-only files in its sandbox, its outputs taken from files
 // and/or its stdout.
+//
+// Read-only means the object can never change, whatever the program does:
+// writing to an input fails (the governor's default), or reaches only a
+// private copy (governors started with --input-isolation copy); see the
+// guide, "What a program may do to its inputs".
 class Program {
  public:
   explicit Program(std::vector<std::string> args) : args(std::move(args)) {}
@@ -108,15 +123,24 @@ class Program {
 
   Program& arg(std::string value);
   // Places `object` at `path` in the sandbox.
-  Program& input(const DataObject& object, std::string path);
+  Program& input(const DataObject& object, std::string path, InputOptions options = {});
   // Places `object` at `path` and passes `path` as the next argument.
   Program& inputArg(const DataObject& object, std::string path);
+  // Places a private copy of `object` at `path` that the program may
+  // change (InputOptions::writable).
+  Program& writableInput(const DataObject& object, std::string path);
   // Feeds `object` on the program's stdin.
   Program& stdinFrom(const DataObject& object);
   // Declares an output read from the file (or, for ObjectKind::DIR, the
   // directory) `path` the program writes. For ObjectKind::STREAM, `path` is
   // a named pipe the governor makes; what the program writes into it flows
   // to the stream's readers while it runs.
+  //
+  // In place: an output at an input's path (of the input's kind), or inside
+  // a dir input, takes what the program left there, e.g. `sed -i s/a/b/ f`
+  // with input and output both at `f`, or a tool that adds a file to the
+  // dir `d` with an output `d` (ObjectKind::DIR). That input then becomes
+  // writable (a private copy); the object it came from never changes.
   Program& output(std::string path, ObjectKind kind = ObjectKind::BLOB);
   // Declares an output made of the program's stdout: a blob, or with
   // ObjectKind::STREAM a stream its readers read while it is written.
@@ -144,7 +168,7 @@ class Program {
   // A Program can be a factory: named slots are bound to objects at each
   // Session::execute(program, {{"slot", object}, ...}) call.
   // Slot placed at `path` in the sandbox.
-  Program& inputSlot(std::string slot, std::string path);
+  Program& inputSlot(std::string slot, std::string path, InputOptions options = {});
   // Slot placed at `path`, and `path` passed as the next argument.
   Program& inputArgSlot(std::string slot, std::string path);
   // Slot fed on stdin.
@@ -154,6 +178,7 @@ class Program {
     uint64_t object;  // 0 while a slot is unbound
     std::string path;
     std::string slot;
+    bool writable = false;
   };
 
  private:
@@ -277,6 +302,12 @@ class Session {
   void submit();
   // Block until the named tasks/objects are finished; throw TaskFailed if the
   // session fails first.
+  //
+  // Once the session has failed, every call that needs it to go on
+  // (submit, wait, waitSome, unkeep, and fetch of an object that will not be
+  // made) throws that same TaskFailed, naming the task that failed it. What
+  // it finished and kept can still be fetched, and state(), tasks() and
+  // objects() still answer: they describe the failed session.
   void wait(const std::vector<Task>& tasks);
   void wait(const std::vector<DataObject>& objects);
   void waitAll();
