@@ -316,6 +316,24 @@ TEST_F(E2eTest, ManySmallTasksInOneSubmitSpanSeveralMessages) {
   EXPECT_EQ(state.finished, 50001u);
 }
 
+// Issue 19 point 3: two constants of 40 MiB on one task once made one
+// assignment message past capnp's 64 MiB limit; its send failed quietly and
+// the task stayed "running" for good. Each constant now travels in a
+// message of its own.
+TEST_F(E2eTest, TwoFortyMibConstantsOnOneTaskReachItsGovernor) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("big-constants");
+  std::string a(40 << 20, 'a'), b(40 << 20, 'b');
+  a[12345] = '1';
+  b[(40 << 20) - 1] = '2';
+  auto task = session.concat({session.blob(a), session.blob(b)});
+  task.output().keep();
+  session.submit();
+  auto bytes = task.output().fetch();
+  ASSERT_EQ(bytes.size(), a.size() + b.size());
+  EXPECT_TRUE(bytes == a + b);
+}
+
 // A governor dies: its running task runs again elsewhere, the kept object
 // that lived only there is made again, and nothing that survived runs twice.
 TEST(E2eGovernorDeathTest, AGovernorsWorkIsRedoneElsewhereAndNoMore) {

@@ -8,6 +8,7 @@ namespace squall {
 
 namespace {
 constexpr size_t MAX_TASKS_PER_ASSIGN = 16384;
+constexpr uint64_t MAX_TASK_BYTES_PER_ASSIGN = 16 << 20;
 constexpr uint64_t MAX_CONSTANT_BYTES_PER_ASSIGN = 16 << 20;
 }  // namespace
 
@@ -210,92 +211,46 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
     for (uint i = 0; i < list.size(); i++) cancel[i].to(list[i]);
     rpcs.add(req.send().ignoreResult());
   }
-  // Assignments go in batches of bounded size (tasks and inline constant
-  // bytes) so that no message nears capnp's 64 MiB limit.
-  size_t next = 0;
-  while (next < assign.size()) {
-    size_t end = std::min(assign.size(), next + MAX_TASKS_PER_ASSIGN);
-    std::vector<ObjectNode*> constants;
-    uint64_t constantBytes = 0;
-    for (size_t k = next; k < end; k++) {
-      auto& task = sessions.get(assign[k].session).tasks.at(assign[k].n);
-      for (auto* object : task.inputs) {
-        auto& where = object->locations;
-        if (!object->constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
-          continue;
-        }
-        constants.push_back(object);
-        constantBytes += object->size;
-        where.push_back(governor.id);
+  // Assignments go in calls of bounded size, so that no message nears
+  // capnp's 64 MiB limit (a send past it fails, and the governor would
+  // never hear of its tasks): at most MAX_TASKS_PER_ASSIGN tasks and
+  // MAX_TASK_BYTES_PER_ASSIGN of task specs, and MAX_CONSTANT_BYTES_PER_ASSIGN
+  // of constants. A constant bigger than that (up to the submit limit,
+  // below 64 MiB) goes alone. A task's constants go in its own call or an
+  // earlier one: calls on one capability arrive in the order sent, and the
+  // governor stores a call's constants before it queues its tasks.
+  std::vector<size_t> batchTasks;
+  std::vector<ObjectNode*> batchConstants;
+  uint64_t batchConstantBytes = 0, batchTaskBytes = 0;
+  auto sendBatch = [&]() {
+    if (batchTasks.empty() && batchConstants.empty()) return;
+    sendAssign(governor, assign, batchTasks, batchConstants);
+    sessions.stats().bytesConstants += batchConstantBytes;
+    batchTasks.clear();
+    batchConstants.clear();
+    batchConstantBytes = batchTaskBytes = 0;
+  };
+  for (size_t k = 0; k < assign.size(); k++) {
+    auto& task = sessions.get(assign[k].session).tasks.at(assign[k].n);
+    for (auto* object : task.inputs) {
+      auto& where = object->locations;
+      if (!object->constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
+        continue;
       }
-      if (constantBytes >= MAX_CONSTANT_BYTES_PER_ASSIGN) {
-        end = k + 1;
-        break;
-      }
+      if (batchConstantBytes + object->size > MAX_CONSTANT_BYTES_PER_ASSIGN) sendBatch();
+      batchConstants.push_back(object);
+      batchConstantBytes += object->size;
+      where.push_back(governor.id);
     }
-    auto req = governor.control.assignRequest();
-    auto list = req.initTasks(end - next);
-    for (size_t k = next; k < end; k++) {
-      auto& task = sessions.get(assign[k].session).tasks.at(assign[k].n);
-      auto assignment = list[k - next];
-      assignment.setTask(task.spec);
-      assignment.setAttempt(task.attempt);
-      assignment.setSharesCpus(task.group != nullptr && task.cpus == 0);
-      auto inputs = assignment.initInputs(task.inputs.size());
-      for (uint i = 0; i < task.inputs.size(); i++) {
-        auto& object = *task.inputs[i];
-        auto input = inputs[i];
-        input.setKind(object.kind);
-        input.setSize(object.size);
-        if (task.liveInputs[i]) {
-          // Its producer was assigned in this same pass (the whole group is).
-          input.setLive(true);
-          GovernorId producer = object.producer->governor;
-          if (producer != governor.id) {
-            KJ_IF_MAYBE(holder, governors.find(producer)) {
-              input.initSources(1).set(0, holder->dataAddress);
-            }
-          }
-          continue;
-        }
-        // Read after its end: its stored bytes, a blob.
-        if (object.kind == wire::ObjectKind::STREAM) input.setKind(wire::ObjectKind::BLOB);
-        auto& where = object.locations;
-        // Held already, or a constant travelling in this very call.
-        if (object.constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
-          continue;
-        }
-        auto sources = input.initSources(where.size());
-        for (uint s = 0; s < where.size(); s++) {
-          KJ_IF_MAYBE(holder, governors.find(where[s])) { sources.set(s, holder->dataAddress); }
-        }
-      }
-      auto kinds = assignment.initOutputKinds(task.outputs.size());
-      auto readers = assignment.initLiveReaders(task.outputs.size());
-      auto persist = assignment.initPersist(task.outputs.size());
-      for (uint i = 0; i < task.outputs.size(); i++) {
-        auto& output = *task.outputs[i];
-        kinds.set(i, output.kind);
-        if (output.kind != wire::ObjectKind::STREAM) continue;
-        // Stored as it flows when kept or read after its end; readers added
-        // by later submits must then find it stored (see PendingSubmit).
-        output.persisted = output.keep || !output.consumers.empty();
-        readers.set(i, output.liveReaders.size());
-        persist.set(i, output.persisted);
-      }
+    uint64_t specBytes = task.spec.totalSize().wordCount * sizeof(capnp::word);
+    if (batchTasks.size() == MAX_TASKS_PER_ASSIGN ||
+        (!batchTasks.empty() && batchTaskBytes + specBytes > MAX_TASK_BYTES_PER_ASSIGN)) {
+      sendBatch();
     }
-    auto constantList = req.initConstants(constants.size());
-    for (uint i = 0; i < constants.size(); i++) {
-      constants[i]->id.to(constantList[i].initId());
-      constantList[i].setKind(constants[i]->kind);
-      constantList[i].setData(kj::arrayPtr(constants[i]->data.data(), constants[i]->data.size()));
-    }
-    sessions.stats().bytesConstants += constantBytes;
-    logger.debug("event=assign governor={} tasks={} constants={}", governor.id, end - next,
-                 constants.size());
-    rpcs.add(req.send().ignoreResult());
-    next = end;
+    batchTasks.push_back(k);
+    batchTaskBytes += specBytes;
   }
+  sendBatch();
   if (!remove.empty()) {
     auto req = governor.control.removeObjectsRequest();
     auto list = req.initObjects(remove.size());
@@ -308,6 +263,110 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
     req.setThrough(cut.durableUpdate);
     rpcs.add(req.send().ignoreResult());
   }
+}
+
+void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assign,
+                            const std::vector<size_t>& which, const std::vector<ObjectNode*>& constants) {
+  auto req = governor.control.assignRequest();
+  auto list = req.initTasks(which.size());
+  std::vector<Id> sent;
+  sent.reserve(which.size());
+  for (size_t b = 0; b < which.size(); b++) {
+    const Id& id = assign[which[b]];
+    sent.push_back(id);
+    auto& task = sessions.get(id.session).tasks.at(id.n);
+    auto assignment = list[b];
+    assignment.setTask(task.spec);
+    assignment.setAttempt(task.attempt);
+    assignment.setSharesCpus(task.group != nullptr && task.cpus == 0);
+    auto inputs = assignment.initInputs(task.inputs.size());
+    for (uint i = 0; i < task.inputs.size(); i++) {
+      auto& object = *task.inputs[i];
+      auto input = inputs[i];
+      input.setKind(object.kind);
+      input.setSize(object.size);
+      if (task.liveInputs[i]) {
+        // Its producer was assigned in this same pass (the whole group is).
+        input.setLive(true);
+        GovernorId producer = object.producer->governor;
+        if (producer != governor.id) {
+          KJ_IF_MAYBE(holder, governors.find(producer)) {
+            input.initSources(1).set(0, holder->dataAddress);
+          }
+        }
+        continue;
+      }
+      // Read after its end: its stored bytes, a blob.
+      if (object.kind == wire::ObjectKind::STREAM) input.setKind(wire::ObjectKind::BLOB);
+      auto& where = object.locations;
+      // Held already, or a constant travelling in this call or an earlier one.
+      if (object.constant || std::find(where.begin(), where.end(), governor.id) != where.end()) {
+        continue;
+      }
+      auto sources = input.initSources(where.size());
+      for (uint s = 0; s < where.size(); s++) {
+        KJ_IF_MAYBE(holder, governors.find(where[s])) { sources.set(s, holder->dataAddress); }
+      }
+    }
+    auto kinds = assignment.initOutputKinds(task.outputs.size());
+    auto readers = assignment.initLiveReaders(task.outputs.size());
+    auto persist = assignment.initPersist(task.outputs.size());
+    for (uint i = 0; i < task.outputs.size(); i++) {
+      auto& output = *task.outputs[i];
+      kinds.set(i, output.kind);
+      if (output.kind != wire::ObjectKind::STREAM) continue;
+      // Stored as it flows when kept or read after its end; readers added
+      // by later submits must then find it stored (see PendingSubmit).
+      output.persisted = output.keep || !output.consumers.empty();
+      readers.set(i, output.liveReaders.size());
+      persist.set(i, output.persisted);
+    }
+  }
+  auto constantList = req.initConstants(constants.size());
+  for (uint i = 0; i < constants.size(); i++) {
+    constants[i]->id.to(constantList[i].initId());
+    constantList[i].setKind(constants[i]->kind);
+    constantList[i].setData(kj::arrayPtr(constants[i]->data.data(), constants[i]->data.size()));
+  }
+  logger.debug("event=assign governor={} tasks={} constants={}", governor.id, which.size(),
+               constants.size());
+  GovernorId gid = governor.id;
+  rpcs.add(req.send().ignoreResult().catch_([this, gid, sent = kj::mv(sent)](kj::Exception&& e) {
+    assignFailed(gid, sent, kj::mv(e));
+  }));
+}
+
+void Dispatcher::assignFailed(GovernorId gid, const std::vector<Id>& sent, kj::Exception&& e) {
+  // A dropped connection is governorLost()'s to handle: its tasks go
+  // elsewhere. Anything else (a message the governor cannot take) would be
+  // refused again wherever the tasks went: they fail, saying why, instead
+  // of holding their governor's cpus for good.
+  if (e.getType() == kj::Exception::Type::DISCONNECTED) return;
+  std::string name;
+  KJ_IF_MAYBE(governor, governors.find(gid)) { name = governor->name; }
+  else {
+    return;
+  }
+  logger.error("event=assign-failed governor={} name={} tasks={} error=\"{}\"", gid, name, sent.size(),
+               e.getDescription().cStr());
+  for (auto& id : sent) {
+    KJ_IF_MAYBE(session, sessions.find(id.session)) {
+      auto it = session->tasks.find(id.n);
+      if (it == session->tasks.end() || it->second.state != TaskNode::State::ASSIGNED ||
+          it->second.governor != gid) {
+        continue;
+      }
+      capnp::MallocMessageBuilder message;
+      auto result = message.initRoot<wire::TaskResult>();
+      id.to(result.initId());
+      result.setOk(false);
+      result.setError(kj::str("the server could not send the task to governor ", name, ": ",
+                              e.getDescription()));
+      governors.release(gid, id);
+      sessions.taskResult(result.asReader(), gid, name.c_str());
+    }
+  }
+  kick();
 }
 
 void Dispatcher::taskFailed(kj::Exception&& exception) {

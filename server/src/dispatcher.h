@@ -98,6 +98,10 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   Cuts cutAll();
   void send(const Cuts& cuts);
   void flush(GovernorState& governor, const Cut& cut);
+  // One assign call: the tasks assign[which...] and the constants.
+  void sendAssign(GovernorState& governor, const std::vector<Id>& assign,
+                  const std::vector<size_t>& which, const std::vector<ObjectNode*>& constants);
+  void assignFailed(GovernorId governor, const std::vector<Id>& sent, kj::Exception&& e);
   void taskFailed(kj::Exception&& exception) override;
 };
 
