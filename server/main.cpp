@@ -131,7 +131,18 @@ int main(int argc, char** argv) {
                  "when it reaches end of file (that process has gone), the server stops as on "
                  "SIGTERM")
       ->check(CLI::NonNegativeNumber);
+  std::vector<std::string> limitAssignments;
+  app.add_option("--limit", limitAssignments,
+                 "NAME=VALUE: sets one of the bounds on what clients can submit (repeatable; "
+                 "docs/guide.md lists them and their defaults)");
   CLI11_PARSE(app, argc, argv);
+  squall::Limits limits;
+  for (auto& assignment : limitAssignments) {
+    if (auto problem = limits.set(assignment)) {
+      fprintf(stderr, "squall-server: --limit %s\n", problem->c_str());
+      return 2;
+    }
+  }
 
   std::shared_ptr<spdlog::logger> logger;
   std::string secret;
@@ -171,6 +182,7 @@ int main(int argc, char** argv) {
   squall::Scheduler scheduler(squall::SchedulerOptions{queueDepth});
   squall::Dispatcher dispatcher(sessions, governors, scheduler, io.provider->getTimer(), *logger);
   squall::ServerContext context{sessions, sessionHistory, governors, dispatcher, *logger, secret, {}};
+  context.limits = limits;
   context.timer = &io.provider->getTimer();
   context.governorTimeout = static_cast<int64_t>(governorTimeout * 1000) * kj::MILLISECONDS;
 

@@ -141,6 +141,46 @@ TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
   EXPECT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
 }
 
+// Issue 19 point 8: an object of a kind this server does not know was
+// accepted (and reached the governors).
+TEST_F(RawRpcTest, AnObjectOfUnknownKindIsRefused) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  auto error = submitGraph(s, [&](auto& add) {
+    auto objects = add.initObjects(1);
+    setId(objects[0].initId(), s, 1);
+    objects[0].setIsConstant(true);
+    objects[0].setKind(static_cast<wire::ObjectKind>(7));
+  });
+  EXPECT_NE(error.find("object 1 has an unknown kind (7)"), std::string::npos) << error;
+}
+
+// Issue 19 point 6: a client could hold any number of submits open, each
+// with its own 4 GiB. Now client-submits of them (16 by default); one
+// committed or dropped makes room for the next.
+TEST_F(RawRpcTest, AClientHoldsABoundedNumberOfSubmitsOpen) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  auto open = [&]() {
+    auto req = service.submitRequest();
+    req.setSession(s);
+    return req.send().wait(io.waitScope).getSubmission();
+  };
+  std::vector<wire::Submission::Client> held;
+  for (int i = 0; i < 16; i++) held.push_back(open());
+  try {
+    open();
+    ADD_FAILURE() << "a 17th open submit accepted";
+  } catch (const kj::Exception& e) {
+    EXPECT_NE(std::string(userMessage(e).cStr()).find("(limit client-submits=16)"), std::string::npos)
+        << userMessage(e).cStr();
+  }
+  held[0].commitRequest().send().wait(io.waitScope);  // an empty submit
+  held.erase(held.begin(), held.begin() + 2);  // and one dropped
+  held.push_back(open());                     // 15 open
+  EXPECT_EQ(submitGraph(s, [&](auto&) {}), "");  // the 16th
+}
+
 TEST_F(RawRpcTest, UnknownSessionsAndObjectsAreNamed) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto req = service.getStateRequest();

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <kj/async-io.h>
+#include <algorithm>
 #include <kj/debug.h>
 #include <map>
 #include <set>
@@ -508,8 +509,12 @@ void SessionImpl::submit() {
   });
 }
 
-void SessionImpl::wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished) {
+void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector<uint64_t>* finished) {
   checkOpen();
+  // Each id once: the server bounds the ids of one wait (wait-ids).
+  std::vector<uint64_t> ids(named);
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   client.retrying([&]() {
     auto fill = [&](auto req) {
       req.setSession(id);

@@ -164,7 +164,7 @@ kj::Promise<TaskOutcome> runSleep(TaskEnv& env, wire::Assignment::Reader spec, T
   KJ_IF_MAYBE(problem, checkBlobOutputs(spec)) { return TaskOutcome::failure(taskId, kj::mv(*problem)); }
   uint64_t ms = task.getConfig().getSleep().getMilliseconds();
 
-  return env.timer.afterDelay(ms * kj::MILLISECONDS)
+  return env.timer.afterDelay(taskMilliseconds(ms))
       .exclusiveJoin(control.whenCancelled())
       .then([&env, &control, spec, taskId]() -> kj::Promise<TaskOutcome> {
         auto task = spec.getTask();

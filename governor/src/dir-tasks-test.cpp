@@ -403,6 +403,18 @@ TEST_F(DirTasksTest, TimeLimitKillsTheProgramAndSaysSo) {
   EXPECT_EQ(std::string(timeLimitMessage(1050).cStr()), "time limit of 1.05 s exceeded");
 }
 
+// Issue 19 point 8: a time limit of more than ~292 years wrapped round in
+// kj's nanoseconds to a negative delay, and the task was killed at once.
+TEST_F(DirTasksTest, AHugeTimeLimitOrSleepIsNoLimitNotAnInstantKill) {
+  auto r = exec("sleep 0.2", {}, {}, UINT64_MAX);
+  EXPECT_TRUE(r.ok) << r.error.cStr();
+  EXPECT_FALSE(r.timedOut);
+  auto slept = run({}, {}, [](auto c) { c.initSleep().setMilliseconds(100); }, UINT64_MAX / 1000);
+  EXPECT_TRUE(slept.ok) << slept.error.cStr();
+  EXPECT_EQ(taskMilliseconds(UINT64_MAX), taskMilliseconds(uint64_t(100) * 365 * 24 * 3600 * 1000));
+  EXPECT_GT(taskMilliseconds(UINT64_MAX), 0 * kj::SECONDS);
+}
+
 TEST_F(DirTasksTest, StdoutTailAndAttemptReachTheResult) {
   auto r = exec("echo start; head -c 10000 /dev/zero | tr '\\0' b; echo; echo attempt=$SQUALL_ATTEMPT", {}, {},
                 0, 3);

@@ -16,6 +16,15 @@
 
 namespace squall {
 
+// A task's count of milliseconds (time limit, sleep) as a kj::Duration,
+// capped at 100 years: kj counts nanoseconds in an int64, and a bigger
+// count wrapped round to a negative delay (a task with a huge time limit
+// was killed at once).
+inline kj::Duration taskMilliseconds(uint64_t ms) {
+  constexpr uint64_t MAX_MS = uint64_t(100) * 365 * 24 * 3600 * 1000;
+  return static_cast<int64_t>(ms < MAX_MS ? ms : MAX_MS) * kj::MILLISECONDS;
+}
+
 class StreamHub;
 class StoreView;
 

@@ -183,7 +183,7 @@ void TaskQueue::start(Task& task) {
   env.logger.debug("event=task-started task={} cpus={} free={}", kj::str(id).cStr(), task.cpus, free);
   uint64_t limitMs = task.spec->getTask().getPolicy().getTimeLimitMs();
   if (limitMs > 0) {
-    task.deadline = env.timer.afterDelay(limitMs * kj::MILLISECONDS)
+    task.deadline = env.timer.afterDelay(taskMilliseconds(limitMs))
                         .then([&task]() { task.control.timeOut(); })
                         .eagerlyEvaluate(nullptr);
   }

@@ -22,7 +22,10 @@ struct ServerContext {
   Dispatcher& dispatcher;
   spdlog::logger& logger;
   std::string token;
-  SubmitLimits limits;
+  Limits limits;
+  // Bytes of every open submit (Limits::pendingBytes). Shared: submissions
+  // can outlive the context (see `running`).
+  std::shared_ptr<uint64_t> pendingSubmitBytes = std::make_shared<uint64_t>(0);
   // False once main() starts tearing the server down. RPC objects copy it:
   // capnp keeps some of them alive in the event loop, which outlives the
   // parts above, and their destructors must then leave those parts alone.

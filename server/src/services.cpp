@@ -29,8 +29,11 @@ void fillFailure(wire::Failure::Builder out, const Session& session) {
 
 class SubmissionImpl final : public wire::Submission::Server {
  public:
-  SubmissionImpl(ServerContext& context, uint64_t session)
-      : context(context), session(session), pending(session, context.limits) {}
+  // `open`: the submits its client has open, this one counted in.
+  SubmissionImpl(ServerContext& context, uint64_t session, std::shared_ptr<uint64_t> open)
+      : context(context), session(session), pending(session, context.limits, context.pendingSubmitBytes),
+        open(kj::mv(open)) {}
+  ~SubmissionImpl() noexcept(false) { closed(); }
 
   kj::Promise<void> add(AddContext call) override {
     SQUALL_REQUIRE(!committed, "submission already committed");
@@ -48,6 +51,9 @@ class SubmissionImpl final : public wire::Submission::Server {
   kj::Promise<void> commit(CommitContext call) override {
     SQUALL_REQUIRE(!committed, "submission already committed");
     committed = true;
+    closed();
+    // Refused or applied, its chunks are not held any longer.
+    KJ_DEFER(pending.drop());
     auto& target = context.sessions.get(session);
     ClusterCapacity capacity;
     for (auto& [gid, governor] : context.governors.all()) {
@@ -80,7 +86,13 @@ class SubmissionImpl final : public wire::Submission::Server {
   ServerContext& context;
   uint64_t session;
   PendingSubmit pending;
+  std::shared_ptr<uint64_t> open;
   bool committed = false;
+
+  void closed() {
+    if (open) --*open;
+    open.reset();
+  }
 };
 
 class ClientServiceImpl final : public wire::ClientService::Server {
@@ -137,13 +149,18 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto id = call.getParams().getSession();
     auto& session = openSession(id);
     SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", id, " has failed: ", session.failureMessage);
-    call.getResults().setSubmission(kj::heap<SubmissionImpl>(context, id));
+    SQUALL_REQUIRE(*openSubmits < context.limits.clientSubmits, "this client has ", *openSubmits,
+                   " submits open already (limit ", context.limits.named(context.limits.clientSubmits),
+                   "); commit or drop one first");
+    ++*openSubmits;
+    call.getResults().setSubmission(kj::heap<SubmissionImpl>(context, id, openSubmits));
     return kj::READY_NOW;
   }
 
   kj::Promise<void> wait(WaitContext call) override {
     auto params = call.getParams();
     auto id = params.getSession();
+    checkWaitIds(params.getIds());
     auto& session = openSession(id);
     return context.sessions.wait(session, params.getIds(), false).then([this, id, call]() mutable {
       fillWaitResult(id, call.getResults().initResult(), call.getParams().getIds());
@@ -153,6 +170,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> waitSome(WaitSomeContext call) override {
     auto params = call.getParams();
     auto id = params.getSession();
+    checkWaitIds(params.getIds());
     auto& session = openSession(id);
     return context.sessions.wait(session, params.getIds(), true).then([this, id, call]() mutable {
       auto results = call.getResults();
@@ -488,6 +506,14 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   ServerContext& context;
   std::shared_ptr<bool> running;
   kj::String peer;
+  // Its submits not yet committed or dropped (Limits::clientSubmits).
+  std::shared_ptr<uint64_t> openSubmits = std::make_shared<uint64_t>(0);
+
+  void checkWaitIds(capnp::List<uint64_t>::Reader ids) {
+    SQUALL_REQUIRE(ids.size() <= context.limits.waitIds, "wait: ", ids.size(), " ids, more than ",
+                   context.limits.waitIds, " (limit ", context.limits.named(context.limits.waitIds),
+                   "); wait for all, or in parts");
+  }
 
   // Ok, unless the session failed or one of `ids` ended without being made
   // (a failure that was allowed, or skipped because of one).

@@ -39,7 +39,7 @@ class SessionHistoryTest : public ::testing::Test {
       graph.output(5000 + i).task(
           {1000 + i, {}, {5000 + i}, {"prog"}, {}, 0, 1, 0, allowFailure, "step/" + std::to_string(i)});
     }
-    PendingSubmit pending(session.id, SubmitLimits{});
+    PendingSubmit pending(session.id, Limits{});
     pending.add(graph.build());
     table.submitted(session, pending.commit(session));
     return session;

@@ -24,7 +24,7 @@ class SessionTableTest : public ::testing::Test {
 
   Session& submit(TestGraph& graph, Session* existing = nullptr) {
     auto& session = existing ? *existing : table.open("s", this);
-    PendingSubmit pending(session.id, SubmitLimits{});
+    PendingSubmit pending(session.id, Limits{});
     pending.add(graph.build());
     table.submitted(session, pending.commit(session));
     return session;
@@ -210,6 +210,23 @@ TEST_F(SessionTableTest, WaitSomeCompletesOnFirstAndCloseWakesEveryone) {
   EXPECT_TRUE(both.poll(waitScope));
   EXPECT_TRUE(table.find(1) == nullptr);
   EXPECT_ANY_THROW(table.get(1));
+}
+
+// Issue 19 point 6: one id named a million times in one wait is held once
+// (it was held a million times until the task ended).
+TEST_F(SessionTableTest, AnIdNamedManyTimesInOneWaitIsHeldOnce) {
+  TestGraph g(1);
+  g.output(1).task({10, {}, {1}});
+  auto& s = submit(g);
+  capnp::MallocMessageBuilder m;
+  auto ids = m.initRoot<capnp::List<uint64_t>>(1'000'000);
+  for (uint i = 0; i < ids.size(); i++) ids.set(i, i % 2 == 0 ? 10 : 1);
+  auto waiting = table.wait(s, ids.asReader(), false);
+  EXPECT_EQ(s.tasks.at(10).waiters.size(), 1u);
+  EXPECT_EQ(s.objects.at(1).waiters.size(), 1u);
+  table.assigned(s.tasks.at(10), 1);
+  report({1, 10}, true, 1, {1});
+  EXPECT_TRUE(waiting.poll(waitScope));
 }
 
 TEST_F(SessionTableTest, FailedTaskIsRetriedWithItsAttemptCounted) {

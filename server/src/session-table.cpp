@@ -33,7 +33,7 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
   KJ_DEFER(restoring = false);
 
   // The graph: every submit's chunks, validated and applied as one.
-  PendingSubmit submit(record.id, SubmitLimits{UINT64_MAX, UINT64_MAX, UINT64_MAX});
+  PendingSubmit submit(record.id, Limits::unbounded());
   for (auto& chunk : record.chunks) {
     KJ_REQUIRE(chunk.size() % sizeof(capnp::word) == 0, "a logged submit is truncated", record.id);
     capnp::FlatArrayMessageReader reader(
@@ -598,7 +598,11 @@ kj::Promise<void> SessionTable::wait(Session& session, capnp::List<uint64_t>::Re
   waiter->any = any;
   std::vector<std::vector<std::shared_ptr<Waiter>>*> lists;
   size_t done = 0;
+  // A client may name an id many times: each counts once, so what is held
+  // until the wait ends grows with the session, not with the request.
+  std::unordered_set<uint64_t> seen;
   for (auto n : ids) {
+    if (!seen.insert(n).second) continue;
     auto oit = session.objects.find(n);
     if (oit != session.objects.end()) {
       if (oit->second.state != ObjectNode::State::UNFINISHED) {

@@ -14,7 +14,7 @@ using testing::TestGraph;
 // Submits `graph` to `session`; returns the error text, or "" on success.
 std::string trySubmit(Session& session, TestGraph& graph, size_t* ready = nullptr,
                       ClusterCapacity capacity = {}) {
-  PendingSubmit pending(session.id, SubmitLimits{});
+  PendingSubmit pending(session.id, Limits{});
   try {
     pending.add(graph.build());
     auto r = pending.commit(session, capacity);
@@ -236,7 +236,7 @@ TEST(SubmitTest, LaterSubmitsReuseKeptObjectsButNotRemovedOnes) {
 
 TEST(SubmitTest, ConstantDataArrivesInChunks) {
   auto session = newSession();
-  PendingSubmit pending(7, SubmitLimits{});
+  PendingSubmit pending(7, Limits{});
   TestGraph g(7);
   g.object({1, "", true});
   pending.add(g.build());
@@ -249,9 +249,39 @@ TEST(SubmitTest, ConstantDataArrivesInChunks) {
   EXPECT_EQ(session.objects.at(1).size, 30u);
 }
 
+// Issue 19 point 6: all open submits together are bounded (pending-bytes),
+// and what a submit held is given back when it is applied or dropped.
+TEST(SubmitTest, OpenSubmitsShareOneBoundOnBytes) {
+  Limits limits;
+  limits.pendingBytes = 10000;
+  auto total = std::make_shared<uint64_t>(0);
+  auto session = newSession();
+  auto a = std::make_unique<PendingSubmit>(7, limits, total);
+  PendingSubmit b(7, limits, total);
+  TestGraph g(7);
+  g.constant(1, std::string(6000, 'a'));
+  a->add(g.build());
+  EXPECT_GT(*total, 6000u);
+  TestGraph h(7);
+  h.constant(2, std::string(6000, 'b'));
+  try {
+    b.add(h.build());
+    ADD_FAILURE() << "two submits of 6000 bytes held under a bound of 10000";
+  } catch (const kj::Exception& e) {
+    EXPECT_NE(std::string(e.getDescription().cStr()).find("(limit pending-bytes=10000)"), std::string::npos)
+        << e.getDescription().cStr();
+  }
+  a.reset();  // dropped
+  EXPECT_EQ(*total, 0u);
+  b.add(h.build());
+  b.commit(session);
+  EXPECT_EQ(*total, 0u);  // applied
+  EXPECT_EQ(session.objects.at(2).size, 6000u);
+}
+
 TEST(SubmitTest, LimitsAreEnforced) {
-  SubmitLimits limits;
-  limits.maxTasks = 1;
+  Limits limits;
+  limits.submitTasks = 1;
   PendingSubmit pending(7, limits);
   TestGraph g(7);
   g.output(1).output(2).task({3, {}, {1}}).task({4, {}, {2}});

@@ -120,13 +120,51 @@ std::vector<uint32_t> streamGroupCharges(const std::vector<wire::TaskSpec::Reade
   return charges;
 }
 
+PendingSubmit::~PendingSubmit() { release(); }
+
+void PendingSubmit::drop() {
+  messages.clear();
+  appended.clear();
+  release();
+}
+
+void PendingSubmit::release() {
+  if (pendingTotal) *pendingTotal -= std::min(*pendingTotal, bytes);
+  pendingTotal.reset();
+}
+
+void PendingSubmit::charge(uint64_t more) {
+  SQUALL_REQUIRE(bytes + more <= limits.submitBytes, "the submit is larger than ", limits.submitBytes,
+                 " bytes (limit ", limits.named(limits.submitBytes), ")");
+  if (pendingTotal) {
+    SQUALL_REQUIRE(*pendingTotal + more <= limits.pendingBytes, "the server holds ", *pendingTotal,
+                   " bytes of open submits and this one would pass its limit (limit ",
+                   limits.named(limits.pendingBytes), "); retry once others have committed");
+    *pendingTotal += more;
+  }
+  bytes += more;
+}
+
 void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
   auto size = chunk.totalSize().wordCount * sizeof(capnp::word);
-  SQUALL_REQUIRE(bytes + size <= limits.maxBytes, "submit exceeds the size limit of ",
-                 limits.maxBytes, " bytes");
-  SQUALL_REQUIRE(tasks + chunk.getTasks().size() <= limits.maxTasks,
-                 "submit exceeds the limit of ", limits.maxTasks, " tasks");
-  bytes += size;
+  SQUALL_REQUIRE(tasks + chunk.getTasks().size() <= limits.submitTasks, "the submit has more than ",
+                 limits.submitTasks, " tasks (limit ", limits.named(limits.submitTasks), ")");
+  SQUALL_REQUIRE(objects + chunk.getObjects().size() <= limits.submitObjects,
+                 "the submit has more than ", limits.submitObjects, " objects (limit ",
+                 limits.named(limits.submitObjects), ")");
+  for (auto task : chunk.getTasks()) {
+    auto taskBytes = task.totalSize().wordCount * sizeof(capnp::word);
+    SQUALL_REQUIRE(taskBytes <= limits.taskBytes, taskLabel(task), " is ", taskBytes,
+                   " bytes as submitted, more than ", limits.taskBytes, " (limit ",
+                   limits.named(limits.taskBytes),
+                   "; pass large data as an object, not inside the task)");
+  }
+  for (auto object : chunk.getObjects()) {
+    SQUALL_REQUIRE(object.getData().size() <= limits.constantBytes, "constant ",
+                   object.getId().getN(), " is larger than ", limits.constantBytes, " bytes (limit ",
+                   limits.named(limits.constantBytes), ")");
+  }
+  charge(size);
   tasks += chunk.getTasks().size();
   objects += chunk.getObjects().size();
   for (auto object : chunk.getObjects()) {
@@ -146,13 +184,61 @@ std::vector<kj::Array<capnp::word>> PendingSubmit::flatChunks() const {
 void PendingSubmit::appendData(uint64_t object, kj::ArrayPtr<const kj::byte> data) {
   SQUALL_REQUIRE(declaredConstants.count(object), "appendData: object ", object,
                  " is not declared as a constant in this submit");
-  SQUALL_REQUIRE(bytes + data.size() <= limits.maxBytes, "submit exceeds the size limit of ",
-                 limits.maxBytes, " bytes");
-  bytes += data.size();
   auto& buffer = appended[object];
-  SQUALL_REQUIRE(buffer.size() + data.size() <= limits.maxConstantBytes, "constant ", object, " is larger than the limit of ", limits.maxConstantBytes,
-                     " bytes");
+  SQUALL_REQUIRE(buffer.size() + data.size() <= limits.constantBytes, "constant ", object,
+                 " is larger than ", limits.constantBytes, " bytes (limit ",
+                 limits.named(limits.constantBytes), ")");
+  charge(data.size());
   buffer.insert(buffer.end(), data.begin(), data.end());
+}
+
+void PendingSubmit::checkBounds(kj::StringPtr label, wire::TaskSpec::Reader task) const {
+  auto attributes = task.getAttributes();
+  SQUALL_REQUIRE(attributes.size() <= limits.attributeBytes, label, ": its attributes are ",
+                 attributes.size(), " bytes, more than ", limits.attributeBytes, " (limit ",
+                 limits.named(limits.attributeBytes), ")");
+  SQUALL_REQUIRE(jsonNesting(attributes.cStr(), limits.attributeDepth) <= limits.attributeDepth, label,
+                 ": its attributes nest deeper than ", limits.attributeDepth, " levels (limit ",
+                 limits.named(limits.attributeDepth), ")");
+  auto limitMs = task.getPolicy().getTimeLimitMs();
+  SQUALL_REQUIRE(limitMs <= limits.timeLimitMs, label, ": its time limit of ", limitMs,
+                 " ms is longer than ", limits.timeLimitMs, " ms (limit ", limits.named(limits.timeLimitMs), ")");
+  if (task.getConfig().isSleep()) {
+    auto ms = task.getConfig().getSleep().getMilliseconds();
+    SQUALL_REQUIRE(ms <= limits.timeLimitMs, label, ": it sleeps ", ms, " ms, longer than ",
+                   limits.timeLimitMs, " ms (limit ", limits.named(limits.timeLimitMs), ")");
+  }
+  auto path = [&](kj::StringPtr what, kj::StringPtr value) {
+    SQUALL_REQUIRE(value.size() <= limits.pathBytes, label, ": ", what, " path is ", value.size(),
+                   " bytes, longer than ", limits.pathBytes, " (limit ", limits.named(limits.pathBytes), ")");
+  };
+  for (auto input : task.getInputs()) path("an input", input.getPath());
+  auto config = task.getConfig();
+  switch (config.which()) {
+    case wire::TaskSpec::Config::SLICE_DIR: path("its slice", config.getSliceDir()); break;
+    case wire::TaskSpec::Config::LOAD: path("its load", config.getLoad()); break;
+    case wire::TaskSpec::Config::LOAD_DIR: path("its load_dir", config.getLoadDir()); break;
+    case wire::TaskSpec::Config::STORE: path("its store", config.getStore().getPath()); break;
+    case wire::TaskSpec::Config::EXECUTE: {
+      auto execute = config.getExecute();
+      for (auto output : execute.getOutputs()) {
+        if (output.isPath()) path("an output", output.getPath());
+      }
+      for (auto arg : execute.getArgs()) {
+        SQUALL_REQUIRE(arg.size() <= limits.argBytes, label, ": an argument is ", arg.size(),
+                       " bytes, longer than ", limits.argBytes, " (limit ", limits.named(limits.argBytes), ")");
+      }
+      for (auto env : execute.getEnv()) {
+        auto size = env.getName().size() + 1 + env.getValue().size();
+        SQUALL_REQUIRE(size <= limits.argBytes, label, ": environment variable ",
+                       env.getName().slice(0, std::min<size_t>(env.getName().size(), 64)), " is ", size,
+                       " bytes, longer than ", limits.argBytes, " (limit ", limits.named(limits.argBytes), ")");
+      }
+      break;
+    }
+    default:
+      break;
+  }
 }
 
 std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity capacity,
@@ -187,6 +273,19 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     }
   }
 
+  SQUALL_REQUIRE(target.tasks.size() + newTasks.size() <= limits.sessionTasks, "the session would have more than ",
+                 limits.sessionTasks, " tasks (limit ", limits.named(limits.sessionTasks), ")");
+  SQUALL_REQUIRE(target.objects.size() + newObjects.size() <= limits.sessionObjects,
+                 "the session would have more than ", limits.sessionObjects, " objects (limit ",
+                 limits.named(limits.sessionObjects), ")");
+  for (auto& [n, object] : newObjects) {
+    auto kind = object.getKind();
+    SQUALL_REQUIRE(kind == wire::ObjectKind::BLOB || kind == wire::ObjectKind::DIR ||
+                       kind == wire::ObjectKind::STREAM,
+                   "object ", n, " has an unknown kind (", static_cast<uint16_t>(kind),
+                   "); client and server versions differ?");
+  }
+
   // ---- tasks: config, inputs, outputs
   std::unordered_map<uint64_t, uint64_t> producerOf;  // object n -> task n
   auto findObject = [&](wire::TaskSpec::Reader task, wire::Id::Reader id) {
@@ -215,8 +314,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     SQUALL_REQUIRE(task.getResources().getCpusAsked() || task.getResources().getCpus() == 1, label,
                    " has ", task.getResources().getCpus(), " cpus without cpusAsked (the default is 1)");
     SQUALL_REQUIRE(task.getPolicy().getRetries() <= 100, label, ": at most 100 retries");
-    SQUALL_REQUIRE(jsonNesting(task.getAttributes().cStr(), MAX_ATTRIBUTE_NESTING) <= MAX_ATTRIBUTE_NESTING,
-                   label, ": its attributes nest deeper than ", MAX_ATTRIBUTE_NESTING, " levels");
+    checkBounds(label, task);
     for (auto input : inputs) {
       findObject(task, input.getObject());
     }
@@ -348,8 +446,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
   for (auto& [n, object] : newObjects) {
     auto it = appended.find(n);
     uint64_t constantSize = object.getData().size() + (it == appended.end() ? 0 : it->second.size());
-    SQUALL_REQUIRE(constantSize <= limits.maxConstantBytes, "constant ", n,
-                   " is larger than the limit of ", limits.maxConstantBytes, " bytes");
+    SQUALL_REQUIRE(constantSize <= limits.constantBytes, "constant ", n, " is larger than ",
+                   limits.constantBytes, " bytes (limit ", limits.named(limits.constantBytes), ")");
     if (!object.getIsConstant()) {
       SQUALL_REQUIRE(producerOf.count(n), "object ", n, " has no producer and no data (declare it as a constant or "
                          "as some task's output)");
@@ -578,8 +676,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
   for (auto& [n, spec] : newObjects) target.nextId = std::max(target.nextId, n + 1);
   for (auto& [n, spec] : newTasks) target.nextId = std::max(target.nextId, n + 1);
   for (auto& message : messages) target.messages.push_back(std::move(message));
-  messages.clear();
-  appended.clear();
+  drop();
   return ready;
 }
 

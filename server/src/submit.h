@@ -3,20 +3,14 @@
 #pragma once
 
 #include "graph.h"
+#include "server-limits.h"
 
 #include <functional>
+#include <memory>
 #include <kj/string.h>
 #include <squall/wire/service.capnp.h>
 
 namespace squall {
-
-struct SubmitLimits {
-  // Bytes of all messages of one submit, constants included.
-  uint64_t maxBytes = uint64_t(4) << 30;
-  uint64_t maxTasks = 10'000'000;
-  // One constant travels inline in one message to a governor.
-  uint64_t maxConstantBytes = 48 << 20;
-};
 
 // The governors' cpus when a submit is checked (0: no governor yet, so
 // nothing can be said about what fits).
@@ -27,7 +21,13 @@ struct ClusterCapacity {
 
 class PendingSubmit {
  public:
-  PendingSubmit(uint64_t session, SubmitLimits limits) : session(session), limits(limits) {}
+  // `pendingTotal`: the bytes of every open submit of the server (checked
+  // against Limits::pendingBytes; none: not counted).
+  PendingSubmit(uint64_t session, const Limits& limits, std::shared_ptr<uint64_t> pendingTotal = {})
+      : session(session), limits(limits), pendingTotal(std::move(pendingTotal)) {}
+  ~PendingSubmit();
+  PendingSubmit(const PendingSubmit&) = delete;
+  PendingSubmit& operator=(const PendingSubmit&) = delete;
 
   // Copies one chunk. Throws FAILED when a limit is exceeded.
   void add(wire::Submission::AddParams::Reader chunk);
@@ -49,12 +49,16 @@ class PendingSubmit {
   std::vector<kj::Array<capnp::word>> flatChunks() const;
   const std::unordered_map<uint64_t, std::vector<kj::byte>>& appendedData() const { return appended; }
 
+  // Forgets the chunks (after commit, or when the submit is refused).
+  void drop();
+
   uint64_t taskCount() const { return tasks; }
   uint64_t objectCount() const { return objects; }
 
  private:
   uint64_t session;
-  SubmitLimits limits;
+  Limits limits;
+  std::shared_ptr<uint64_t> pendingTotal;
   uint64_t bytes = 0;
   uint64_t tasks = 0;
   uint64_t objects = 0;
@@ -62,6 +66,14 @@ class PendingSubmit {
   // Constants' extra bytes from appendData, by object n.
   std::unordered_map<uint64_t, std::vector<kj::byte>> appended;
   std::unordered_map<uint64_t, bool> declaredConstants;
+
+  // The task's sizes against the limits (attributes, paths, arguments...).
+  void checkBounds(kj::StringPtr label, wire::TaskSpec::Reader task) const;
+  // Counts `more` bytes against submit-bytes and pending-bytes.
+  void charge(uint64_t more);
+  // Gives the bytes counted in pending-bytes back (the submit was applied
+  // or dropped).
+  void release();
 };
 
 // The cpus each member of a stream group holds while they run (members in

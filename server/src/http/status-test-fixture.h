@@ -34,7 +34,7 @@ class StatusFixture : public ::testing::Test {
 
   Session& submit(TestGraph& graph, const char* name = "s") {
     auto& session = table.open(name, this);
-    PendingSubmit pending(session.id, SubmitLimits{});
+    PendingSubmit pending(session.id, Limits{});
     pending.add(graph.build());
     table.submitted(session, pending.commit(session));
     table.effects().ready.clear();
