@@ -13,6 +13,7 @@
 #include <squall/proto/sandbox-path.h>
 #include <squall/proto/spec-names.h>
 #include <unordered_set>
+#include <utility>
 #include <xxhash.h>
 
 namespace squall {
@@ -497,10 +498,16 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
   // Other reads of a stream wait for its end and need its bytes stored.
   std::unordered_map<uint64_t, std::vector<bool>> liveOf;  // task n -> per input
   std::unordered_map<uint64_t, uint64_t> parent;           // union-find over task n
-  std::function<uint64_t(uint64_t)> root = [&](uint64_t n) -> uint64_t {
-    auto it = parent.find(n);
-    if (it == parent.end() || it->second == n) return n;
-    return it->second = root(it->second);
+  // A loop, not recursion: a chain of a million stream stages is a chain
+  // of a million parents before compression.
+  auto root = [&](uint64_t n) -> uint64_t {
+    uint64_t r = n;
+    for (auto it = parent.find(r); it != parent.end() && it->second != r; it = parent.find(r)) r = it->second;
+    while (n != r) {  // path compression
+      auto& up = parent[n];
+      n = std::exchange(up, r);
+    }
+    return r;
   };
   auto join = [&](uint64_t a, uint64_t b) {
     for (auto n : {a, b}) {
