@@ -257,6 +257,40 @@ TEST_F(StatusPageTest, BadRequestsGet400Or404AndTheServerCarriesOn) {
   EXPECT_EQ(httpGet(http(), "/api/overview").status, 200);
 }
 
+// Issue 19 (HTTP sizes): kj-http reads at most a bounded head; a request
+// line or header of megabytes ends that connection (no 200, nothing held)
+// and the page carries on.
+TEST_F(StatusPageTest, OversizedRequestsAreCutOffAndThePageCarriesOn) {
+  auto colon = http().rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(http().substr(colon + 1))));
+  inet_pton(AF_INET, http().substr(0, colon).c_str(), &addr.sin_addr);
+  auto tryHuge = [&](const std::string& request) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    timeval timeout{10, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    size_t sent = 0;
+    while (sent < request.size()) {  // until the server stops reading
+      ssize_t n = send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+    char reply[16] = {};
+    ssize_t got = recv(fd, reply, sizeof(reply) - 1, 0);
+    close(fd);
+    return got > 0 ? std::string(reply, static_cast<size_t>(got)) : std::string();
+  };
+  std::string big(16 << 20, 'x');
+  auto header = tryHuge("GET /api/overview HTTP/1.1\r\nHost: " + http() + "\r\nX-Big: " + big + "\r\n\r\n");
+  EXPECT_EQ(header.find("200"), std::string::npos) << header;
+  auto line = tryHuge("GET /" + big + " HTTP/1.1\r\nHost: " + http() + "\r\n\r\n");
+  EXPECT_EQ(line.find("200"), std::string::npos) << line;
+  EXPECT_TRUE(cluster->server().running());
+  EXPECT_EQ(httpGet(http(), "/api/overview").status, 200);
+}
+
 // --log off: closed sessions are kept in memory, as many as
 // --history-sessions says; a bad limit is refused at start.
 TEST(StatusPageHistoryTest, WithoutALogClosedSessionsAreKeptInMemoryWithinTheFlags) {
