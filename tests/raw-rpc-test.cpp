@@ -181,6 +181,75 @@ TEST_F(RawRpcTest, AClientHoldsABoundedNumberOfSubmitsOpen) {
   EXPECT_EQ(submitGraph(s, [&](auto&) {}), "");  // the 16th
 }
 
+// Submits are checked, written to the session log off the loop thread, and
+// checked again as they are applied. Two submits of one session racing for
+// the same ids: the first is applied, the second refused, and only the
+// first comes back after a restart (what was written of the second is
+// taken back).
+TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  options.token = "sesame";
+  LocalCluster own(options);
+  own.start();
+  connection = connectTo(io.provider->getNetwork(), own.serverAddress()).wait(io.waitScope);
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto newSession = service.newSessionRequest();
+  newSession.setName("race");
+  newSession.setPersistent(true);
+  auto s = newSession.send().wait(io.waitScope).getSession();
+  auto filled = [&](const char* text) {
+    auto req = service.submitRequest();
+    req.setSession(s);
+    auto submission = req.send().getSubmission();
+    auto add = submission.addRequest();
+    auto objects = add.initObjects(2);
+    setId(objects[0].initId(), s, 1);
+    objects[0].setIsConstant(true);
+    objects[0].setData(kj::StringPtr(text).asBytes());
+    setId(objects[1].initId(), s, 2);
+    objects[1].setKeep(true);
+    auto tasks = add.initTasks(1);
+    setId(tasks[0].initId(), s, 10);
+    tasks[0].initConfig().setConcat();
+    setId(tasks[0].initInputs(1)[0].initObject(), s, 1);
+    setId(tasks[0].initOutputs(1)[0], s, 2);
+    add.send().wait(io.waitScope);
+    return submission;
+  };
+  auto first = filled("first");
+  auto second = filled("second");
+  auto firstCommit = first.commitRequest().send();
+  auto secondCommit = second.commitRequest().send();
+  firstCommit.wait(io.waitScope);
+  try {
+    secondCommit.wait(io.waitScope);
+    ADD_FAILURE() << "two submits with the same ids both applied";
+  } catch (const kj::Exception& e) {
+    EXPECT_NE(std::string(userMessage(e).cStr()).find("is already used in this session"), std::string::npos)
+        << userMessage(e).cStr();
+  }
+  auto wait = service.waitRequest();
+  wait.setSession(s);
+  ASSERT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
+
+  own.restartServer();
+  connection = connectTo(io.provider->getNetwork(), own.serverAddress()).wait(io.waitScope);
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto getState = service.getStateRequest();
+  getState.setSession(s);
+  auto state = getState.send().wait(io.waitScope).getState();
+  EXPECT_EQ(state.getTasksWaiting() + state.getTasksReady() + state.getTasksRunning() +
+                state.getTasksFinished() + state.getTasksFailed() + state.getTasksSkipped(),
+            1u);
+  auto fetch = service.fetchRequest();
+  fetch.setSession(s);
+  fetch.setObject(2);
+  // Made from "first" (5 bytes), not "second" (6).
+  EXPECT_EQ(fetch.send().wait(io.waitScope).getLocation().getSize(), 5u);
+}
+
 TEST_F(RawRpcTest, UnknownSessionsAndObjectsAreNamed) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto req = service.getStateRequest();

@@ -52,34 +52,36 @@ class SubmissionImpl final : public wire::Submission::Server {
     SQUALL_REQUIRE(!committed, "submission already committed");
     committed = true;
     closed();
-    // Refused or applied, its chunks are not held any longer.
-    KJ_DEFER(pending.drop());
-    auto& target = context.sessions.get(session);
-    ClusterCapacity capacity;
-    for (auto& [gid, governor] : context.governors.all()) {
-      capacity.totalCpus += governor.cpus;
-      capacity.largestCpus = std::max(capacity.largestCpus, governor.cpus);
+    auto* log = context.sessions.sessionLog();
+    if (log == nullptr) {
+      KJ_DEFER(pending.drop());
+      apply(call);
+      return kj::READY_NOW;
     }
-    auto ready = pending.commit(target, capacity, [this]() {
-      // Acknowledged only once durable: a crash after this keeps the graph.
-      auto* log = context.sessions.sessionLog();
-      if (log == nullptr) return;
-      auto flat = pending.flatChunks();
-      std::vector<kj::ArrayPtr<const uint8_t>> chunks;
-      for (auto& chunk : flat) chunks.push_back(chunk.asBytes());
-      std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constants;
-      for (auto& [n, bytes] : pending.appendedData()) {
-        constants.emplace_back(n, kj::arrayPtr(bytes.data(), bytes.size()));
-      }
-      log->submitted(session, chunks, constants);
-    });
-    context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
-                        pending.taskCount(), pending.objectCount(), ready.size());
-    call.getResults().setTasks(pending.taskCount());
-    call.getResults().setObjects(pending.objectCount());
-    context.sessions.submitted(target, std::move(ready));
-    context.dispatcher.kick();
-    return kj::READY_NOW;
+    // Acknowledged only once durable, so that a crash after the answer
+    // keeps the graph: checked, written by the log's writer thread while
+    // the loop goes on, then checked again and applied (the session may
+    // have changed while it was written; if it no longer fits, what was
+    // written is taken back). Refused or applied, the chunks go.
+    KJ_ON_SCOPE_FAILURE(pending.drop());
+    pending.commit(context.sessions.get(session), capacity(), false);
+    std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants;
+    for (auto& [n, bytes] : pending.appendedData()) constants.emplace_back(n, std::vector<uint8_t>(bytes.begin(), bytes.end()));
+    auto running = context.running;
+    return log->submitLater(session, pending.flatChunks(), kj::mv(constants))
+        .then(
+            [this, call, running](SessionLog::SubmitRows rows) mutable {
+              KJ_DEFER(pending.drop());
+              if (!*running) kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "the server is stopping"));
+              KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { apply(call); })) {
+                if (auto* log = context.sessions.sessionLog()) log->undoSubmit(rows);
+                kj::throwFatalException(kj::mv(*e));
+              }
+            },
+            [this](kj::Exception&& e) {
+              pending.drop();
+              kj::throwFatalException(kj::mv(e));
+            });
   }
 
  private:
@@ -92,6 +94,27 @@ class SubmissionImpl final : public wire::Submission::Server {
   void closed() {
     if (open) --*open;
     open.reset();
+  }
+
+  ClusterCapacity capacity() {
+    ClusterCapacity capacity;
+    for (auto& [gid, governor] : context.governors.all()) {
+      capacity.totalCpus += governor.cpus;
+      capacity.largestCpus = std::max(capacity.largestCpus, governor.cpus);
+    }
+    return capacity;
+  }
+
+  // Checks the submit against the session as it is now and applies it.
+  void apply(CommitContext& call) {
+    auto& target = context.sessions.get(session);
+    auto ready = pending.commit(target, capacity());
+    context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
+                        pending.taskCount(), pending.objectCount(), ready.size());
+    call.getResults().setTasks(pending.taskCount());
+    call.getResults().setObjects(pending.objectCount());
+    context.sessions.submitted(target, std::move(ready));
+    context.dispatcher.kick();
   }
 };
 

@@ -1,6 +1,9 @@
 #include "session-log.h"
 
 #include <cstdio>
+#include <cstring>
+#include <thread>
+#include <mutex>
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -45,6 +48,62 @@ class SessionLogTest : public ::testing::Test {
   fs::path dir;
   std::string path;
 };
+
+kj::Array<capnp::word> wordsOf(const std::string& text) {
+  auto words = kj::heapArray<capnp::word>((text.size() + 7) / 8);
+  memset(words.begin(), 0, words.asBytes().size());
+  memcpy(words.begin(), text.data(), text.size());
+  return words;
+}
+
+// Issue 19 point 8: the loop thread wrote each submit to SQLite itself,
+// holding every client and governor for as long as a big one took. Now the
+// writer thread does, while the loop goes on; a submit that is then not
+// applied is taken back, and one for a session closed meanwhile is not
+// written.
+TEST_F(SessionLogTest, SubmitsAreWrittenByTheWriterThreadAndCanBeTakenBack) {
+  kj::EventLoop loop;
+  kj::WaitScope waitScope(loop);
+  SessionLog log(path, *logger);
+  log.sessionOpened(1, "s", true);
+  log.sessionOpened(2, "closing", true);
+  std::mutex gate;
+  std::unique_lock<std::mutex> held(gate);
+  std::thread::id writerId;
+  log.beforeSubmitWrite = [&]() {
+    writerId = std::this_thread::get_id();
+    std::lock_guard<std::mutex> wait(gate);  // until the test lets it write
+  };
+  std::vector<kj::Array<capnp::word>> chunks;
+  chunks.push_back(wordsOf("chunk-one"));
+  chunks.push_back(wordsOf("chunk-two"));
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants{{7, {1, 2, 3}}};
+  auto first = log.submitLater(1, kj::mv(chunks), kj::mv(constants));
+  EXPECT_FALSE(first.poll(waitScope));  // the writer waits at the gate; this thread goes on
+  std::vector<kj::Array<capnp::word>> again;
+  again.push_back(wordsOf("chunk-three"));
+  auto second = log.submitLater(1, kj::mv(again), {});
+  std::vector<kj::Array<capnp::word>> late;
+  late.push_back(wordsOf("for a closed session"));
+  auto third = log.submitLater(2, kj::mv(late), {});
+  log.sessionClosed(2);
+  held.unlock();
+  auto rows = first.wait(waitScope);
+  EXPECT_NE(writerId, std::this_thread::get_id());
+  EXPECT_EQ(rows.firstSeq, 0);
+  EXPECT_EQ(rows.endSeq, 2);
+  EXPECT_EQ(rows.constants, std::vector<uint64_t>{7});
+  auto secondRows = second.wait(waitScope);
+  EXPECT_EQ(secondRows.firstSeq, 2);
+  auto thirdRows = third.wait(waitScope);
+  EXPECT_EQ(thirdRows.endSeq, thirdRows.firstSeq);  // nothing written
+  log.undoSubmit(rows);
+  auto sessions = log.load();
+  ASSERT_EQ(sessions.size(), 1u);
+  ASSERT_EQ(sessions[0].chunks.size(), 1u);  // the second submit only
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sessions[0].chunks[0].data()), 11), "chunk-three");
+  EXPECT_TRUE(sessions[0].constants.empty());
+}
 
 TEST_F(SessionLogTest, WhatIsWrittenComesBackAfterReopening) {
   {

@@ -266,7 +266,22 @@ void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persis
 void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
                            const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants) {
   std::lock_guard<std::mutex> lock(dbMutex);
+  insertSubmit(session, chunks, constants, false);
+}
+
+SessionLog::SubmitRows SessionLog::insertSubmit(
+    uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
+    const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants, bool onlyIfOpen) {
+  SubmitRows rows;
+  rows.session = session;
   transaction("recording a submit", [&]() {
+    if (onlyIfOpen) {
+      Statement open{prepare("SELECT 1 FROM sessions WHERE id = ?")};
+      sqlite3_bind_int64(open, 1, static_cast<sqlite3_int64>(session));
+      int rc = sqlite3_step(open);
+      if (rc == SQLITE_DONE) return;  // closed meanwhile: nothing to keep
+      if (rc != SQLITE_ROW) fail("recording a submit", rc);
+    }
     int64_t seq = 0;
     {
       Statement next{prepare("SELECT COALESCE(MAX(seq) + 1, 0) FROM chunks WHERE session = ?")};
@@ -275,6 +290,7 @@ void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<cons
       if (rc != SQLITE_ROW) fail("recording a submit", rc);
       seq = sqlite3_column_int64(next, 0);
     }
+    rows.firstSeq = seq;
     Statement insert{prepare("INSERT INTO chunks (session, seq, message) VALUES (?, ?, ?)")};
     for (auto& chunk : chunks) {
       sqlite3_bind_int64(insert, 1, static_cast<sqlite3_int64>(session));
@@ -284,6 +300,7 @@ void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<cons
       if (rc != SQLITE_DONE) fail("recording a submit", rc);
       sqlite3_reset(insert);
     }
+    rows.endSeq = seq;
     Statement constant{prepare("INSERT INTO constants (session, object, data) VALUES (?, ?, ?)")};
     for (auto& [object, data] : constants) {
       sqlite3_bind_int64(constant, 1, static_cast<sqlite3_int64>(session));
@@ -291,6 +308,41 @@ void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<cons
       sqlite3_bind_blob64(constant, 3, data.begin(), data.size(), SQLITE_STATIC);
       int rc = sqlite3_step(constant);
       if (rc != SQLITE_DONE) fail("recording a submit's constants", rc);
+      sqlite3_reset(constant);
+      rows.constants.push_back(object);
+    }
+  });
+  return rows;
+}
+
+kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
+    uint64_t session, std::vector<kj::Array<capnp::word>> chunks,
+    std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants) {
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<SubmitRows>();
+  {
+    std::lock_guard<std::mutex> lock(jobMutex);
+    if (!writer.joinable()) writer = std::thread([this]() { writerLoop(); });
+    submitJobs.push_back(SubmitJob{session, std::move(chunks), std::move(constants), kj::mv(paf.fulfiller)});
+  }
+  jobChanged.notify_all();
+  return kj::mv(paf.promise);
+}
+
+void SessionLog::undoSubmit(const SubmitRows& rows) {
+  std::lock_guard<std::mutex> lock(dbMutex);
+  transaction("undoing a submit", [&]() {
+    Statement chunks{prepare("DELETE FROM chunks WHERE session = ? AND seq >= ? AND seq < ?")};
+    sqlite3_bind_int64(chunks, 1, static_cast<sqlite3_int64>(rows.session));
+    sqlite3_bind_int64(chunks, 2, rows.firstSeq);
+    sqlite3_bind_int64(chunks, 3, rows.endSeq);
+    int rc = sqlite3_step(chunks);
+    if (rc != SQLITE_DONE) fail("undoing a submit", rc);
+    Statement constant{prepare("DELETE FROM constants WHERE session = ? AND object = ?")};
+    for (auto object : rows.constants) {
+      sqlite3_bind_int64(constant, 1, static_cast<sqlite3_int64>(rows.session));
+      sqlite3_bind_int64(constant, 2, static_cast<sqlite3_int64>(object));
+      rc = sqlite3_step(constant);
+      if (rc != SQLITE_DONE) fail("undoing a submit", rc);
       sqlite3_reset(constant);
     }
   });
@@ -547,7 +599,35 @@ kj::Promise<void> SessionLog::commit() {
 void SessionLog::writerLoop() {
   for (;;) {
     std::unique_lock<std::mutex> lock(jobMutex);
-    jobChanged.wait(lock, [this]() { return job || stopping; });
+    jobChanged.wait(lock, [this]() { return job || !submitJobs.empty() || stopping; });
+    if (!submitJobs.empty()) {
+      auto submit = std::move(submitJobs.front());
+      submitJobs.pop_front();
+      if (stopping) {
+        // The server is going down: its client hears nothing back, so
+        // nothing of it may be replayed either.
+        lock.unlock();
+        submit.done->reject(KJ_EXCEPTION(DISCONNECTED, "the server is stopping"));
+        continue;
+      }
+      lock.unlock();
+      if (beforeSubmitWrite) beforeSubmitWrite();
+      SubmitRows rows;
+      auto error = kj::runCatchingExceptions([&]() {
+        std::vector<kj::ArrayPtr<const uint8_t>> chunks;
+        for (auto& chunk : submit.chunks) chunks.push_back(chunk.asBytes());
+        std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constants;
+        for (auto& [n, bytes] : submit.constants) constants.emplace_back(n, kj::arrayPtr(bytes.data(), bytes.size()));
+        std::lock_guard<std::mutex> dbLock(dbMutex);
+        rows = insertSubmit(submit.session, chunks, constants, true);
+      });
+      KJ_IF_MAYBE(e, error) {
+        submit.done->reject(kj::mv(*e));
+      } else {
+        submit.done->fulfill(kj::mv(rows));
+      }
+      continue;
+    }
     if (!job) return;
     auto done = kj::mv(jobDone);
     lock.unlock();

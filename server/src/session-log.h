@@ -32,6 +32,8 @@
 
 #include <capnp/message.h>
 #include <condition_variable>
+#include <deque>
+#include <functional>
 #include <cstdint>
 #include <kj/array.h>
 #include <kj/async.h>
@@ -111,6 +113,24 @@ class SessionLog {
   // One submit: its chunks and appended constants, in one transaction.
   void submitted(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
                  const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants);
+  // Where one submit's rows are, for undoSubmit().
+  struct SubmitRows {
+    uint64_t session = 0;
+    int64_t firstSeq = 0, endSeq = 0;  // its chunks: [firstSeq, endSeq)
+    std::vector<uint64_t> constants;   // objects whose appended bytes it wrote
+  };
+  // submitted(), done on the writer thread: a submit of a gigabyte held the
+  // loop thread (every client, governor and page) for seconds of SQLite.
+  // Submits are written in the order handed in. Resolves once durable;
+  // rejected with the error when it failed (nothing written). Nothing is
+  // written for a session whose row has gone meanwhile (it was closed).
+  kj::Promise<SubmitRows> submitLater(uint64_t session, std::vector<kj::Array<capnp::word>> chunks,
+                                      std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants);
+  // Deletes what submitLater wrote for a submit that was then not applied
+  // (its session changed while it was written). Durable on return.
+  void undoSubmit(const SubmitRows& rows);
+  // Tests only: runs on the writer thread before each submitLater write.
+  std::function<void()> beforeSubmitWrite;
   // Deletes every row of the session (compaction).
   void sessionClosed(uint64_t id);
 
@@ -190,6 +210,13 @@ class SessionLog {
   std::optional<Batch> job;
   kj::Own<kj::CrossThreadPromiseFulfiller<void>> jobDone;
   std::optional<Batch> retry;
+  struct SubmitJob {
+    uint64_t session;
+    std::vector<kj::Array<capnp::word>> chunks;
+    std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants;
+    kj::Own<kj::CrossThreadPromiseFulfiller<SubmitRows>> done;
+  };
+  std::deque<SubmitJob> submitJobs;
   size_t retryCount = 0;  // loop thread's copy of retry->changes
   bool stopping = false;
   std::thread writer;
@@ -205,6 +232,11 @@ class SessionLog {
   uint64_t nextOutcomeSeq = 0;
   uint64_t nextKeptSeq = 0;
 
+  // One submit's rows in one transaction (none when `onlyIfOpen` and the
+  // session's row is gone); caller holds dbMutex.
+  SubmitRows insertSubmit(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
+                          const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants,
+                          bool onlyIfOpen);
   // The queue (after a failed batch) as one batch; empties the queue.
   Batch take();
   // One transaction, then one for the history; caller holds dbMutex.

@@ -242,8 +242,7 @@ void PendingSubmit::checkBounds(kj::StringPtr label, wire::TaskSpec::Reader task
   }
 }
 
-std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity capacity,
-                                             const std::function<void()>& beforeApply) {
+std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity capacity, bool apply) {
   SQUALL_REQUIRE(target.state == Session::State::OPEN, "session ", target.id,
                  " is not open: ", target.failureMessage);
 
@@ -591,9 +590,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
                    cpus, " cpus but the governors have ", capacity.totalCpus);
   }
 
-  // Made durable (the session log) before anything is applied; throwing
-  // refuses the submit as a validation error would.
-  if (beforeApply) beforeApply();
+  if (!apply) return {};
 
   // ---- apply: nothing below may fail on bad input
   for (auto& [n, spec] : newObjects) {

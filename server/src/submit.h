@@ -35,15 +35,14 @@ class PendingSubmit {
   // unknown or non-constant object.
   void appendData(uint64_t object, kj::ArrayPtr<const kj::byte> data);
 
-  // Validates everything against `target` and, only if all of it is valid,
-  // moves the graph in. Returns the tasks that are ready at once. Throws
-  // FAILED naming the first problem; `target` is then untouched.
-  // Tasks joined by live streams must fit `capacity` all at once.
-  // `beforeApply` runs once everything is valid, before anything is applied
-  // (the server makes the submit durable there); if it throws, the submit
-  // is refused and `target` is untouched.
-  std::vector<TaskNode*> commit(Session& target, ClusterCapacity capacity = {},
-                                const std::function<void()>& beforeApply = {});
+  // Validates everything against `target` and, only if all of it is valid
+  // and `apply`, moves the graph in. Returns the tasks that are ready at
+  // once (none when not applied). Throws FAILED naming the first problem;
+  // `target` is then untouched. Tasks joined by live streams must fit
+  // `capacity` all at once. The server checks a submit, makes it durable
+  // (the session log) and then commits it again to apply it, as the
+  // session may have changed meanwhile.
+  std::vector<TaskNode*> commit(Session& target, ClusterCapacity capacity = {}, bool apply = true);
   // The chunks as flat messages and the appended constants' bytes, as the
   // session log stores them.
   std::vector<kj::Array<capnp::word>> flatChunks() const;
