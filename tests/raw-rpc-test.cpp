@@ -87,6 +87,22 @@ void setId(wire::Id::Builder id, uint64_t session, uint64_t n) {
   id.setN(n);
 }
 
+// Object 1, a constant holding `text`; task 10 concatenates it into object
+// 2, kept.
+void concatOfOneConstant(wire::Submission::AddParams::Builder add, uint64_t s, kj::StringPtr text) {
+  auto objects = add.initObjects(2);
+  setId(objects[0].initId(), s, 1);
+  objects[0].setIsConstant(true);
+  objects[0].setData(text.asBytes());
+  setId(objects[1].initId(), s, 2);
+  objects[1].setKeep(true);
+  auto tasks = add.initTasks(1);
+  setId(tasks[0].initId(), s, 10);
+  tasks[0].initConfig().setConcat();
+  setId(tasks[0].initInputs(1)[0].initObject(), s, 1);
+  setId(tasks[0].initOutputs(1)[0], s, 2);
+}
+
 TEST_F(RawRpcTest, WrongVersionAndTokenAreRefusedClearly) {
   EXPECT_NE(registerWith(999, "sesame").find("protocol version mismatch"), std::string::npos);
   EXPECT_NE(registerWith(wire::PROTOCOL_VERSION, "guess").find("authentication failed"),
@@ -123,17 +139,7 @@ TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
   EXPECT_NE(error.find("needs a program"), std::string::npos) << error;
   // After all that, a valid graph with the same ids goes through.
   error = submitGraph(s, [&](auto& add) {
-    auto objects = add.initObjects(2);
-    setId(objects[0].initId(), s, 1);
-    objects[0].setIsConstant(true);
-    objects[0].setData(kj::StringPtr("abc").asBytes());
-    setId(objects[1].initId(), s, 2);
-    objects[1].setKeep(true);
-    auto tasks = add.initTasks(1);
-    setId(tasks[0].initId(), s, 10);
-    tasks[0].initConfig().setConcat();
-    setId(tasks[0].initInputs(1)[0].initObject(), s, 1);
-    setId(tasks[0].initOutputs(1)[0], s, 2);
+    concatOfOneConstant(add, s, "abc");
   });
   EXPECT_EQ(error, "");
   auto wait = service.waitRequest();
@@ -204,17 +210,7 @@ TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
     req.setSession(s);
     auto submission = req.send().getSubmission();
     auto add = submission.addRequest();
-    auto objects = add.initObjects(2);
-    setId(objects[0].initId(), s, 1);
-    objects[0].setIsConstant(true);
-    objects[0].setData(kj::StringPtr(text).asBytes());
-    setId(objects[1].initId(), s, 2);
-    objects[1].setKeep(true);
-    auto tasks = add.initTasks(1);
-    setId(tasks[0].initId(), s, 10);
-    tasks[0].initConfig().setConcat();
-    setId(tasks[0].initInputs(1)[0].initObject(), s, 1);
-    setId(tasks[0].initOutputs(1)[0], s, 2);
+    concatOfOneConstant(add, s, text);
     add.send().wait(io.waitScope);
     return submission;
   };
