@@ -1,6 +1,7 @@
 // Tests of the object store. Test thread only.
 #include "object-store.h"
 
+#include "dir-tree.h"
 #include "safe-path.h"
 #include "test-util.h"
 
@@ -31,6 +32,37 @@ kj::Array<const kj::byte> pattern(size_t size) {
   auto bytes = kj::heapArray<kj::byte>(size);
   for (size_t i = 0; i < size; i++) bytes[i] = static_cast<kj::byte>((i * 7919) >> 3);
   return kj::mv(bytes);
+}
+
+// A governor killed mid-collect leaves a temporary tree of whatever depth
+// the task made; the next start must clear it, with few descriptors.
+TEST_F(ObjectStoreTest, StartRemovesADeepLeftoverTree) {
+  auto leftover = dir.sub("objects/.tmp-3");
+  makeDirs(leftover);
+  makeDeepTree(leftover, 1500);
+  KJ_SYSCALL(::chmod(leftover.cStr(), 0555));  // sealed half-way
+  {
+    LowDescriptorLimit limit(64);
+    ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+    EXPECT_EQ(listDir(openDirectory(store.directory())).size(), 0u);
+  }
+  EXPECT_EQ(listDir(openDirectory(dir.path())), std::vector<std::string>{"objects"});
+}
+
+// A dir whose temporary tree is dropped (a failed collect) goes entirely.
+TEST_F(ObjectStoreTest, ADroppedDeepTemporaryTreeIsRemoved) {
+  ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+  {
+    StoreTemp temp(store);
+    makeDirs(temp.path());
+    makeDeepTree(temp.path(), 1500);
+  }
+  LowDescriptorLimit limit(64);
+  // The removal runs on the pool: give it the loop until the store is empty.
+  for (int i = 0; i < 600 && listDir(openDirectory(store.directory())).size() > 0; i++) {
+    waitWithTimeout(io, io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS));
+  }
+  EXPECT_EQ(listDir(openDirectory(store.directory())).size(), 0u);
 }
 
 TEST_F(ObjectStoreTest, SmallObjectsLiveInMemoryAndLargeOnesInFiles) {
