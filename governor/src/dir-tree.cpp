@@ -194,9 +194,10 @@ void removeChildren(int dirFd) {
     auto step = walk.next();
     if (step == TreeWalk::Step::END) break;
     const char* name = walk.name().cStr();
+    auto path = walk.path();
     if (step == TreeWalk::Step::LEAVE) {
       if (::unlinkat(walk.dirFd(), name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
-        KJ_FAIL_SYSCALL("rmdir", errno, walk.path());
+        KJ_FAIL_SYSCALL("rmdir", errno, path);
       }
     } else if (S_ISDIR(walk.stat().st_mode)) {
       // Read-only directories (sealed trees, programs' leftovers) first
@@ -204,7 +205,7 @@ void removeChildren(int dirFd) {
       ::fchmodat(walk.dirFd(), name, 0700, 0);
       walk.enter();
     } else if (::unlinkat(walk.dirFd(), name, 0) < 0 && errno != ENOENT) {
-      KJ_FAIL_SYSCALL("unlink", errno, walk.path());
+      KJ_FAIL_SYSCALL("unlink", errno, path);
     }
   }
 }

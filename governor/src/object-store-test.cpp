@@ -6,6 +6,9 @@
 #include "test-util.h"
 
 #include <squall/proto/chunk-codec.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 namespace squall {
@@ -47,6 +50,35 @@ TEST_F(ObjectStoreTest, StartRemovesADeepLeftoverTree) {
     EXPECT_EQ(listDir(openDirectory(store.directory())).size(), 0u);
   }
   EXPECT_EQ(listDir(openDirectory(dir.path())), std::vector<std::string>{"objects"});
+}
+
+// Sets or clears the immutable flag of `path` (chattr +i); false where the
+// file system or the process's capabilities do not allow it.
+bool setImmutable(kj::StringPtr path, bool on) {
+  int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  kj::AutoCloseFd file(fd);
+  int flags;
+  if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) < 0) return false;
+  flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+  return ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+}
+
+// What cannot be removed (here an immutable file) is moved aside and the
+// store starts empty all the same.
+TEST_F(ObjectStoreTest, StartsAnywayWhenALeftoverCannotBeRemoved) {
+  auto stuck = dir.sub("objects/.tmp-1/stuck");
+  writeText(stuck, "x");
+  if (!setImmutable(stuck, true)) GTEST_SKIP() << "cannot make a file immutable here";
+  KJ_DEFER(setImmutable(stuck, false));
+  ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+  EXPECT_EQ(listDir(openDirectory(store.directory())).size(), 0u);
+  auto names = listDir(openDirectory(dir.path()));
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[0], "objects");
+  EXPECT_EQ(names[1].rfind("objects.stale-", 0), 0u) << names[1];
+  // Where the flag is cleared (KJ_DEFER above) so the test can clean up.
+  stuck = kj::str(dir.path(), "/", names[1].c_str(), "/.tmp-1/stuck");
 }
 
 // A dir whose temporary tree is dropped (a failed collect) goes entirely.
