@@ -2,7 +2,10 @@
 // sealing them (check the entry kinds, make read-only, hash), hashing and
 // removing them. Every walk goes through directory descriptors with
 // O_NOFOLLOW: a symbolic link inside a tree is an entry (kept as a link,
-// its target never read), never a way out of the tree.
+// its target never read), never a way out of the tree. Walks are TreeWalks
+// (squall/proto/tree-walk.h): a few descriptors and no recursion whatever
+// the depth; trees that become dir objects are checked against TreeLimits
+// as they are walked.
 //
 // A tree may hold regular files, directories and symbolic links; anything
 // else (fifo, socket, device) is refused with a message naming the entry.
