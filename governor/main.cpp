@@ -2,6 +2,7 @@
 // with the server and runs the loop until a signal or the server goes away.
 // Single-threaded (the KJ loop, with libuv inside); libuv's pool does file work.
 #include "data-service.h"
+#include "dir-tree.h"
 #include "governor-control.h"
 #include "input-isolation.h"
 #include "object-store.h"
@@ -51,6 +52,8 @@ struct Flags {
   std::string compressStreams = "auto";
   std::string inputIsolation = "auto";
   int lifelineFd = -1;
+  // Bounds on dir objects (tree-walk.h); defaults there.
+  TreeLimits treeLimits;
 };
 
 uint32_t detectCpus() {
@@ -207,9 +210,14 @@ int run(const Flags& flags) {
     UvBridge bridge(io.unixEventPort, timer, logger);
     kj::Maybe<ObjectStore> storeSlot;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  removeTree(tasksDir);
-                  makeDirs(tasksDir);
-                  storeSlot.emplace(bridge, kj::str(objectsDir), logger, flags.memoryMb << 20);
+                  // Sandboxes an earlier run left (a crash, kill -9) go,
+                  // whatever they hold; what cannot is set aside.
+                  KJ_IF_MAYBE(left, freshDirectory(tasksDir)) {
+                    logger.warn("event=leftover-not-removed dir={} moved_to={} error=\"{}\"",
+                                tasksDir.cStr(), left->movedTo.cStr(), left->error.cStr());
+                  }
+                  storeSlot.emplace(bridge, kj::str(objectsDir), logger, flags.memoryMb << 20,
+                                    flags.treeLimits);
                 })) {
       failure = kj::str("cannot prepare the work directory ", workDir, ": ", e->getDescription());
       return 1;
@@ -518,6 +526,16 @@ int main(int argc, char** argv) {
                  "namespaces), copy (each input a private copy: costs its bytes) or auto (mount "
                  "where possible)")
       ->check(CLI::IsMember({"auto", "mount", "copy"}));
+  app.add_option("--max-dir-depth", flags.treeLimits.maxDepth,
+                 "deepest level a dir object may have (an output, a dir constant, a fetched or "
+                 "loaded tree): a task whose output goes deeper fails, naming the limit")
+      ->check(CLI::Range(1u, 100000u))
+      ->capture_default_str();
+  app.add_option("--max-dir-entries", flags.treeLimits.maxEntries,
+                 "most entries (files, directories, links) a dir object may hold; a task whose "
+                 "output holds more fails, naming the limit")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 40))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

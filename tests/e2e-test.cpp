@@ -10,7 +10,9 @@
 #include <csignal>
 #include <functional>
 #include <map>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <thread>
 #include <poll.h>
 #include <fcntl.h>
 #include <fstream>
@@ -392,6 +394,88 @@ TEST(E2eGovernorDeathTest, AGovernorsWorkIsRedoneElsewhereAndNoMore) {
   EXPECT_TRUE(cluster.server().running());
   EXPECT_EQ(client.governors().size(), 1u);
   std::filesystem::remove_all(scratch);
+}
+
+// A program makes an output dir 1,500 levels deep. Every walk of it (take,
+// seal, remove) once held a descriptor per level: the task failed with
+// EMFILE, its temporary tree stayed in the store, and the governor could
+// not start again on it. Now the task fails naming the depth limit, nothing
+// stays behind, the governor carries on, and one started again on the same
+// work directory (over a deep tree a kill -9 mid-collect left) starts.
+TEST(E2eDeepDirTest, ADeepOutputFailsNamingTheLimitAndTheGovernorCarriesOnAndRestarts) {
+  auto options = twoGovernors();
+  options.governors = 1;
+  LocalCluster cluster(options);
+  {
+    // The usual default soft limit, for the governor (it inherits it).
+    struct rlimit saved;
+    ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+    struct rlimit low = saved;
+    low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, 1024);
+    ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    cluster.start();
+    setrlimit(RLIMIT_NOFILE, &saved);
+  }
+  std::string deepPath = "out";
+  for (int i = 0; i < 1500; i++) deepPath += "/d";
+  Client client(cluster.serverAddress());
+  auto f = failureOf(client, Program({"mkdir", "-p", deepPath}).output("out", ObjectKind::DIR));
+  EXPECT_NE(std::string(f.what()).find(
+                "output 'out': directory depth 257 exceeds the limit of 256 (--max-dir-depth)"),
+            std::string::npos)
+      << f.what();
+
+  // The failed output's temporary tree goes (on the governor's pool).
+  auto governorDir = std::filesystem::path(cluster.workDir()) / "governor-0";
+  auto objects = governorDir / "objects";
+  auto leftovers = [&]() {
+    int n = 0;
+    for (auto& entry : std::filesystem::directory_iterator(objects)) {
+      if (entry.path().filename().string().rfind(".tmp-", 0) == 0) n++;
+    }
+    return n;
+  };
+  for (int i = 0; i < 100 && leftovers() > 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(leftovers(), 0);
+
+  auto runOne = [&](const std::string& text) {
+    auto session = client.newSession("after");
+    auto t = session.execute(Program({"echo", text}).stdoutOutput());
+    t.output().keep();
+    session.submit();
+    return t.output().fetch();
+  };
+  EXPECT_EQ(runOne("still working"), "still working\n");
+
+  // kill -9 in the middle of a collect: its temporary tree stays, deep and
+  // half sealed; a sandbox stays too.
+  cluster.governor(0).signal(SIGKILL);
+  ASSERT_TRUE(cluster.governor(0).waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  for (auto root : {objects / ".tmp-7", governorDir / "tasks" / "1-1"}) {
+    // A level at a time: the whole path is longer than PATH_MAX.
+    ASSERT_EQ(mkdir(root.c_str(), 0755), 0);
+    int dir = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (int i = 0; i < 1500 && dir >= 0; i++) {
+      ASSERT_EQ(mkdirat(dir, "d", 0755), 0);
+      int next = openat(dir, "d", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      close(dir);
+      dir = next;
+    }
+    ASSERT_GE(dir, 0);
+    close(dir);
+    ASSERT_EQ(chmod(root.c_str(), 0555), 0);
+  }
+  std::vector<std::string> args = {"--server", cluster.serverAddress(), "--work-dir", governorDir.string(),
+                                   "--log-level", "warn", "--name", "governor-0-again",
+                                   "--lifeline-fd", std::to_string(cluster.lifelineFd())};
+  ChildProcess again(findProgram("squall-governor"), args, {cluster.lifelineFd()});
+  again.expectLine("registered governor=", std::chrono::seconds(30));
+  EXPECT_EQ(leftovers(), 0);
+  EXPECT_EQ(runOne("restarted"), "restarted\n");
+  int status = again.stop(std::chrono::seconds(20));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace

@@ -145,18 +145,36 @@ void untarInto(const std::string& archive, const std::string& dest) {
       throw Error("the fetched archive has an entry of a kind that is not unpacked: '" + name + "'");
     }
     archive_entry_set_pathname(entry, (fs::path(dest) / relative).c_str());
+    // Every byte a file declares must be in the archive, in order: a
+    // sparse entry would make a file of any size from a few bytes.
+    if (type == AE_IFREG && archive_entry_sparse_count(entry) > 0) {
+      throw Error("the fetched archive has a sparse entry '" + name + "'; sparse entries are not unpacked");
+    }
+    // The disk writer would extend a short file to its declared size (with
+    // a hole), even as the archive fails: the size is checked here instead.
+    int64_t declared = archive_entry_size_is_set(entry) ? archive_entry_size(entry) : -1;
+    archive_entry_unset_size(entry);
     if (archive_write_header(out.get(), entry) != ARCHIVE_OK) {
       fail(out.get(), "cannot unpack '" + name + "'");
     }
     const void* block;
     size_t size;
     la_int64_t offset;
+    uint64_t written = 0;
     while ((rc = archive_read_data_block(in.get(), &block, &size, &offset)) == ARCHIVE_OK) {
+      if (offset < 0 || static_cast<uint64_t>(offset) != written) {
+        throw Error("the fetched archive has a sparse entry '" + name + "'; sparse entries are not unpacked");
+      }
       if (archive_write_data_block(out.get(), block, size, offset) != ARCHIVE_OK) {
         fail(out.get(), "cannot write '" + name + "'");
       }
+      written += size;
     }
     if (rc != ARCHIVE_EOF) fail(in.get(), "corrupt archive at '" + name + "'");
+    if (type == AE_IFREG && declared >= 0 && static_cast<uint64_t>(declared) != written) {
+      throw Error("the fetched archive's entry '" + name + "' declares " + std::to_string(declared) +
+                  " bytes but holds " + std::to_string(written));
+    }
     archive_write_finish_entry(out.get());
   }
   if (rc != ARCHIVE_EOF) fail(in.get(), "corrupt archive");

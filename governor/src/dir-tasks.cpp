@@ -78,7 +78,8 @@ void placeObject(wire::ObjectKind kind, const ObjectData& data, Id id, int paren
     KJ_CASE_ONEOF(path, kj::String) {
       if (kind == wire::ObjectKind::DIR) {
         auto source = openDirectory(path);
-        copyTree(source, parentFd, name, FileCopy::LINK, kj::str("input ", id));
+        // A held object is within the store's limits already.
+        copyTree(source, parentFd, name, FileCopy::LINK, kj::str("input ", id), TreeLimits::none());
       } else if (::linkat(AT_FDCWD, path.cStr(), parentFd, name.cStr(), 0) < 0) {
         // Another filesystem: copy.
         auto in = openOrThrow(path, O_RDONLY);
@@ -95,14 +96,16 @@ void placeObject(wire::ObjectKind kind, const ObjectData& data, Id id, int paren
 
 namespace {
 
-// Builds a tree at `temp` with `build`, seals it; removes it on failure.
-HashedSize buildTree(kj::StringPtr temp, kj::StringPtr what, kj::Function<void(int)> build) {
+// Builds a tree at `temp` with `build`, seals it (refused beyond `limits`);
+// removes it on failure.
+HashedSize buildTree(kj::StringPtr temp, kj::StringPtr what, const TreeLimits& limits,
+                     kj::Function<void(int)> build) {
   KJ_SYSCALL(::mkdir(temp.cStr(), 0755), temp);
   HashedSize result;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 auto root = openDirectory(temp);
                 build(root);
-                result = sealTree(root, what);
+                result = sealTree(root, what, limits);
               })) {
     KJ_IF_MAYBE(e2, kj::runCatchingExceptions([&]() { removeTree(temp); })) {
       KJ_LOG(WARNING, "cannot remove a failed tree", temp, e2->getDescription());
@@ -153,8 +156,9 @@ kj::Promise<TaskOutcome> runMakeDir(TaskEnv& env, wire::Assignment::Reader spec,
     }
     auto temp = kj::heap<StoreTemp>(env.store);
     return env.bridge
-        .runOnPool<HashedSize>([temp = kj::str(temp->path()), placements = kj::mv(placements)]() mutable {
-          return buildTree(temp, "make_dir", [&placements](int root) {
+        .runOnPool<HashedSize>([temp = kj::str(temp->path()), placements = kj::mv(placements),
+                                limits = env.store.treeLimits()]() mutable {
+          return buildTree(temp, "make_dir", limits, [&placements](int root) {
             for (auto& p : placements) {
               auto parts = pathComponents(p.path);
               auto label = kj::str("make_dir: input path '", p.path, "'");
@@ -194,7 +198,7 @@ kj::Promise<TaskOutcome> runSliceDir(TaskEnv& env, wire::Assignment::Reader spec
     auto temp = kj::heap<StoreTemp>(env.store);
     auto job = env.bridge.runOnPool<HashedSize>([root = kj::mv(root), relative = kj::mv(relative),
                                                  path = kj::str(path), wantDir, temp = kj::str(temp->path()),
-                                                 inputId = input.id]() {
+                                                 inputId = input.id, limits = env.store.treeLimits()]() {
       auto rootFd = openDirectory(root);
       int fd = openNoSymlinks(rootFd, relative, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
       if (fd < 0) {
@@ -216,8 +220,8 @@ kj::Promise<TaskOutcome> runSliceDir(TaskEnv& env, wire::Assignment::Reader spec
           SQUALL_FAIL("slice_dir: path '", path, "' is ", entryKindName(st.st_mode),
                       ", not a directory (drop the trailing '/' to take a file)");
         }
-        return buildTree(temp, "slice_dir", [&](int to) {
-          copyTreeContents(opened, to, FileCopy::LINK, kj::str("input ", inputId));
+        return buildTree(temp, "slice_dir", limits, [&](int to) {
+          copyTreeContents(opened, to, FileCopy::LINK, kj::str("input ", inputId), limits);
         });
       }
       if (!S_ISREG(st.st_mode)) {
@@ -251,7 +255,8 @@ kj::Promise<TaskOutcome> runLoad(TaskEnv& env, wire::Assignment::Reader spec, Ta
     auto temp = kj::heap<StoreTemp>(env.store);
     auto job = env.bridge.runOnPool<HashedSize>([rootFd = resolved.rootFd, root = kj::str(resolved.root),
                                                  relative = relativeOrDot(resolved.relative),
-                                                 path = kj::str(path), op, isDir, temp = kj::str(temp->path())]() {
+                                                 path = kj::str(path), op, isDir, temp = kj::str(temp->path()),
+                                                 limits = env.store.treeLimits()]() {
       // Symbolic links inside the root are followed; none may lead out.
       int fd = openat2Raw(rootFd, relative, O_RDONLY | O_NONBLOCK, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
       if (fd < 0) SQUALL_FAIL(beneathError(op, path, root, -fd));
@@ -264,8 +269,8 @@ kj::Promise<TaskOutcome> runLoad(TaskEnv& env, wire::Assignment::Reader spec, Ta
                       ", not a directory", S_ISREG(st.st_mode) ? " (use load)" : "");
         }
         auto what = kj::str("load_dir: path '", path, "'");
-        return buildTree(temp, what, [&](int to) {
-          copyTreeContents(opened, to, FileCopy::COPY, what);
+        return buildTree(temp, what, limits, [&](int to) {
+          copyTreeContents(opened, to, FileCopy::COPY, what, limits);
         });
       }
       if (!S_ISREG(st.st_mode)) {
@@ -352,7 +357,8 @@ kj::Promise<TaskOutcome> runStore(TaskEnv& env, wire::Assignment::Reader spec, T
                       KJ_CASE_ONEOF(file, kj::String) {
                         if (input.kind == wire::ObjectKind::DIR) {
                           auto source = openDirectory(file);
-                          copyTree(source, parent, temp, FileCopy::COPY, kj::str("input ", input.id));
+                          copyTree(source, parent, temp, FileCopy::COPY, kj::str("input ", input.id),
+                                   TreeLimits::none());
                         } else {
                           auto in = openOrThrow(file, O_RDONLY);
                           int fd;

@@ -4,6 +4,8 @@
 #include "safe-path.h"
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cerrno>
 #include <dirent.h>
 #include <fcntl.h>
@@ -21,33 +23,14 @@ namespace squall {
 
 namespace {
 constexpr size_t IO_PIECE = 1 << 20;
+// Numbers the trees freshDirectory() moves aside.
+std::atomic<uint64_t> staleCounter{0};
 }  // namespace
 
-std::vector<std::string> listDir(int dirFd) {
-  int dup;
-  KJ_SYSCALL(dup = ::fcntl(dirFd, F_DUPFD_CLOEXEC, 0));
-  DIR* dir = ::fdopendir(dup);
-  if (dir == nullptr) {
-    int error = errno;
-    ::close(dup);
-    KJ_FAIL_SYSCALL("fdopendir", error);
-  }
-  KJ_DEFER(::closedir(dir));
-  ::rewinddir(dir);
-  std::vector<std::string> names;
-  for (;;) {
-    errno = 0;
-    struct dirent* entry = ::readdir(dir);
-    if (entry == nullptr) {
-      if (errno != 0) KJ_FAIL_SYSCALL("readdir", errno);
-      break;
-    }
-    std::string name(entry->d_name);
-    if (name == "." || name == "..") continue;
-    names.push_back(std::move(name));
-  }
-  std::sort(names.begin(), names.end());
-  return names;
+kj::AutoCloseFd duplicateFd(int fd) {
+  int copy;
+  KJ_SYSCALL(copy = ::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  return kj::AutoCloseFd(copy);
 }
 
 kj::AutoCloseFd openChildDir(int dirFd, const std::string& name) {
@@ -69,65 +52,69 @@ kj::String readLinkAt(int dirFd, const char* name) {
 
 namespace {
 
-std::string childPath(const std::string& prefix, const std::string& name) {
-  return prefix.empty() ? name : prefix + "/" + name;
-}
-
-[[noreturn]] void failKind(kj::StringPtr what, const std::string& path, uint32_t mode) {
-  SQUALL_FAIL(what, " contains '", path.c_str(), "', ", entryKindName(mode),
+[[noreturn]] void failKind(kj::StringPtr what, kj::StringPtr path, uint32_t mode) {
+  SQUALL_FAIL(what, " contains '", path, "', ", entryKindName(mode),
               "; only regular files, directories and symbolic links are allowed");
 }
 
-void copyInto(int src, int dst, const std::string& prefix, FileCopy how, kj::StringPtr what) {
-  for (auto& name : listDir(src)) {
-    auto path = childPath(prefix, name);
-    struct stat st;
-    KJ_SYSCALL(::fstatat(src, name.c_str(), &st, AT_SYMLINK_NOFOLLOW), path.c_str());
+void copyInto(int src, int dst, FileCopy how, kj::StringPtr what, const TreeLimits& limits) {
+  TreeWalk walk(duplicateFd(src), what, limits);
+  DirCursor to(duplicateFd(dst));
+  for (;;) {
+    auto step = walk.next();
+    if (step == TreeWalk::Step::END) break;
+    if (step == TreeWalk::Step::LEAVE) {
+      to.leave();
+      continue;
+    }
+    auto& st = walk.stat();
+    const char* name = walk.name().cStr();
+    const char* path = walk.path().cStr();
+    int from = walk.dirFd();
     if (S_ISDIR(st.st_mode)) {
-      KJ_SYSCALL(::mkdirat(dst, name.c_str(), 0755), path.c_str());
-      auto from = openChildDir(src, name);
-      auto to = openChildDir(dst, name);
-      copyInto(from, to, path, how, what);
+      KJ_SYSCALL(::mkdirat(to.fd(), name, 0755), path);
+      walk.enter();
+      to.enter(name);
     } else if (S_ISREG(st.st_mode)) {
       if (how == FileCopy::LINK) {
-        if (::linkat(src, name.c_str(), dst, name.c_str(), 0) == 0) continue;
+        if (::linkat(from, name, to.fd(), name, 0) == 0) continue;
         if (errno != EXDEV && errno != EMLINK && errno != EPERM) {
-          KJ_FAIL_SYSCALL("linkat", errno, path.c_str());
+          KJ_FAIL_SYSCALL("linkat", errno, path);
         }
       }
       int in;
-      KJ_SYSCALL(in = ::openat(src, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path.c_str());
+      KJ_SYSCALL(in = ::openat(from, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path);
       kj::AutoCloseFd inFd(in);
       int out;
-      KJ_SYSCALL(out = ::openat(dst, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+      KJ_SYSCALL(out = ::openat(to.fd(), name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                                 (st.st_mode & 0777) | 0600),
-                 path.c_str());
+                 path);
       kj::AutoCloseFd outFd(out);
       cloneFileFd(inFd, outFd);
     } else if (S_ISLNK(st.st_mode)) {
-      auto target = readLinkAt(src, name.c_str());
-      KJ_SYSCALL(::symlinkat(target.cStr(), dst, name.c_str()), path.c_str());
+      auto target = readLinkAt(from, name);
+      KJ_SYSCALL(::symlinkat(target.cStr(), to.fd(), name), path);
     } else {
-      failKind(what, path, st.st_mode);
+      failKind(what, walk.path(), st.st_mode);
     }
   }
 }
 
-void unshareFile(int dirFd, const std::string& name, const std::string& path) {
+void unshareFile(int dirFd, kj::StringPtr name, kj::StringPtr path) {
   int in;
-  KJ_SYSCALL(in = ::openat(dirFd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path.c_str());
+  KJ_SYSCALL(in = ::openat(dirFd, name.cStr(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path);
   kj::AutoCloseFd inFd(in);
   struct stat st;
-  KJ_SYSCALL(::fstat(inFd, &st), path.c_str());
-  auto temp = kj::str(".squall-unshare-", name.c_str());
+  KJ_SYSCALL(::fstat(inFd, &st), path);
+  auto temp = kj::str(".squall-unshare-", name);
   int out;
   KJ_SYSCALL(out = ::openat(dirFd, temp.cStr(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                             st.st_mode & 0777),
-             path.c_str());
+             path);
   kj::AutoCloseFd outFd(out);
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 copyFileFd(inFd, outFd, false);
-                KJ_SYSCALL(::renameat(dirFd, temp.cStr(), dirFd, name.c_str()), path.c_str());
+                KJ_SYSCALL(::renameat(dirFd, temp.cStr(), dirFd, name.cStr()), path);
               })) {
     ::unlinkat(dirFd, temp.cStr(), 0);
     kj::throwFatalException(kj::mv(*e));
@@ -141,44 +128,86 @@ struct TreeEntry {
   std::string target;
 };
 
-void collect(int dirFd, const std::string& prefix, bool seal, kj::StringPtr what,
+void collect(int rootFd, bool seal, kj::StringPtr what, const TreeLimits& limits,
              kj::Maybe<LinkHook&> onLink, std::vector<TreeEntry>& out) {
-  for (auto& name : listDir(dirFd)) {
-    auto path = childPath(prefix, name);
-    struct stat st;
-    KJ_SYSCALL(::fstatat(dirFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW), path.c_str());
+  TreeWalk walk(duplicateFd(rootFd), what, limits);
+  for (;;) {
+    auto step = walk.next();
+    if (step == TreeWalk::Step::END) break;
+    if (step == TreeWalk::Step::LEAVE) {
+      // Read-only once its entries are done: nothing more is made in it.
+      if (seal) {
+        auto child = openChildDir(walk.dirFd(), walk.name().cStr());
+        KJ_SYSCALL(::fchmod(child, 0555), walk.path());
+      }
+      continue;
+    }
+    int dirFd = walk.dirFd();
+    auto name = walk.name();
+    auto path = walk.path();
     KJ_IF_MAYBE(hook, onLink) {
-      if (S_ISLNK(st.st_mode) && (*hook)(dirFd, name.c_str(), readLinkAt(dirFd, name.c_str()))) {
-        KJ_SYSCALL(::fstatat(dirFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW), path.c_str());
+      if (S_ISLNK(walk.stat().st_mode) && (*hook)(dirFd, name.cStr(), readLinkAt(dirFd, name.cStr()))) {
+        walk.restat();
       }
     }
+    auto& st = walk.stat();
     if (S_ISDIR(st.st_mode)) {
-      out.push_back(TreeEntry{path, 'd'});
-      auto child = openChildDir(dirFd, name);
-      collect(child, path, seal, what, onLink, out);
-      if (seal) {
-        KJ_SYSCALL(::fchmod(child, 0555), path.c_str());
-      }
+      out.push_back(TreeEntry{std::string(path.cStr()), 'd'});
+      walk.enter();
     } else if (S_ISREG(st.st_mode)) {
-      out.push_back(TreeEntry{path, 'f', static_cast<uint64_t>(st.st_size)});
+      out.push_back(TreeEntry{std::string(path.cStr()), 'f', static_cast<uint64_t>(st.st_size)});
       if (seal && (st.st_mode & 0222) != 0) {
         // A writable file with other hard links may share its inode with a
         // file outside the tree: it becomes a copy of its own before its
         // mode changes, so sealing never touches anything outside.
         if (st.st_nlink > 1) unshareFile(dirFd, name, path);
-        KJ_SYSCALL(::fchmodat(dirFd, name.c_str(), st.st_mode & 0555, 0), path.c_str());
+        KJ_SYSCALL(::fchmodat(dirFd, name.cStr(), st.st_mode & 0555, 0), path);
       }
     } else if (S_ISLNK(st.st_mode)) {
-      auto target = readLinkAt(dirFd, name.c_str());
-      out.push_back(TreeEntry{path, 'l', 0, std::string(target.cStr(), target.size())});
+      auto target = readLinkAt(dirFd, name.cStr());
+      out.push_back(TreeEntry{std::string(path.cStr()), 'l', 0, std::string(target.cStr(), target.size())});
     } else {
       failKind(what, path, st.st_mode);
     }
   }
 }
 
+// Opens the file at `path` below `rootFd` without following a link: by
+// openat2 when the path fits in PATH_MAX, else a directory at a time.
+kj::AutoCloseFd openTreeFile(int rootFd, kj::StringPtr path) {
+  if (path.size() < PATH_MAX) {
+    int fd = openNoSymlinks(rootFd, path, O_RDONLY | O_NOFOLLOW);
+    if (fd < 0) KJ_FAIL_SYSCALL("openat2", -fd, path);
+    return kj::AutoCloseFd(fd);
+  }
+  auto parts = pathComponents(path);
+  auto parent = openDirChain(rootFd, parts, parts.size() - 1, false, path);
+  int fd;
+  KJ_SYSCALL(fd = ::openat(parent, parts.back().cStr(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path);
+  return kj::AutoCloseFd(fd);
+}
+
+// Removes the entries of the directory open at `dirFd`, whatever its depth.
 void removeChildren(int dirFd) {
-  for (auto& name : listDir(dirFd)) removeTreeAt(dirFd, name.c_str());
+  TreeWalk walk(duplicateFd(dirFd), "tree", TreeLimits::none());
+  for (;;) {
+    auto step = walk.next();
+    if (step == TreeWalk::Step::END) break;
+    const char* name = walk.name().cStr();
+    auto path = walk.path();
+    if (step == TreeWalk::Step::LEAVE) {
+      if (::unlinkat(walk.dirFd(), name, AT_REMOVEDIR) < 0 && errno != ENOENT) {
+        KJ_FAIL_SYSCALL("rmdir", errno, path);
+      }
+    } else if (S_ISDIR(walk.stat().st_mode)) {
+      // Read-only directories (sealed trees, programs' leftovers) first
+      // become writable so their entries can go.
+      ::fchmodat(walk.dirFd(), name, 0700, 0);
+      walk.enter();
+    } else if (::unlinkat(walk.dirFd(), name, 0) < 0 && errno != ENOENT) {
+      KJ_FAIL_SYSCALL("unlink", errno, path);
+    }
+  }
 }
 
 }  // namespace
@@ -194,14 +223,16 @@ kj::StringPtr entryKindName(uint32_t mode) {
   return "of an unknown kind";
 }
 
-void copyTree(int srcDirFd, int dstParentFd, kj::StringPtr name, FileCopy how, kj::StringPtr what) {
+void copyTree(int srcDirFd, int dstParentFd, kj::StringPtr name, FileCopy how, kj::StringPtr what,
+              const TreeLimits& limits) {
   KJ_SYSCALL(::mkdirat(dstParentFd, name.cStr(), 0755), name);
   auto to = openChildDir(dstParentFd, name.cStr());
-  copyInto(srcDirFd, to, "", how, what);
+  copyInto(srcDirFd, to, how, what, limits);
 }
 
-void copyTreeContents(int srcDirFd, int dstDirFd, FileCopy how, kj::StringPtr what) {
-  copyInto(srcDirFd, dstDirFd, "", how, what);
+void copyTreeContents(int srcDirFd, int dstDirFd, FileCopy how, kj::StringPtr what,
+                      const TreeLimits& limits) {
+  copyInto(srcDirFd, dstDirFd, how, what, limits);
 }
 
 HashedSize copyFileFd(int from, int to, bool hash) {
@@ -252,9 +283,10 @@ void linkFdOrCopy(int fd, kj::StringPtr to) {
 
 namespace {
 
-HashedSize walkTree(int rootFd, kj::StringPtr what, bool seal, bool hash, kj::Maybe<LinkHook&> onLink) {
+HashedSize walkTree(int rootFd, kj::StringPtr what, const TreeLimits& limits, bool seal, bool hash,
+                    kj::Maybe<LinkHook&> onLink) {
   std::vector<TreeEntry> entries;
-  collect(rootFd, "", seal, what, onLink, entries);
+  collect(rootFd, seal, what, limits, onLink, entries);
   if (seal) {
     KJ_SYSCALL(::fchmod(rootFd, 0555));
   }
@@ -273,9 +305,7 @@ HashedSize walkTree(int rootFd, kj::StringPtr what, bool seal, bool hash, kj::Ma
     XXH3_64bits_update(state, &zero, 1);
     XXH3_64bits_update(state, &entry.kind, 1);
     if (entry.kind == 'f') {
-      int fd = openNoSymlinks(rootFd, entry.path.c_str(), O_RDONLY | O_NOFOLLOW);
-      if (fd < 0) KJ_FAIL_SYSCALL("openat2", -fd, entry.path.c_str());
-      kj::AutoCloseFd file(fd);
+      auto file = openTreeFile(rootFd, entry.path.c_str());
       uint64_t size = 0;
       kj::byte sizeBytes[8];
       for (int i = 0; i < 8; i++) sizeBytes[i] = static_cast<kj::byte>(entry.size >> (8 * i));
@@ -300,11 +330,14 @@ HashedSize walkTree(int rootFd, kj::StringPtr what, bool seal, bool hash, kj::Ma
 
 }  // namespace
 
-HashedSize sealTree(int rootFd, kj::StringPtr what, bool hash, kj::Maybe<LinkHook&> onLink) {
-  return walkTree(rootFd, what, true, hash, onLink);
+HashedSize sealTree(int rootFd, kj::StringPtr what, const TreeLimits& limits, bool hash,
+                    kj::Maybe<LinkHook&> onLink) {
+  return walkTree(rootFd, what, limits, true, hash, onLink);
 }
 
-HashedSize hashTree(int rootFd) { return walkTree(rootFd, "tree", false, true, nullptr); }
+HashedSize hashTree(int rootFd) {
+  return walkTree(rootFd, "tree", TreeLimits::none(), false, true, nullptr);
+}
 
 void removeTreeAt(int parentFd, kj::StringPtr name) {
   struct stat st;
@@ -331,6 +364,46 @@ void removeTreeAt(int parentFd, kj::StringPtr name) {
   } else if (::unlinkat(parentFd, name.cStr(), 0) < 0 && errno != ENOENT) {
     KJ_FAIL_SYSCALL("unlink", errno, name);
   }
+}
+
+void removeTree(kj::StringPtr path) {
+  // The walk starts from the parent's descriptor; the path itself may be
+  // relative or end in '/'.
+  size_t end = path.size();
+  while (end > 1 && path[end - 1] == '/') end--;
+  auto trimmed = kj::heapString(path.slice(0, end));
+  kj::String parent;
+  kj::String name;
+  KJ_IF_MAYBE(slash, trimmed.findLast('/')) {
+    parent = *slash == 0 ? kj::str("/") : kj::heapString(trimmed.slice(0, *slash));
+    name = kj::heapString(trimmed.slice(*slash + 1));
+  } else {
+    parent = kj::str(".");
+    name = kj::mv(trimmed);
+  }
+  KJ_REQUIRE(name.size() > 0 && name != "." && name != "..", "cannot remove this path", path);
+  int fd = ::open(parent.cStr(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return;
+    KJ_FAIL_SYSCALL("open", errno, parent);
+  }
+  kj::AutoCloseFd parentFd(fd);
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeTreeAt(parentFd, name); })) {
+    SQUALL_FAIL("cannot remove ", path, ": ", e->getDescription());
+  }
+}
+
+kj::Maybe<LeftBehind> freshDirectory(kj::StringPtr path) {
+  kj::Maybe<LeftBehind> left;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { removeTree(path); })) {
+    auto aside = kj::str(path, ".stale-", getpid(), "-", staleCounter.fetch_add(1));
+    if (::rename(path.cStr(), aside.cStr()) < 0) {
+      SQUALL_FAIL(e->getDescription(), "; moving it aside failed too: ", strerror(errno));
+    }
+    left = LeftBehind{kj::mv(aside), kj::str(e->getDescription())};
+  }
+  makeDirs(path);
+  return left;
 }
 
 kj::String readTailFd(int fd, size_t max) {

@@ -2,7 +2,10 @@
 // sealing them (check the entry kinds, make read-only, hash), hashing and
 // removing them. Every walk goes through directory descriptors with
 // O_NOFOLLOW: a symbolic link inside a tree is an entry (kept as a link,
-// its target never read), never a way out of the tree.
+// its target never read), never a way out of the tree. Walks are TreeWalks
+// (squall/proto/tree-walk.h): a few descriptors and no recursion whatever
+// the depth; trees that become dir objects are checked against TreeLimits
+// as they are walked.
 //
 // A tree may hold regular files, directories and symbolic links; anything
 // else (fifo, socket, device) is refused with a message naming the entry.
@@ -19,6 +22,8 @@
 #pragma once
 
 #include "file-ops.h"
+
+#include <squall/proto/tree-walk.h>
 
 #include <kj/function.h>
 #include <kj/io.h>
@@ -37,9 +42,8 @@ enum class FileCopy {
   COPY,
 };
 
-// Names in the directory open at `dirFd` ("." and ".." left out), in byte
-// order.
-std::vector<std::string> listDir(int dirFd);
+// A new descriptor (close-on-exec) for what `fd` refers to.
+kj::AutoCloseFd duplicateFd(int fd);
 // The subdirectory `name`, not following a link.
 kj::AutoCloseFd openChildDir(int dirFd, const std::string& name);
 // The target of the symbolic link `name` in `dirFd`.
@@ -52,10 +56,13 @@ kj::StringPtr entryKindName(uint32_t mode);
 // open at `srcDirFd`. `what` names the source in errors ("input 3/4"):
 //   "<what> contains 'x/p', a fifo; only regular files, directories and
 //    symbolic links are allowed"
-void copyTree(int srcDirFd, int dstParentFd, kj::StringPtr name, FileCopy how, kj::StringPtr what);
+// A source that breaks `limits` fails the copy (checkTreeLimits' message).
+void copyTree(int srcDirFd, int dstParentFd, kj::StringPtr name, FileCopy how, kj::StringPtr what,
+              const TreeLimits& limits);
 
 // Copies the tree open at `srcDirFd` into the (empty) directory `dstDirFd`.
-void copyTreeContents(int srcDirFd, int dstDirFd, FileCopy how, kj::StringPtr what);
+void copyTreeContents(int srcDirFd, int dstDirFd, FileCopy how, kj::StringPtr what,
+                      const TreeLimits& limits);
 
 // Copies the rest of the open file `from` into `to`; hashes what it copies
 // when `hash` is set (the hash is 0 otherwise).
@@ -78,16 +85,35 @@ using LinkHook = kj::Function<bool(int dirFd, const char* name, kj::StringPtr ta
 // Checks the kinds of all entries of the tree open at `rootFd`, makes it
 // read-only (files lose their write bits, directories become 0555) and,
 // when `hash` is set, computes its size and tree hash. `what` names the
-// tree in errors.
-HashedSize sealTree(int rootFd, kj::StringPtr what, bool hash = true,
+// tree in errors. A tree that breaks `limits` fails, naming the limit: it
+// does not become a dir object.
+HashedSize sealTree(int rootFd, kj::StringPtr what, const TreeLimits& limits, bool hash = true,
                     kj::Maybe<LinkHook&> onLink = nullptr);
 
-// Size and tree hash, without changing anything.
+// Size and tree hash, without changing anything; no limits.
 HashedSize hashTree(int rootFd);
 
 // rm -rf of the entry `name` in `parentFd`, never following a link; missing
-// is fine. Read-only directories are made writable first.
+// is fine. Read-only directories are made writable first. Any depth, a few
+// descriptors.
 void removeTreeAt(int parentFd, kj::StringPtr name);
+
+// rm -rf of `path` in the same way; throws FAILED naming the path and what
+// could not be removed.
+void removeTree(kj::StringPtr path);
+
+// What freshDirectory() could not remove, moved aside.
+struct LeftBehind {
+  kj::String movedTo;
+  kj::String error;
+};
+
+// Makes `path` an empty directory (made with its parents when missing) for
+// a new run: whatever an earlier run left there goes, of any depth (a crash
+// mid-collect leaves a temporary tree of whatever the task made). What
+// cannot be removed is moved aside, beside `path`, and returned for the
+// caller to log; throws only when `path` cannot be made an empty directory.
+kj::Maybe<LeftBehind> freshDirectory(kj::StringPtr path);
 
 // The last `max` bytes of an open file as text.
 kj::String readTailFd(int fd, size_t max);

@@ -84,7 +84,7 @@ struct OutputTemps {
 // program moved or copied as a link) become copies of what they name.
 // Returns its size and hash.
 HashedSize takeOutput(int sandboxFd, kj::StringPtr rel, wire::ObjectKind kind, Id outputId,
-                      kj::StringPtr temp, kj::Maybe<kj::StringPtr> viewRoot) {
+                      kj::StringPtr temp, kj::Maybe<kj::StringPtr> viewRoot, const TreeLimits& limits) {
   auto parts = pathComponents(rel);
   auto what = kj::str("output '", rel, "'");
   auto parent = openDirChain(sandboxFd, parts, parts.size() - 1, false, what);
@@ -117,9 +117,9 @@ HashedSize takeOutput(int sandboxFd, kj::StringPtr rel, wire::ObjectKind kind, I
       LinkHook materialize = [view = *view](int dirFd, const char* entry, kj::StringPtr target) {
         return replaceViewLink(view, dirFd, entry, target);
       };
-      return sealTree(root, what, true, materialize);
+      return sealTree(root, what, limits, true, materialize);
     }
-    return sealTree(root, what);
+    return sealTree(root, what, limits);
   }
   if (!S_ISREG(st.st_mode)) {
     SQUALL_FAIL("output '", rel, "' is ", entryKindName(st.st_mode), ", but output ", outputId,
@@ -392,7 +392,7 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
       [sandbox = kj::str(sandbox), success, tempPaths = kj::mv(tempPaths), sources = kj::mv(sources),
        kinds = kj::mv(outputKinds), outputIds = kj::mv(outputIds), stdoutFd = kj::mv(stdoutFd),
        stderrFd = kj::mv(stderrFd), wantsStdout, tasksDir = kj::str(env.tasksDir),
-       viewRoot = kj::mv(viewRoot)]() mutable {
+       viewRoot = kj::mv(viewRoot), limits = env.store.treeLimits()]() mutable {
         Harvest h;
         h.stderrTail = readTailFd(stderrFd->fd, STDERR_TAIL_BYTES);
         if (!wantsStdout) h.stdoutTail = readTailFd(stdoutFd->fd, STDOUT_TAIL_BYTES);
@@ -405,7 +405,8 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
               h.outputs.add(HashedSize{});
             } else KJ_IF_MAYBE(rel, sources[i]) {
               h.outputs.add(takeOutput(root, *rel, kinds[i], outputIds[i], tempPaths[i],
-                                       viewRoot.map([](const kj::String& v) -> kj::StringPtr { return v; })));
+                                       viewRoot.map([](const kj::String& v) -> kj::StringPtr { return v; }),
+                                       limits));
             } else {
               linkFdOrCopy(stdoutFd->fd, tempPaths[i]);
               KJ_IF_MAYBE(known, stdoutHash) {

@@ -134,26 +134,6 @@ void makeDirs(kj::StringPtr path, int mode) {
   (void)mode;
 }
 
-void removeTree(kj::StringPtr path) {
-  std::error_code error;
-  // Programs may leave read-only directories; make them deletable first.
-  if (std::filesystem::is_directory(std::filesystem::symlink_status(path.cStr(), error))) {
-    for (auto it = std::filesystem::recursive_directory_iterator(
-             path.cStr(), std::filesystem::directory_options::none, error);
-         !error && it != std::filesystem::recursive_directory_iterator(); it.increment(error)) {
-      if (it->is_directory(error) && !it->is_symlink(error)) {
-        ::chmod(it->path().c_str(), 0700);
-      }
-    }
-    ::chmod(path.cStr(), 0700);
-  }
-  error.clear();
-  std::filesystem::remove_all(path.cStr(), error);
-  if (error) {
-    KJ_FAIL_REQUIRE("cannot remove", path, error.message());
-  }
-}
-
 kj::String readTail(kj::StringPtr path, size_t max) {
   int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return kj::str();

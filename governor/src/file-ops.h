@@ -56,9 +56,6 @@ void linkOrCopy(kj::StringPtr from, kj::StringPtr to);
 // mkdir -p.
 void makeDirs(kj::StringPtr path, int mode = 0755);
 
-// rm -rf; missing is fine. Makes read-only directories writable first.
-void removeTree(kj::StringPtr path);
-
 // The last `max` bytes of a file as text (empty when missing).
 kj::String readTail(kj::StringPtr path, size_t max);
 

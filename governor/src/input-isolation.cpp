@@ -238,10 +238,11 @@ void placeInput(const InputSource& input, int parentFd, kj::StringPtr name, kj::
         }
       } else if (input.kind == wire::ObjectKind::DIR) {
         auto source = openDirectory(path);
-        copyTree(source, parentFd, name, FileCopy::COPY, what);
+        // A held object is within the store's limits already.
+        copyTree(source, parentFd, name, FileCopy::COPY, what, TreeLimits::none());
         if (input.placement == InputPlacement::COPY) {
           auto placed = openChildDir(parentFd, std::string(name.cStr()));
-          sealTree(placed, label, false);
+          sealTree(placed, label, TreeLimits::none(), false);
         }
       } else {
         auto in = openOrThrow(path, O_RDONLY);
@@ -292,7 +293,8 @@ bool replaceViewLink(kj::StringPtr viewRoot, int dirFd, const char* name, kj::St
   if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) return false;
   KJ_SYSCALL(::unlinkat(dirFd, name, 0), name);
   if (S_ISDIR(st.st_mode)) {
-    copyTree(source, dirFd, name, FileCopy::COPY, kj::str("'", target, "'"));
+    // A held object; the output it joins is sealed within the limits.
+    copyTree(source, dirFd, name, FileCopy::COPY, kj::str("'", target, "'"), TreeLimits::none());
   } else {
     auto out = createAt(dirFd, name, st.st_mode & 0777);
     cloneFileFd(source, out);

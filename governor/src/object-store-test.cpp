@@ -1,10 +1,14 @@
 // Tests of the object store. Test thread only.
 #include "object-store.h"
 
+#include "dir-tree.h"
 #include "safe-path.h"
 #include "test-util.h"
 
 #include <squall/proto/chunk-codec.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 
 namespace squall {
@@ -31,6 +35,66 @@ kj::Array<const kj::byte> pattern(size_t size) {
   auto bytes = kj::heapArray<kj::byte>(size);
   for (size_t i = 0; i < size; i++) bytes[i] = static_cast<kj::byte>((i * 7919) >> 3);
   return kj::mv(bytes);
+}
+
+// A governor killed mid-collect leaves a temporary tree of whatever depth
+// the task made; the next start must clear it, with few descriptors.
+TEST_F(ObjectStoreTest, StartRemovesADeepLeftoverTree) {
+  auto leftover = dir.sub("objects/.tmp-3");
+  makeDirs(leftover);
+  makeDeepTree(leftover, 1500);
+  KJ_SYSCALL(::chmod(leftover.cStr(), 0555));  // sealed half-way
+  {
+    LowDescriptorLimit limit(64);
+    ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+    EXPECT_EQ(listDir(openDirectory(store.directory())).size(), 0u);
+  }
+  EXPECT_EQ(listDir(openDirectory(dir.path())), std::vector<std::string>{"objects"});
+}
+
+// Sets or clears the immutable flag of `path` (chattr +i); false where the
+// file system or the process's capabilities do not allow it.
+bool setImmutable(kj::StringPtr path, bool on) {
+  int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  kj::AutoCloseFd file(fd);
+  int flags;
+  if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) < 0) return false;
+  flags = on ? (flags | FS_IMMUTABLE_FL) : (flags & ~FS_IMMUTABLE_FL);
+  return ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0;
+}
+
+// What cannot be removed (here an immutable file) is moved aside and the
+// store starts empty all the same.
+TEST_F(ObjectStoreTest, StartsAnywayWhenALeftoverCannotBeRemoved) {
+  auto stuck = dir.sub("objects/.tmp-1/stuck");
+  writeText(stuck, "x");
+  if (!setImmutable(stuck, true)) GTEST_SKIP() << "cannot make a file immutable here";
+  KJ_DEFER(setImmutable(stuck, false));
+  ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+  EXPECT_EQ(listDir(openDirectory(store.directory())).size(), 0u);
+  auto names = listDir(openDirectory(dir.path()));
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[0], "objects");
+  EXPECT_EQ(names[1].rfind("objects.stale-", 0), 0u) << names[1];
+  // Where the flag is cleared (KJ_DEFER above) so the test can clean up.
+  stuck = kj::str(dir.path(), "/", names[1].c_str(), "/.tmp-1/stuck");
+}
+
+// A dir whose temporary tree is dropped (a failed collect) goes entirely.
+TEST_F(ObjectStoreTest, ADroppedDeepTemporaryTreeIsRemoved) {
+  ObjectStore store(bridge, dir.sub("objects"), *logger, 1 << 20);
+  {
+    StoreTemp temp(store);
+    makeDirs(temp.path());
+    makeDeepTree(temp.path(), 1500);
+  }
+  LowDescriptorLimit limit(64);
+  // The removal runs on the pool: give it the loop until the store is empty.
+  for (int i = 0; i < 600 && listDir(openDirectory(store.directory())).size() > 0; i++) {
+    waitWithTimeout(io, io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS));
+  }
+  EXPECT_EQ(listDir(openDirectory(store.directory())).size(), 0u);
 }
 
 TEST_F(ObjectStoreTest, SmallObjectsLiveInMemoryAndLargeOnesInFiles) {

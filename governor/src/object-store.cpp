@@ -69,15 +69,18 @@ void ObjectStore::ErrorLogger::taskFailed(kj::Exception&& e) {
 }
 
 ObjectStore::ObjectStore(UvBridge& bridge, kj::String dirParam, spdlog::logger& logger,
-                         uint64_t memoryBudget)
+                         uint64_t memoryBudget, TreeLimits limits)
     : bridge(bridge),
       dir(kj::mv(dirParam)),
       logger(logger),
       memoryBudget(memoryBudget),
+      limits(limits),
       errorLogger(logger),
       background(errorLogger) {
-  removeTree(dir);
-  makeDirs(dir);
+  KJ_IF_MAYBE(left, freshDirectory(dir)) {
+    logger.warn("event=leftover-not-removed dir={} moved_to={} error=\"{}\"", dir.cStr(),
+                left->movedTo.cStr(), left->error.cStr());
+  }
 }
 
 ObjectStore::~ObjectStore() noexcept(false) {}
@@ -200,20 +203,20 @@ ObjectMeta ObjectStore::adoptDir(Id id, kj::String path, HashedSize sizeAndHash)
 kj::Promise<ObjectMeta> ObjectStore::putTar(Id id, TarInput tar, kj::String what) {
   auto temp = kj::heap<StoreTemp>(*this);
   auto unpacked = bridge.runOnPool<HashedSize>([temp = kj::str(temp->path()), tar = kj::mv(tar),
-                                                what = kj::mv(what)]() mutable {
+                                                what = kj::mv(what), limits = limits]() mutable {
     KJ_DEFER(KJ_IF_MAYBE(file, tar.tryGet<kj::String>()) { ::unlink(file->cStr()); });
     KJ_SYSCALL(::mkdir(temp.cStr(), 0755), temp);
     HashedSize result;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
       auto root = openDirectory(temp);
       KJ_SWITCH_ONEOF(tar) {
-        KJ_CASE_ONEOF(bytes, kj::Array<const kj::byte>) { unpackTar(bytes.asPtr(), root, what); }
+        KJ_CASE_ONEOF(bytes, kj::Array<const kj::byte>) { unpackTar(bytes.asPtr(), root, what, limits); }
         KJ_CASE_ONEOF(file, kj::String) {
           auto fd = openOrThrow(file, O_RDONLY);
-          unpackTar(fd.get(), root, what);
+          unpackTar(fd.get(), root, what, limits);
         }
       }
-      result = sealTree(root, what);
+      result = sealTree(root, what, limits);
     })) {
       removeTree(temp);
       kj::throwFatalException(kj::mv(*e));

@@ -22,6 +22,7 @@
 #include <kj/async.h>
 #include <kj/one-of.h>
 #include <squall/proto/ids.h>
+#include <squall/proto/tree-walk.h>
 #include <squall/wire/common.capnp.h>
 #include <unordered_map>
 #include <unordered_set>
@@ -94,12 +95,18 @@ class ObjectReader {
 class ObjectStore {
  public:
   // `dir` is emptied and created: objects from an earlier run are not
-  // reported to the server, so they are not kept.
-  ObjectStore(UvBridge& bridge, kj::String dir, spdlog::logger& logger, uint64_t memoryBudget);
+  // reported to the server, so they are not kept (freshDirectory(): what
+  // cannot be removed is moved aside and logged). Dir objects are kept
+  // within `limits`.
+  ObjectStore(UvBridge& bridge, kj::String dir, spdlog::logger& logger, uint64_t memoryBudget,
+              TreeLimits limits = TreeLimits());
   ~ObjectStore() noexcept(false);
   KJ_DISALLOW_COPY(ObjectStore);
 
   kj::StringPtr directory() const { return dir; }
+  // Bounds on every dir object it holds (--max-dir-depth, --max-dir-entries):
+  // a tree beyond them never becomes one.
+  const TreeLimits& treeLimits() const { return limits; }
   size_t count() const { return objects.size(); }
   // Calls `visit(id, meta)` for every object held.
   template <typename Visit>
@@ -157,6 +164,7 @@ class ObjectStore {
   kj::String dir;
   spdlog::logger& logger;
   uint64_t memoryBudget;
+  TreeLimits limits;
   uint64_t memoryBytes = 0;
   uint64_t tempCounter = 0;
   std::unordered_map<Id, Entry, IdHash> objects;

@@ -26,7 +26,7 @@ struct EntryDeleter {
 
 // ----------------------------------------------------------------- writing
 
-TarWriter::TarWriter(kj::AutoCloseFd rootParam) : root(kj::mv(rootParam)) {
+TarWriter::TarWriter(kj::AutoCloseFd root) : walk(kj::mv(root), "dir", TreeLimits::none()) {
   archive = archive_write_new();
   KJ_ASSERT(archive != nullptr);
   check(archive_write_set_format_pax_restricted(archive), "set format");
@@ -63,13 +63,6 @@ kj::Array<kj::byte> TarWriter::next(size_t max) {
 }
 
 void TarWriter::step() {
-  if (root.get() >= 0) {
-    Level level;
-    level.names = listDir(root);
-    level.fd = kj::mv(root);
-    stack.push_back(kj::mv(level));
-    return;
-  }
   if (file.get() >= 0) {
     auto buffer = kj::heapArray<kj::byte>(kj::min(READ_PIECE, fileLeft));
     ssize_t n;
@@ -81,40 +74,33 @@ void TarWriter::step() {
     if (fileLeft == 0) file = nullptr;
     return;
   }
-  if (stack.empty()) {
-    check(archive_write_close(archive), "close");
-    finished = true;
-    return;
+  switch (walk.next()) {
+    case TreeWalk::Step::END:
+      check(archive_write_close(archive), "close");
+      finished = true;
+      return;
+    case TreeWalk::Step::LEAVE: return;
+    case TreeWalk::Step::ENTRY: break;
   }
-  auto& level = stack.back();
-  if (level.index >= level.names.size()) {
-    stack.pop_back();
-    return;
-  }
-  std::string name = level.names[level.index++];
-  std::string path = level.prefix.empty() ? name : level.prefix + "/" + name;
-  int dirFd = level.fd;
-  struct stat st;
-  KJ_SYSCALL(::fstatat(dirFd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW), path);
+  kj::StringPtr path = walk.path();
+  kj::StringPtr name = walk.name();
+  int dirFd = walk.dirFd();
+  auto& st = walk.stat();
 
   archive_entry* entry = archive_entry_new();
   KJ_ASSERT(entry != nullptr);
   EntryDeleter deleter{entry};
-  archive_entry_copy_pathname(entry, path.c_str());
+  archive_entry_copy_pathname(entry, path.cStr());
   archive_entry_set_perm(entry, st.st_mode & 0777);
   archive_entry_set_mtime(entry, st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
   if (S_ISDIR(st.st_mode)) {
     archive_entry_set_filetype(entry, AE_IFDIR);
     archive_entry_set_size(entry, 0);
     check(archive_write_header(archive, entry), "header");
-    Level child;
-    child.fd = openChildDir(dirFd, name);
-    child.names = listDir(child.fd);
-    child.prefix = path;
-    stack.push_back(kj::mv(child));  // `level` is invalid from here
+    walk.enter();
   } else if (S_ISREG(st.st_mode)) {
     int fd;
-    KJ_SYSCALL(fd = ::openat(dirFd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path);
+    KJ_SYSCALL(fd = ::openat(dirFd, name.cStr(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC), path);
     kj::AutoCloseFd opened(fd);
     struct stat fst;
     KJ_SYSCALL(::fstat(opened, &fst), path);
@@ -123,17 +109,17 @@ void TarWriter::step() {
     check(archive_write_header(archive, entry), "header");
     if (fst.st_size > 0) {
       file = kj::mv(opened);
-      filePath = path;
+      filePath = kj::str(path);
       fileLeft = fst.st_size;
     }
   } else if (S_ISLNK(st.st_mode)) {
-    auto target = readLinkAt(dirFd, name.c_str());
+    auto target = readLinkAt(dirFd, name.cStr());
     archive_entry_set_filetype(entry, AE_IFLNK);
     archive_entry_set_size(entry, 0);
     archive_entry_copy_symlink(entry, target.cStr());
     check(archive_write_header(archive, entry), "header");
   } else {
-    SQUALL_FAIL("cannot archive '", path.c_str(), "': it is ", entryKindName(st.st_mode));
+    SQUALL_FAIL("cannot archive '", path, "': it is ", entryKindName(st.st_mode));
   }
 }
 
@@ -151,7 +137,16 @@ struct Reader {
   }
 };
 
-void unpackEntry(Reader& reader, archive_entry* entry, int rootFd, kj::StringPtr what) {
+// What an unpacking may still make.
+struct UnpackBudget {
+  const TreeLimits& limits;
+  uint64_t entries = 0;
+  // The archive's own size: no entry's bytes can exceed what is left of it.
+  uint64_t bytesLeft;
+};
+
+void unpackEntry(Reader& reader, archive_entry* entry, int rootFd, kj::StringPtr what,
+                 UnpackBudget& budget) {
   const char* rawPath = archive_entry_pathname(entry);
   if (rawPath == nullptr) rawPath = archive_entry_pathname_utf8(entry);
   if (rawPath == nullptr) SQUALL_FAIL(what, ": a tar entry has a name that cannot be read");
@@ -167,6 +162,7 @@ void unpackEntry(Reader& reader, archive_entry* entry, int rootFd, kj::StringPtr
     SQUALL_FAIL(what, ": tar entry '", path, "' is a hard link; hard links are not allowed");
   }
   auto parts = pathComponents(path);
+  checkTreeLimits(budget.limits, what, joinPath(parts, parts.size()), parts.size(), ++budget.entries);
   auto label = kj::str(what, ": tar entry '", path, "'");
   if (type == AE_IFDIR) {
     openDirChain(rootFd, parts, parts.size(), true, label);
@@ -175,6 +171,9 @@ void unpackEntry(Reader& reader, archive_entry* entry, int rootFd, kj::StringPtr
   if (type != AE_IFREG && type != AE_IFLNK) {
     SQUALL_FAIL(label, " is ", entryKindName(type),
                 "; only regular files, directories and symbolic links are allowed");
+  }
+  if (type == AE_IFREG && archive_entry_sparse_count(entry) > 0) {
+    SQUALL_FAIL(label, " is a sparse file; sparse entries are not allowed");
   }
   auto parent = openDirChain(rootFd, parts, parts.size() - 1, true, label);
   auto& name = parts.back();
@@ -194,6 +193,10 @@ void unpackEntry(Reader& reader, archive_entry* entry, int rootFd, kj::StringPtr
     KJ_FAIL_SYSCALL("openat", errno, path);
   }
   kj::AutoCloseFd out(fd);
+  // Written in order, with no holes: a sparse entry could declare any size
+  // (a file of terabytes from a few bytes of archive, read and copied in
+  // full later on).
+  uint64_t written = 0;
   for (;;) {
     const void* block;
     size_t size;
@@ -201,28 +204,38 @@ void unpackEntry(Reader& reader, archive_entry* entry, int rootFd, kj::StringPtr
     int rc = archive_read_data_block(reader.archive, &block, &size, &offset);
     if (rc == ARCHIVE_EOF) break;
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
-      SQUALL_FAIL(what, ": cannot read tar entry '", path, "': ", reader.error());
+      SQUALL_FAIL(label, " cannot be read (is the archive cut short?): ", reader.error());
     }
-    pwriteAll(out, kj::arrayPtr(static_cast<const kj::byte*>(block), size), offset);
+    if (offset < 0 || static_cast<uint64_t>(offset) != written) {
+      SQUALL_FAIL(label, " is a sparse file; sparse entries are not allowed");
+    }
+    if (size > budget.bytesLeft) SQUALL_FAIL(label, " holds more bytes than the archive");
+    budget.bytesLeft -= size;
+    writeAll(out, kj::arrayPtr(static_cast<const kj::byte*>(block), size));
+    written += size;
   }
-  if (archive_entry_size_is_set(entry)) {
-    // A sparse file may end in a hole.
-    KJ_SYSCALL(::ftruncate(out, archive_entry_size(entry)), path);
+  if (archive_entry_size_is_set(entry) && static_cast<uint64_t>(archive_entry_size(entry)) != written) {
+    SQUALL_FAIL(label, " declares ", archive_entry_size(entry), " bytes but holds ", written);
   }
 }
 
 }  // namespace
 
-void unpackTar(TarSource source, int dirFd, kj::StringPtr what) {
+void unpackTar(TarSource source, int dirFd, kj::StringPtr what, const TreeLimits& limits) {
   Reader reader;
+  UnpackBudget budget{limits, 0, 0};
   archive_read_support_format_tar(reader.archive);
   archive_read_support_format_empty(reader.archive);
   int rc;
   KJ_SWITCH_ONEOF(source) {
     KJ_CASE_ONEOF(bytes, kj::ArrayPtr<const kj::byte>) {
+      budget.bytesLeft = bytes.size();
       rc = archive_read_open_memory(reader.archive, bytes.begin(), bytes.size());
     }
     KJ_CASE_ONEOF(fd, int) {
+      struct stat st;
+      KJ_SYSCALL(::fstat(fd, &st));
+      budget.bytesLeft = st.st_size;
       KJ_SYSCALL(::lseek(fd, 0, SEEK_SET));
       rc = archive_read_open_fd(reader.archive, fd, READ_PIECE);
     }
@@ -235,7 +248,7 @@ void unpackTar(TarSource source, int dirFd, kj::StringPtr what) {
     if (rc != ARCHIVE_OK && rc != ARCHIVE_WARN) {
       SQUALL_FAIL(what, ": not a valid tar archive: ", reader.error());
     }
-    unpackEntry(reader, entry, dirFd, what);
+    unpackEntry(reader, entry, dirFd, what, budget);
   }
 }
 

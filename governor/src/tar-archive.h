@@ -16,6 +16,7 @@
 #pragma once
 
 #include <kj/array.h>
+#include <squall/proto/tree-walk.h>
 #include <kj/io.h>
 #include <kj/one-of.h>
 #include <kj/string.h>
@@ -40,19 +41,12 @@ class TarWriter {
   kj::Array<kj::byte> next(size_t max);
 
  private:
-  struct Level {
-    kj::AutoCloseFd fd;
-    std::vector<std::string> names;
-    size_t index = 0;
-    std::string prefix;
-  };
-
   struct archive* archive = nullptr;
-  // Listed at the first next() (on the pool), not in the constructor.
-  kj::AutoCloseFd root;
-  std::vector<Level> stack;
+  // Lists the root at the first next() (on the pool), not in the
+  // constructor. A dir object is within the store's limits already.
+  TreeWalk walk;
   kj::AutoCloseFd file;
-  std::string filePath;
+  kj::String filePath;
   uint64_t fileLeft = 0;
   bool finished = false;
   std::vector<kj::byte> pending;
@@ -70,6 +64,12 @@ using TarSource = kj::OneOf<kj::ArrayPtr<const kj::byte>, int>;
 // names the archive in errors, e.g. "constant 1/4":
 //   "constant 1/4: tar entry '../x' is not allowed: it contains '..'"
 //   "constant 1/4: tar entry 'l' is a hard link; hard links are not allowed"
-void unpackTar(TarSource source, int dirFd, kj::StringPtr what);
+// The tree it makes stays within `limits` (checkTreeLimits' messages). A
+// file entry must hold exactly the bytes its header declares, all of them
+// present in the archive: a truncated archive, or an entry whose size runs
+// past its end, fails naming the entry; a sparse entry (holes, a declared
+// size beyond its data) is refused, so the bytes unpacked never exceed the
+// archive's own.
+void unpackTar(TarSource source, int dirFd, kj::StringPtr what, const TreeLimits& limits);
 
 }  // namespace squall

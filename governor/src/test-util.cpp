@@ -14,6 +14,7 @@
 #include <kj/debug.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <sstream>
+#include <sys/stat.h>
 #include <unistd.h>
 
 namespace squall {
@@ -71,10 +72,45 @@ std::string describeTree(kj::StringPtr root) {
 ObjectMeta putTree(ObjectStore& store, Id id, kj::StringPtr path) {
   auto temp = store.newTempPath();
   auto source = openDirectory(path);
-  copyTree(source, AT_FDCWD, temp, FileCopy::COPY, "test tree");
+  copyTree(source, AT_FDCWD, temp, FileCopy::COPY, "test tree", store.treeLimits());
   auto root = openDirectory(temp);
-  auto hashed = sealTree(root, "test tree");
+  auto hashed = sealTree(root, "test tree", store.treeLimits());
   return store.adoptDir(id, kj::mv(temp), hashed);
+}
+
+LowDescriptorLimit::LowDescriptorLimit(rlim_t max) {
+  KJ_SYSCALL(getrlimit(RLIMIT_NOFILE, &saved));
+  struct rlimit low = saved;
+  low.rlim_cur = max;
+  KJ_SYSCALL(setrlimit(RLIMIT_NOFILE, &low));
+}
+
+LowDescriptorLimit::~LowDescriptorLimit() { setrlimit(RLIMIT_NOFILE, &saved); }
+
+void makeDeepTree(kj::StringPtr root, size_t depth) {
+  auto dir = openDirectory(root);
+  for (size_t i = 0; i < depth; i++) {
+    KJ_SYSCALL(::mkdirat(dir, "d", 0755));
+    dir = openChildDir(dir, "d");
+  }
+  int fd;
+  KJ_SYSCALL(fd = ::openat(dir, "f", O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
+  kj::AutoCloseFd file(fd);
+  writeAll(file, kj::StringPtr("bottom").asBytes());
+}
+
+std::pair<size_t, bool> measureDeepTree(kj::StringPtr root) {
+  auto dir = openDirectory(root);
+  size_t depth = 0;
+  for (;;) {
+    int fd = ::openat(dir, "d", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) break;
+    dir = kj::AutoCloseFd(fd);
+    depth++;
+  }
+  struct stat st;
+  bool file = ::fstatat(dir, "f", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode);
+  return {depth, file};
 }
 
 bool isGoneOrZombie(int pid, int seconds) {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <spdlog/logger.h>
 #include <string>
+#include <sys/resource.h>
+#include <utility>
 
 namespace squall {
 
@@ -45,6 +47,25 @@ std::string describeTree(kj::StringPtr root);
 
 // Copies the tree at `path` into `store` as dir object `id` (sealed).
 ObjectMeta putTree(ObjectStore& store, Id id, kj::StringPtr path);
+
+// Lowers the soft limit on open descriptors while it lives: a walk that
+// held one descriptor per level failed with EMFILE well before 1,500.
+class LowDescriptorLimit {
+ public:
+  explicit LowDescriptorLimit(rlim_t max);
+  ~LowDescriptorLimit();
+
+ private:
+  struct rlimit saved;
+};
+
+// Makes `depth` nested directories "d" below `root` (which must exist) with
+// a file "f" holding "bottom" at the bottom (at depth + 1), one level at a
+// time: no long paths, two descriptors.
+void makeDeepTree(kj::StringPtr root, size_t depth);
+
+// How deep the "d" chain below `root` goes, and whether "f" is at its bottom.
+std::pair<size_t, bool> measureDeepTree(kj::StringPtr root);
 
 // Polls /proc until `pid` has exited or is a zombie, for at most `seconds`.
 bool isGoneOrZombie(int pid, int seconds);
