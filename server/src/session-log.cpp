@@ -318,14 +318,15 @@ SessionLog::SubmitRows SessionLog::insertSubmit(
 kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
     uint64_t session, std::vector<kj::Array<capnp::word>> chunks,
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants) {
-  auto paf = kj::newPromiseAndCrossThreadFulfiller<SubmitRows>();
+  auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
+  auto rows = std::make_shared<SubmitRows>();
   {
     std::lock_guard<std::mutex> lock(jobMutex);
     if (!writer.joinable()) writer = std::thread([this]() { writerLoop(); });
-    submitJobs.push_back(SubmitJob{session, std::move(chunks), std::move(constants), kj::mv(paf.fulfiller)});
+    submitJobs.push_back(SubmitJob{session, std::move(chunks), std::move(constants), rows, kj::mv(paf.fulfiller)});
   }
   jobChanged.notify_all();
-  return kj::mv(paf.promise);
+  return paf.promise.then([rows]() { return std::move(*rows); });
 }
 
 void SessionLog::undoSubmit(const SubmitRows& rows) {
@@ -612,19 +613,18 @@ void SessionLog::writerLoop() {
       }
       lock.unlock();
       if (beforeSubmitWrite) beforeSubmitWrite();
-      SubmitRows rows;
       auto error = kj::runCatchingExceptions([&]() {
         std::vector<kj::ArrayPtr<const uint8_t>> chunks;
         for (auto& chunk : submit.chunks) chunks.push_back(chunk.asBytes());
         std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constants;
         for (auto& [n, bytes] : submit.constants) constants.emplace_back(n, kj::arrayPtr(bytes.data(), bytes.size()));
         std::lock_guard<std::mutex> dbLock(dbMutex);
-        rows = insertSubmit(submit.session, chunks, constants, true);
+        *submit.rows = insertSubmit(submit.session, chunks, constants, true);
       });
       KJ_IF_MAYBE(e, error) {
         submit.done->reject(kj::mv(*e));
       } else {
-        submit.done->fulfill(kj::mv(rows));
+        submit.done->fulfill();
       }
       continue;
     }

@@ -38,6 +38,7 @@
 #include <kj/array.h>
 #include <kj/async.h>
 #include <kj/common.h>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <spdlog/logger.h>
@@ -214,7 +215,11 @@ class SessionLog {
     uint64_t session;
     std::vector<kj::Array<capnp::word>> chunks;
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants;
-    kj::Own<kj::CrossThreadPromiseFulfiller<SubmitRows>> done;
+    // The writer fills `rows` before it fulfils `done` (a fulfiller of
+    // a struct holding a vector trips gcc's -Wmaybe-uninitialized inside
+    // KJ's cross-thread code).
+    std::shared_ptr<SubmitRows> rows;
+    kj::Own<kj::CrossThreadPromiseFulfiller<void>> done;
   };
   std::deque<SubmitJob> submitJobs;
   size_t retryCount = 0;  // loop thread's copy of retry->changes
