@@ -1,6 +1,7 @@
 // squall-server: parses flags, wires the server's parts, runs the loop.
 #include "src/context.h"
 #include "src/http/status-server.h"
+#include "src/recovery.h"
 #include "src/services.h"
 #include "src/session-history.h"
 #include "src/session-log.h"
@@ -29,42 +30,6 @@ std::string defaultLogPath() {
   const char* home = getenv("HOME");
   if (home != nullptr && *home == '/') return std::string(home) + "/.local/state/squall/server.sqlite";
   return "squall-server.sqlite";
-}
-
-// Replays the session log into the table. A session that cannot be brought
-// back is reported and left in the log untouched (never silently dropped);
-// the others carry on.
-bool recover(squall::SessionLog& log, squall::SessionTable& sessions,
-             squall::GovernorPool& governors, spdlog::logger& logger) {
-  auto started = std::chrono::steady_clock::now();
-  std::vector<squall::SessionLog::SessionRecord> records;
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                records = log.load();
-                for (auto& name : log.loadGovernors()) governors.expect(name);
-              })) {
-    fprintf(stderr, "squall-server: %s\n", squall::userMessage(*e).cStr());
-    return false;
-  }
-  size_t tasks = 0, restored = 0;
-  for (auto& record : records) {
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  auto& session = sessions.restore(
-                      record, [&](const std::string& name) { return governors.expect(name); });
-                  tasks += session.tasks.size();
-                  restored++;
-                })) {
-      logger.error("event=session-not-restored session={} error=\"{}\"", record.id,
-                   e->getDescription().cStr());
-      fprintf(stderr, "squall-server: session %llu in the log %s could not be restored: %s\n",
-              static_cast<unsigned long long>(record.id), log.path().c_str(),
-              squall::userMessage(*e).cStr());
-      KJ_IF_MAYBE(partial, sessions.find(record.id)) { sessions.forget(partial->id); }
-    }
-  }
-  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
-  logger.info("event=recovered path={} sessions={} tasks={} governors_expected={} ms={}", log.path(),
-              restored, tasks, governors.expectedCount(), ms);
-  return true;
 }
 
 }  // namespace
@@ -203,7 +168,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     sessions.useLog(sessionLog.get());
-    if (!recover(*sessionLog, sessions, governors, *logger)) return 1;
+    if (!squall::recoverSessions(*sessionLog, sessions, governors, *logger, stderr)) return 1;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { sessionHistory.open(*sessionLog); })) {
       fprintf(stderr, "squall-server: %s\n", squall::userMessage(*e).cStr());
       return 1;

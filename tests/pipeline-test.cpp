@@ -94,6 +94,9 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
       {"[step.a]\nshell = \"true\"\nstdout = true\n[step.b]\nslice = \"@a/x.txt\"\n",
        "p.toml:5:9: '@a/x.txt' takes a path inside output 'a.stdout', which is a file, not a directory"},
       {"[step.a]\nshell = \"true\"\ntime_limit = \"soon\"\n", "p.toml:3:14: 'step.a.time_limit' must be a duration"},
+      {"[step.a]\nshell = \"true\"\ntime_limit = \"1e300s\"\n", "p.toml:3:14: 'step.a.time_limit' must be at most 365 days"},
+      {"[step.a]\nshell = \"true\"\ntime_limit = \"infh\"\n", "p.toml:3:14: 'step.a.time_limit' must be at most 365 days"},
+      {"[step.a]\nshell = \"true\"\ntime_limit = 31536001\n", "p.toml:3:14: 'step.a.time_limit' must be between 1 and 31536000"},
       {"[step.a]\nshell = \"true\"\ninputs = { \"../x\" = \"data/words.txt\" }\n",
        "p.toml:3:12: input: path '../x' contains '..' and would escape the sandbox"},
       {"[step.a]\nshell = \"true\"\noutputs = { o = \"../o\" }\n",
@@ -115,6 +118,26 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
     auto error = planError(ws.dir, c.text);
     EXPECT_EQ(error.rfind(c.error, 0), 0u) << "file:\n" << c.text << "\nerror: " << error;
   }
+}
+
+// What the pipeline fuzz target found (fuzz/regressions/pipeline/, see
+// docs/testing.md): each file is refused with a message naming the place,
+// never undefined behaviour or a crash.
+TEST(PipelineParseTest, FuzzFindingsAreRefusedWithAClearError) {
+  Workspace ws;
+  const std::map<std::string, std::string> expected = {
+      {"time-limit-beyond-int64.toml", "p.toml:9:14: 'step.flaky-ok.time_limit' must be at most 365 days"},
+  };
+  size_t seen = 0;
+  for (auto& entry : fs::directory_iterator(fs::path(SQUALL_SOURCE_DIR) / "fuzz/regressions/pipeline")) {
+    auto name = entry.path().filename().string();
+    auto it = expected.find(name);
+    ASSERT_NE(it, expected.end()) << name << ": say here what it must be refused with";
+    auto error = planError(ws.dir, slurp(entry.path()));
+    EXPECT_EQ(error.rfind(it->second, 0), 0u) << name << ": " << error;
+    seen++;
+  }
+  EXPECT_EQ(seen, expected.size());
 }
 
 // ---- squall run without a server ----

@@ -21,6 +21,9 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr size_t MAX_ITEMS = 1000000;
+// time_limit: at most 365 days, whether in seconds or with a unit.
+constexpr int64_t MAX_DURATION_SECONDS = 365LL * 24 * 3600;
+constexpr double MAX_DURATION_MS = MAX_DURATION_SECONDS * 1000.0;
 const char* const PLACEHOLDERS[] = {"item", "index", "name", "stem"};
 
 bool validName(std::string_view name) {
@@ -526,7 +529,7 @@ class PipelineParser {
   std::chrono::milliseconds parseDuration(const toml::node& node, const std::string& where) const {
     auto pos = posOf(node.source());
     if (node.is_integer()) {
-      return std::chrono::seconds(integer(node, where, 1, 365LL * 24 * 3600));
+      return std::chrono::seconds(integer(node, where, 1, MAX_DURATION_SECONDS));
     }
     auto text = string(node, where);
     size_t used = 0;
@@ -543,7 +546,14 @@ class PipelineParser {
       fail(pos, "'" + where + "' must be a duration like \"500ms\", \"30s\", \"5m\", \"2h\" or a "
                 "number of seconds (got \"" + text + "\")");
     }
-    return std::chrono::milliseconds(static_cast<int64_t>(number * it->second));
+    // The same bound as a number of seconds; checked as a double, before
+    // the conversion, which is undefined for what does not fit (found by
+    // fuzz-pipeline: "1111...1s"). Under a millisecond is one.
+    double ms = number * it->second;
+    if (ms > MAX_DURATION_MS) {
+      fail(pos, "'" + where + "' must be at most 365 days (got \"" + text + "\")");
+    }
+    return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
   }
 
   void addItem(Step& step, std::string item, std::string name) {
