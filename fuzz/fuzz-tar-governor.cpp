@@ -1,6 +1,6 @@
 // libFuzzer target: the governor's tar reader (governor/src/tar-archive:
-// unpackTar), which unpacks dir constants a client sent and archives
-// fetched from other governors. The input is the archive; it is unpacked
+// unpackTar, with the default TreeLimits), which unpacks dir constants a
+// client sent and archives fetched from other governors. The input is the archive; it is unpacked
 // into an empty directory below a scratch root, and nothing may appear
 // beside that directory (no entry escapes it).
 #include "fuzz-util.h"
@@ -18,7 +18,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kj::AutoCloseFd dirFd(open(dest.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     KJ_ASSERT(dirFd.get() >= 0);
     squall::fuzz::expectingRefusals([&]() {
-      squall::unpackTar(kj::ArrayPtr<const kj::byte>(data, size), dirFd, "constant 1/1");
+      squall::unpackTar(kj::ArrayPtr<const kj::byte>(data, size), dirFd, "constant 1/1", squall::TreeLimits{});
     });
   }
   KJ_ASSERT(std::distance(std::filesystem::directory_iterator(scratch), {}) == 1,
