@@ -235,7 +235,8 @@ TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto getState = service.getStateRequest();
   getState.setSession(s);
-  auto state = getState.send().wait(io.waitScope).getState();
+  auto response = getState.send().wait(io.waitScope);  // holds what state points into
+  auto state = response.getState();
   EXPECT_EQ(state.getTasksWaiting() + state.getTasksReady() + state.getTasksRunning() +
                 state.getTasksFinished() + state.getTasksFailed() + state.getTasksSkipped(),
             1u);
