@@ -108,13 +108,13 @@ void writeLog(const fs::path& path, bool withHistory) {
     auto submit = [&](squall::Session& session, TestGraph& graph) {
       squall::PendingSubmit pending(session.id, squall::Limits{});
       pending.add(graph.build());
-      auto ready = pending.commit(session, {}, [&]() {
-        auto chunks = pending.flatChunks();
-        std::vector<kj::ArrayPtr<const uint8_t>> ptrs;
-        for (auto& c : chunks) ptrs.push_back(c.asBytes());
-        log.submitted(session.id, ptrs, {});
-      });
-      table.submitted(session, std::move(ready));
+      // Checked, written, then applied, as the server does.
+      pending.commit(session, {}, false);
+      auto chunks = pending.flatChunks();
+      std::vector<kj::ArrayPtr<const uint8_t>> ptrs;
+      for (auto& c : chunks) ptrs.push_back(c.asBytes());
+      log.submitted(session.id, ptrs, {});
+      table.submitted(session, pending.commit(session));
     };
 
     auto finish = [&](squall::Session& session, uint64_t task) {
