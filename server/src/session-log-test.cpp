@@ -217,6 +217,19 @@ TEST_F(SessionLogTest, ALogFromANewerServerIsRefused) {
   EXPECT_NE(error.find("schema version 99, newer than this server's"), std::string::npos) << error;
 }
 
+// Found by fuzz-session-log: a negative user_version indexed the migrations
+// before the start of their array (UBSan: out of bounds).
+TEST_F(SessionLogTest, ALogWithANegativeSchemaVersionIsRefused) {
+  { SessionLog log(path, *logger); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=-83820033", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  auto error = openError();
+  EXPECT_NE(error.find("schema version -83820033, which no squall-server writes"), std::string::npos)
+      << error;
+}
+
 // The security review's hang: an outcome row whose list claims 2^28
 // elements of no size (capnp's amplification case) held start-up for
 // minutes under an unlimited traversal budget. Now refused at once, named.

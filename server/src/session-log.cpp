@@ -192,6 +192,8 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
       if (rc != SQLITE_ROW) fail("reading the schema version", rc);
       version = sqlite3_column_int(stmt, 0);
     }
+    SQUALL_REQUIRE(version >= 0, "session log ", path, " has schema version ", version,
+                   ", which no squall-server writes: the file is damaged or not a session log");
     SQUALL_REQUIRE(version <= VERSION, "session log ", path, " has schema version ", version,
                    ", newer than this server's ", VERSION, "; run a newer squall-server");
     if (version > 0) {
