@@ -330,13 +330,17 @@ void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assi
   }
   logger.debug("event=assign governor={} tasks={} constants={}", governor.id, which.size(),
                constants.size());
+  std::vector<Id> constantIds;
+  for (auto* constant : constants) constantIds.push_back(constant->id);
   GovernorId gid = governor.id;
-  rpcs.add(req.send().ignoreResult().catch_([this, gid, sent = kj::mv(sent)](kj::Exception&& e) {
-    assignFailed(gid, sent, kj::mv(e));
-  }));
+  rpcs.add(req.send().ignoreResult().catch_(
+      [this, gid, sent = kj::mv(sent), constantIds = kj::mv(constantIds)](kj::Exception&& e) {
+        assignFailed(gid, sent, constantIds, kj::mv(e));
+      }));
 }
 
-void Dispatcher::assignFailed(GovernorId gid, const std::vector<Id>& sent, kj::Exception&& e) {
+void Dispatcher::assignFailed(GovernorId gid, const std::vector<Id>& sent, const std::vector<Id>& constants,
+                              kj::Exception&& e) {
   // A dropped connection is governorLost()'s to handle: its tasks go
   // elsewhere. Anything else (a message the governor cannot take) would be
   // refused again wherever the tasks went: they fail, saying why, instead
@@ -349,6 +353,15 @@ void Dispatcher::assignFailed(GovernorId gid, const std::vector<Id>& sent, kj::E
   }
   logger.error("event=assign-failed governor={} name={} tasks={} error=\"{}\"", gid, name, sent.size(),
                e.getDescription().cStr());
+  // The constants it carried never arrived: a later call must carry them.
+  for (auto& id : constants) {
+    KJ_IF_MAYBE(session, sessions.find(id.session)) {
+      auto it = session->objects.find(id.n);
+      if (it == session->objects.end()) continue;
+      auto& where = it->second.locations;
+      where.erase(std::remove(where.begin(), where.end(), gid), where.end());
+    }
+  }
   for (auto& id : sent) {
     KJ_IF_MAYBE(session, sessions.find(id.session)) {
       auto it = session->tasks.find(id.n);

@@ -101,7 +101,8 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   // One assign call: the tasks assign[which...] and the constants.
   void sendAssign(GovernorState& governor, const std::vector<Id>& assign,
                   const std::vector<size_t>& which, const std::vector<ObjectNode*>& constants);
-  void assignFailed(GovernorId governor, const std::vector<Id>& sent, kj::Exception&& e);
+  void assignFailed(GovernorId governor, const std::vector<Id>& sent, const std::vector<Id>& constants,
+                    kj::Exception&& e);
   void taskFailed(kj::Exception&& exception) override;
 };
 

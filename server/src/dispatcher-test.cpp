@@ -1,0 +1,66 @@
+#include "dispatcher.h"
+
+#include "test-graph.h"
+
+#include <gtest/gtest.h>
+#include <kj/async.h>
+#include <kj/timer.h>
+#include <spdlog/sinks/null_sink.h>
+
+namespace squall {
+namespace {
+
+using testing::TestGraph;
+
+// A governor whose assign calls all fail (as a message past capnp's limit
+// does), counting them.
+class RefusingGovernor final : public wire::GovernorControl::Server {
+ public:
+  explicit RefusingGovernor(int& calls) : calls(calls) {}
+  kj::Promise<void> assign(AssignContext) override {
+    calls++;
+    return KJ_EXCEPTION(FAILED, "message too large");
+  }
+
+ private:
+  int& calls;
+};
+
+// Issue 19 point 3: an assign call that failed was logged at debug level
+// and forgotten; its task stayed "running" for good, holding its cpus. Now
+// the task fails, naming the governor and the error, its cpus are free,
+// and the constant it carried is not counted as being on that governor.
+TEST(DispatcherTest, AnAssignCallThatFailsFailsItsTasksNamingTheGovernor) {
+  kj::EventLoop loop;
+  kj::WaitScope waitScope(loop);
+  kj::TimerImpl timer(kj::origin<kj::TimePoint>());
+  auto logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
+  SessionTable sessions(*logger);
+  GovernorPool governors;
+  Scheduler scheduler(SchedulerOptions{});
+  Dispatcher dispatcher(sessions, governors, scheduler, timer, *logger);
+  int calls = 0;
+  auto& governor = governors.add("g1", "127.0.0.1:1", 2, kj::heap<RefusingGovernor>(calls));
+
+  auto& session = sessions.open("s", &governors);
+  TestGraph graph(session.id);
+  graph.constant(1, "abc").output(2, true).task({3, {1}, {2}});
+  PendingSubmit pending(session.id, Limits{});
+  pending.add(graph.build());
+  sessions.submitted(session, pending.commit(session));
+  dispatcher.kick();
+  auto finished = sessions.wait(session, {}, false);
+  finished.wait(waitScope);
+
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(session.state, Session::State::FAILED);
+  EXPECT_NE(session.failureMessage.find("could not send the task to governor g1"), std::string::npos)
+      << session.failureMessage;
+  EXPECT_NE(session.failureMessage.find("message too large"), std::string::npos) << session.failureMessage;
+  EXPECT_EQ(governor.load, 0u);
+  EXPECT_TRUE(governor.assigned.empty());
+  EXPECT_TRUE(session.objects.at(1).locations.empty());
+}
+
+}  // namespace
+}  // namespace squall
