@@ -179,6 +179,10 @@ struct TaskResult {
   stdoutTail @9 :Text;
   # The task was killed for exceeding its time limit.
   timedOut @10 :Bool;
+  # It never ran: an input could not be fetched because its source went
+  # away (a governor lost as the task was placed). Not the task's failure:
+  # the server places it again once it knows of the loss.
+  inputUnavailable @11 :Bool;
 }
 
 # Why a session (or a wait) failed.

@@ -401,6 +401,13 @@ TEST_F(GovernorControlTest, InputsAreFetchedFromAnotherGovernor) {
   EXPECT_FALSE(missing.ok);
   EXPECT_NE(missing.error.find(kj::str("cannot fetch object 8/9 from ", address).cStr()), std::string::npos)
       << missing.error;
+  EXPECT_FALSE(missing.inputUnavailable);  // its source answered: the object is not there
+
+  // A source that has gone (nothing listens there): the input is
+  // unavailable, not the task's failure (the server places it again).
+  auto unreachable = runExec({.id = {8, 5}, .args = {"true"}, .inputs = {{{8, 7}, "in", {"127.0.0.1:1"}}}});
+  EXPECT_FALSE(unreachable.ok);
+  EXPECT_TRUE(unreachable.inputUnavailable) << unreachable.error;
 }
 
 }  // namespace

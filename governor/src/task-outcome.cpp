@@ -38,6 +38,7 @@ void TaskOutcome::toWire(wire::TaskResult::Builder builder) const {
   builder.setStderrTail(stderrTail);
   builder.setStdoutTail(stdoutTail);
   builder.setTimedOut(timedOut);
+  builder.setInputUnavailable(inputUnavailable);
 }
 
 size_t TaskOutcome::wireSize() const {

@@ -30,6 +30,8 @@ struct TaskOutcome {
   // The program's stdout when it is not one of its outputs.
   kj::String stdoutTail;
   bool timedOut = false;
+  // An input's source went away while it was fetched (TaskResult).
+  bool inputUnavailable = false;
 
   static TaskOutcome failure(Id id, kj::String error);
   // A finished built-in task with one output.

@@ -121,7 +121,9 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
     work.add(kj::joinPromises(waits.releaseAsArray())
                  .then([this, id, serial]() { inputsReady(id, serial); },
                        [this, id, serial](kj::Exception&& e) {
-                         failWaiting(id, serial, kj::str(e.getDescription()));
+                         // DISCONNECTED: a source that went away, not a bad input.
+                         failWaiting(id, serial, kj::str(e.getDescription()),
+                                     e.getType() == kj::Exception::Type::DISCONNECTED);
                        }));
   }
 }
@@ -145,12 +147,14 @@ void TaskQueue::inputsReady(Id id, uint64_t serial) {
   }
 }
 
-void TaskQueue::failWaiting(Id id, uint64_t serial, kj::String error) {
+void TaskQueue::failWaiting(Id id, uint64_t serial, kj::String error, bool inputUnavailable) {
   KJ_IF_MAYBE(task, lookup(id, serial)) {
     KJ_ASSERT(task->state != State::RUNNING);
     auto spec = kj::mv(task->spec);
     tasks.erase(id);
-    ended(*spec, TaskOutcome::failure(id, kj::mv(error)));
+    auto outcome = TaskOutcome::failure(id, kj::mv(error));
+    outcome.inputUnavailable = inputUnavailable;
+    ended(*spec, kj::mv(outcome));
   }
 }
 

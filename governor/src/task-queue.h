@@ -83,7 +83,7 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
 
   kj::Maybe<Task&> lookup(Id id, uint64_t serial);
   void inputsReady(Id id, uint64_t serial);
-  void failWaiting(Id id, uint64_t serial, kj::String error);
+  void failWaiting(Id id, uint64_t serial, kj::String error, bool inputUnavailable = false);
   void pump();
   // Fulfils a shutdown() waiting for the last task and aftermath.
   void checkIdle();

@@ -17,6 +17,7 @@ kj::Promise<void> FakeUpstream::update(UpdateContext context) {
     result.exitStatus = r.getExitStatus();
     result.signal = r.getSignal();
     result.stderrTail = r.getStderrTail();
+    result.inputUnavailable = r.getInputUnavailable();
     result.startTimeUs = r.getStartTimeUs();
     for (auto o : r.getOutputs()) {
       result.outputs.push_back({Id::from(o.getId()), {o.getSize(), o.getHash()}});

@@ -20,6 +20,7 @@ struct Result {
   std::vector<std::pair<Id, std::pair<uint64_t, uint64_t>>> outputs;  // id, size, hash
   std::string stderrTail;
   uint64_t startTimeUs = 0;
+  bool inputUnavailable = false;
 };
 
 // The server's side of GovernorUpstream: keeps every result, checks none

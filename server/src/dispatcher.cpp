@@ -128,6 +128,13 @@ void Dispatcher::pass() {
   auto& effects = sessions.effects();
   ready.insert(ready.end(), effects.ready.begin(), effects.ready.end());
   effects.ready.clear();
+  if (!effects.readyLater.empty()) {
+    rpcs.add(timer.afterDelay(INPUT_RETRY_DELAY).then([this, later = kj::mv(effects.readyLater)]() {
+      ready.insert(ready.end(), later.begin(), later.end());
+      kick();
+    }));
+    effects.readyLater.clear();
+  }
   for (auto& [g, id] : effects.cancel) {
     KJ_IF_MAYBE(governor, governors.find(g)) { governor->toCancel.push_back(id); }
   }

@@ -29,6 +29,9 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   // cancels, removals and governors' confirmations, and fewer, larger
   // transactions cost far less.
   static constexpr kj::Duration COMMIT_INTERVAL = 5 * kj::MILLISECONDS;
+  // A task whose input's source went away is placed again after this, by
+  // when the server has heard of the loss (SessionTable::taskResult).
+  static constexpr kj::Duration INPUT_RETRY_DELAY = 200 * kj::MILLISECONDS;
 
   Dispatcher(SessionTable& sessions, GovernorPool& governors, Scheduler& scheduler, kj::Timer& timer,
              spdlog::logger& logger)

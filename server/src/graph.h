@@ -92,6 +92,8 @@ struct TaskNode {
   GovernorId governor = 0;
   // 1 for the first run; counts up with retries.
   uint32_t attempt = 1;
+  // Times it was placed again because an input's source went away.
+  uint32_t inputRetries = 0;
   std::vector<std::shared_ptr<Waiter>> waiters;
 
   // Filled from the last result (bounded: tails are at most a few KiB).

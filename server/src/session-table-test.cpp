@@ -229,6 +229,40 @@ TEST_F(SessionTableTest, AnIdNamedManyTimesInOneWaitIsHeldOnce) {
   EXPECT_TRUE(waiting.poll(waitScope));
 }
 
+// RecoveryTest failed now and then: a governor fetching an input from a
+// governor just killed reported the task failed ("cannot fetch object ...
+// Connection reset") before the server had heard of the loss, and the
+// session failed. Such a result is not the task's failure: it is placed
+// again after a pause, without an attempt counted, up to a bound.
+TEST_F(SessionTableTest, ATaskWhoseInputSourceWentAwayIsPlacedAgainLaterUpToABound) {
+  TestGraph g(1);
+  g.output(1).task({10, {}, {1}});
+  auto& s = submit(g);
+  table.effects().ready.clear();
+  auto unavailable = [&]() {
+    capnp::MallocMessageBuilder message;
+    auto result = message.initRoot<wire::TaskResult>();
+    Id{1, 10}.to(result.initId());
+    result.setOk(false);
+    result.setError("cannot fetch object 1/5 from 127.0.0.1:9: Connection reset by peer");
+    result.setInputUnavailable(true);
+    table.assigned(s.tasks.at(10), 1);
+    table.taskResult(result.asReader(), 1, "governor");
+  };
+  for (uint32_t i = 0; i < SessionTable::MAX_INPUT_RETRIES; i++) {
+    unavailable();
+    EXPECT_EQ(s.state, Session::State::OPEN);
+    EXPECT_EQ(s.tasks.at(10).state, TaskNode::State::READY);
+    EXPECT_EQ(s.tasks.at(10).attempt, 1u);
+    ASSERT_EQ(table.effects().readyLater.size(), 1u);
+    EXPECT_TRUE(table.effects().ready.empty());  // not at once
+    table.effects().readyLater.clear();
+  }
+  unavailable();
+  EXPECT_EQ(s.state, Session::State::FAILED);
+  EXPECT_NE(s.failureMessage.find("Connection reset by peer"), std::string::npos) << s.failureMessage;
+}
+
 TEST_F(SessionTableTest, FailedTaskIsRetriedWithItsAttemptCounted) {
   TestGraph g(1);
   testing::TestTask flaky{10, {}, {1}};

@@ -219,6 +219,19 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
     session.setTaskState(task, TaskNode::State::WAITING);
     return;
   }
+  if (result.getInputUnavailable() && task.inputRetries < MAX_INPUT_RETRIES) {
+    // It never ran: an input's source went away as the task was placed (a
+    // governor killed). The server hears of that loss at about the same
+    // time; placed again a moment later, the task reads another copy, or
+    // waits for one made again. Not an attempt of its own; bounded, so a
+    // source that stays unreachable (and not lost) still fails it.
+    task.inputRetries++;
+    logger.info("event=task-requeued session={} task={} reason=input-unavailable error=\"{}\"",
+                id.session, id.n, result.getError().cStr());
+    session.setTaskState(task, TaskNode::State::READY);
+    pending.readyLater.push_back(task.id);
+    return;
+  }
   auto policy = task.spec.getPolicy();
   logger.info("event=task-failed session={} task={} attempt={} error=\"{}\"", id.session, id.n,
               task.attempt, result.getError().cStr());

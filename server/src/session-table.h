@@ -22,10 +22,17 @@ struct Effects {
   // (governor, task) to cancel; (governor, object) to remove.
   std::vector<std::pair<GovernorId, Id>> cancel;
   std::vector<std::pair<GovernorId, Id>> remove;
+  // READY tasks to place again after a pause (an input's source went away;
+  // see SessionTable::taskResult), in order.
+  std::vector<Id> readyLater;
 };
 
 class SessionTable {
  public:
+  // Placements a task gets again when an input's source went away before
+  // it ran (each after Dispatcher::INPUT_RETRY_DELAY), before it fails.
+  static constexpr uint32_t MAX_INPUT_RETRIES = 10;
+
   explicit SessionTable(spdlog::logger& logger) : logger(logger) {}
 
   // Writes to `log` (none: nothing survives a restart). Not owned.
