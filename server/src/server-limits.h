@@ -54,6 +54,8 @@ struct Limits {
   std::optional<std::string> set(const std::string& assignment);
   // "name=value" of one by its member (for error messages).
   std::string named(const uint64_t& member) const;
+  // "(limit name=value)": how a refusal names the limit it hit.
+  std::string note(const uint64_t& member) const { return "(limit " + named(member) + ")"; }
 
   struct Entry {
     const char* name;

@@ -39,6 +39,18 @@ class SessionLogTest : public ::testing::Test {
     }
   }
 
+  // The error text of opening a log whose schema version was set to
+  // `version` behind its back.
+  std::string openErrorAtSchemaVersion(int version) {
+    { SessionLog log(path, *logger); }
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    auto pragma = "PRAGMA user_version=" + std::to_string(version);
+    EXPECT_EQ(sqlite3_exec(db, pragma.c_str(), nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+    return openError();
+  }
+
   static kj::ArrayPtr<const uint8_t> bytes(const std::string& text) {
     return kj::arrayPtr(reinterpret_cast<const uint8_t*>(text.data()), text.size());
   }
@@ -208,24 +220,14 @@ TEST_F(SessionLogTest, AFileThatIsNotALogIsRefusedByName) {
 }
 
 TEST_F(SessionLogTest, ALogFromANewerServerIsRefused) {
-  { SessionLog log(path, *logger); }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=99", nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
-  auto error = openError();
+  auto error = openErrorAtSchemaVersion(99);
   EXPECT_NE(error.find("schema version 99, newer than this server's"), std::string::npos) << error;
 }
 
 // Found by fuzz-session-log: a negative user_version indexed the migrations
 // before the start of their array (UBSan: out of bounds).
 TEST_F(SessionLogTest, ALogWithANegativeSchemaVersionIsRefused) {
-  { SessionLog log(path, *logger); }
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "PRAGMA user_version=-83820033", nullptr, nullptr, nullptr), SQLITE_OK);
-  sqlite3_close(db);
-  auto error = openError();
+  auto error = openErrorAtSchemaVersion(-83820033);
   EXPECT_NE(error.find("schema version -83820033, which no squall-server writes"), std::string::npos)
       << error;
 }

@@ -136,7 +136,7 @@ void PendingSubmit::release() {
 
 void PendingSubmit::charge(uint64_t more) {
   SQUALL_REQUIRE(bytes + more <= limits.submitBytes, "the submit is larger than ", limits.submitBytes,
-                 " bytes (limit ", limits.named(limits.submitBytes), ")");
+                 " bytes ", limits.note(limits.submitBytes));
   if (pendingTotal) {
     SQUALL_REQUIRE(*pendingTotal + more <= limits.pendingBytes, "the server holds ", *pendingTotal,
                    " bytes of open submits and this one would pass its limit (limit ",
@@ -149,10 +149,9 @@ void PendingSubmit::charge(uint64_t more) {
 void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
   auto size = chunk.totalSize().wordCount * sizeof(capnp::word);
   SQUALL_REQUIRE(tasks + chunk.getTasks().size() <= limits.submitTasks, "the submit has more than ",
-                 limits.submitTasks, " tasks (limit ", limits.named(limits.submitTasks), ")");
+                 limits.submitTasks, " tasks ", limits.note(limits.submitTasks));
   SQUALL_REQUIRE(objects + chunk.getObjects().size() <= limits.submitObjects,
-                 "the submit has more than ", limits.submitObjects, " objects (limit ",
-                 limits.named(limits.submitObjects), ")");
+                 "the submit has more than ", limits.submitObjects, " objects ", limits.note(limits.submitObjects));
   for (auto task : chunk.getTasks()) {
     auto taskBytes = task.totalSize().wordCount * sizeof(capnp::word);
     SQUALL_REQUIRE(taskBytes <= limits.taskBytes, taskLabel(task), " is ", taskBytes,
@@ -162,8 +161,7 @@ void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
   }
   for (auto object : chunk.getObjects()) {
     SQUALL_REQUIRE(object.getData().size() <= limits.constantBytes, "constant ",
-                   object.getId().getN(), " is larger than ", limits.constantBytes, " bytes (limit ",
-                   limits.named(limits.constantBytes), ")");
+                   object.getId().getN(), " is larger than ", limits.constantBytes, " bytes ", limits.note(limits.constantBytes));
   }
   charge(size);
   tasks += chunk.getTasks().size();
@@ -187,8 +185,7 @@ void PendingSubmit::appendData(uint64_t object, kj::ArrayPtr<const kj::byte> dat
                  " is not declared as a constant in this submit");
   auto& buffer = appended[object];
   SQUALL_REQUIRE(buffer.size() + data.size() <= limits.constantBytes, "constant ", object,
-                 " is larger than ", limits.constantBytes, " bytes (limit ",
-                 limits.named(limits.constantBytes), ")");
+                 " is larger than ", limits.constantBytes, " bytes ", limits.note(limits.constantBytes));
   charge(data.size());
   buffer.insert(buffer.end(), data.begin(), data.end());
 }
@@ -196,22 +193,20 @@ void PendingSubmit::appendData(uint64_t object, kj::ArrayPtr<const kj::byte> dat
 void PendingSubmit::checkBounds(kj::StringPtr label, wire::TaskSpec::Reader task) const {
   auto attributes = task.getAttributes();
   SQUALL_REQUIRE(attributes.size() <= limits.attributeBytes, label, ": its attributes are ",
-                 attributes.size(), " bytes, more than ", limits.attributeBytes, " (limit ",
-                 limits.named(limits.attributeBytes), ")");
+                 attributes.size(), " bytes, more than ", limits.attributeBytes, " ", limits.note(limits.attributeBytes));
   SQUALL_REQUIRE(jsonNesting(attributes.cStr(), limits.attributeDepth) <= limits.attributeDepth, label,
-                 ": its attributes nest deeper than ", limits.attributeDepth, " levels (limit ",
-                 limits.named(limits.attributeDepth), ")");
+                 ": its attributes nest deeper than ", limits.attributeDepth, " levels ", limits.note(limits.attributeDepth));
   auto limitMs = task.getPolicy().getTimeLimitMs();
   SQUALL_REQUIRE(limitMs <= limits.timeLimitMs, label, ": its time limit of ", limitMs,
-                 " ms is longer than ", limits.timeLimitMs, " ms (limit ", limits.named(limits.timeLimitMs), ")");
+                 " ms is longer than ", limits.timeLimitMs, " ms ", limits.note(limits.timeLimitMs));
   if (task.getConfig().isSleep()) {
     auto ms = task.getConfig().getSleep().getMilliseconds();
     SQUALL_REQUIRE(ms <= limits.timeLimitMs, label, ": it sleeps ", ms, " ms, longer than ",
-                   limits.timeLimitMs, " ms (limit ", limits.named(limits.timeLimitMs), ")");
+                   limits.timeLimitMs, " ms ", limits.note(limits.timeLimitMs));
   }
   auto path = [&](kj::StringPtr what, kj::StringPtr value) {
     SQUALL_REQUIRE(value.size() <= limits.pathBytes, label, ": ", what, " path is ", value.size(),
-                   " bytes, longer than ", limits.pathBytes, " (limit ", limits.named(limits.pathBytes), ")");
+                   " bytes, longer than ", limits.pathBytes, " ", limits.note(limits.pathBytes));
   };
   for (auto input : task.getInputs()) path("an input", input.getPath());
   auto config = task.getConfig();
@@ -227,13 +222,13 @@ void PendingSubmit::checkBounds(kj::StringPtr label, wire::TaskSpec::Reader task
       }
       for (auto arg : execute.getArgs()) {
         SQUALL_REQUIRE(arg.size() <= limits.argBytes, label, ": an argument is ", arg.size(),
-                       " bytes, longer than ", limits.argBytes, " (limit ", limits.named(limits.argBytes), ")");
+                       " bytes, longer than ", limits.argBytes, " ", limits.note(limits.argBytes));
       }
       for (auto env : execute.getEnv()) {
         auto size = env.getName().size() + 1 + env.getValue().size();
         SQUALL_REQUIRE(size <= limits.argBytes, label, ": environment variable ",
                        env.getName().slice(0, std::min<size_t>(env.getName().size(), 64)), " is ", size,
-                       " bytes, longer than ", limits.argBytes, " (limit ", limits.named(limits.argBytes), ")");
+                       " bytes, longer than ", limits.argBytes, " ", limits.note(limits.argBytes));
       }
       break;
     }
@@ -274,10 +269,9 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
   }
 
   SQUALL_REQUIRE(target.tasks.size() + newTasks.size() <= limits.sessionTasks, "the session would have more than ",
-                 limits.sessionTasks, " tasks (limit ", limits.named(limits.sessionTasks), ")");
+                 limits.sessionTasks, " tasks ", limits.note(limits.sessionTasks));
   SQUALL_REQUIRE(target.objects.size() + newObjects.size() <= limits.sessionObjects,
-                 "the session would have more than ", limits.sessionObjects, " objects (limit ",
-                 limits.named(limits.sessionObjects), ")");
+                 "the session would have more than ", limits.sessionObjects, " objects ", limits.note(limits.sessionObjects));
   for (auto& [n, object] : newObjects) {
     auto kind = object.getKind();
     SQUALL_REQUIRE(kind == wire::ObjectKind::BLOB || kind == wire::ObjectKind::DIR ||
@@ -447,7 +441,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     auto it = appended.find(n);
     uint64_t constantSize = object.getData().size() + (it == appended.end() ? 0 : it->second.size());
     SQUALL_REQUIRE(constantSize <= limits.constantBytes, "constant ", n, " is larger than ",
-                   limits.constantBytes, " bytes (limit ", limits.named(limits.constantBytes), ")");
+                   limits.constantBytes, " bytes ", limits.note(limits.constantBytes));
     if (!object.getIsConstant()) {
       SQUALL_REQUIRE(producerOf.count(n), "object ", n, " has no producer and no data (declare it as a constant or "
                          "as some task's output)");
