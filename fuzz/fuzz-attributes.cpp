@@ -5,7 +5,7 @@
 // on the one task of a small graph submitted the normal way.
 #include "fuzz-util.h"
 
-#include <http/status-view.h>
+#include <status-view.h>
 #include <kj/debug.h>
 #include <session-table.h>
 #include <spdlog/sinks/null_sink.h>

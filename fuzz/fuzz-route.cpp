@@ -6,7 +6,7 @@
 // page size are within bounds.
 #include "fuzz-util.h"
 
-#include <http/route.h>
+#include <route.h>
 #include <kj/debug.h>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -7,6 +7,7 @@
 #include "input-isolation.h"
 #include "object-store.h"
 #include "result-batcher.h"
+#include "server-link.h"
 #include "stream-hub.h"
 #include "task-env.h"
 #include "task-queue.h"
@@ -28,7 +29,6 @@
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/token.h>
-#include <squall/wire/service.capnp.h>
 #include <thread>
 #include <unistd.h>
 
@@ -85,28 +85,6 @@ kj::String hostName() {
   fflush(stderr);
   exit(1);
 }
-
-// Connects, retrying refused connections with backoff until `deadline`.
-kj::Promise<kj::Own<RpcClient>> connectWithRetry(kj::Network& network, kj::Timer& timer,
-                                                 kj::StringPtr address, kj::TimePoint deadline,
-                                                 kj::Duration backoff, spdlog::logger& logger) {
-  return connectTo(network, address)
-      .catch_([&network, &timer, address, deadline, backoff,
-               &logger](kj::Exception&& e) -> kj::Promise<kj::Own<RpcClient>> {
-        if (e.getType() != kj::Exception::Type::DISCONNECTED || timer.now() + backoff > deadline) {
-          return kj::mv(e);
-        }
-        logger.warn("event=connect-retry server={} retry_ms={} error=\"{}\"", address.cStr(),
-                    backoff / kj::MILLISECONDS, e.getDescription().cStr());
-        return timer.afterDelay(backoff).then([&network, &timer, address, deadline, backoff, &logger]() {
-          return connectWithRetry(network, timer, address, deadline,
-                                  kj::min(backoff * 2, 1 * kj::SECONDS), logger);
-        });
-      });
-}
-
-// Why the loop stopped.
-enum class Stop { SIGNAL, SERVER_LOST };
 
 int run(const Flags& flags) {
   std::shared_ptr<spdlog::logger> loggerPtr;
@@ -290,63 +268,19 @@ int run(const Flags& flags) {
       logger.error("event=data-listener-failed error=\"{}\"", e.getDescription().cStr());
     });
 
-    // Server connection and registration. `again`: after a lost connection
-    // (the server restarted, or the network failed): the governor tells
-    // what it still runs and holds, and carries on with it.
-    // The server's side of this governor (for heartbeats), set by each
-    // registration.
-    kj::Maybe<wire::GovernorUpstream::Client> upstream;
-    auto registerWith = [&](RpcClient& connection, bool again) -> kj::Promise<uint32_t> {
-      auto request = connection.bootstrap<wire::Bootstrap>().registerGovernorRequest();
-      request.setVersion(wire::PROTOCOL_VERSION);
-      request.setToken(token);
-      auto info = request.initInfo();
-      info.setName(name);
-      info.setDataAddress(dataAddress);
-      info.initResources().setCpus(flags.cpus);
-      std::vector<std::pair<Id, ObjectMeta>> objects;
-      std::vector<Id> tasks;
-      if (again) {
-        store.forEach([&](Id id, const ObjectMeta& meta) { objects.emplace_back(id, meta); });
-        tasks = queue.held();
-        for (auto id : batcher.unacknowledged()) tasks.push_back(id);
-      }
-      auto inventory = info.initInventory(objects.size());
-      for (size_t i = 0; i < objects.size(); i++) {
-        objects[i].first.to(inventory[i].initId());
-        inventory[i].setSize(objects[i].second.size);
-        inventory[i].setHash(objects[i].second.hash);
-      }
-      auto held = info.initTasks(tasks.size());
-      for (size_t i = 0; i < tasks.size(); i++) tasks[i].to(held[i]);
-      request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
-      return request.send().then([&batcher, &upstream](auto response) {
-        upstream = response.getUpstream();
-        batcher.connected(response.getUpstream());
-        return response.getGovernorId();
-      });
-    };
-
-    kj::Own<RpcClient> server;
-    auto deadline =
-        timer.now() + static_cast<int64_t>(flags.connectTimeout * 1000) * kj::MILLISECONDS;
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  server = connectWithRetry(network, timer, flags.server.c_str(), deadline,
-                                            100 * kj::MILLISECONDS, logger)
-                               .wait(io.waitScope);
-                })) {
-      failure = kj::str("cannot connect to the server at ", flags.server.c_str(), ": ",
-                        e->getDescription());
+    // Server connection and registration; after a lost connection the
+    // link registers again with what the governor still holds and runs.
+    auto seconds = [](double value) { return static_cast<int64_t>(value * 1000) * kj::MILLISECONDS; };
+    ServerLink link(network, timer, store, queue, batcher, logger,
+                    ServerLinkOptions{kj::str(flags.server.c_str()), kj::str(token.c_str()), kj::str(name),
+                                      kj::str(dataAddress), flags.cpus, seconds(flags.connectTimeout),
+                                      seconds(flags.reconnectTimeout), seconds(flags.serverTimeout)});
+    auto connected = link.connect(io.waitScope);
+    KJ_IF_MAYBE(message, connected.tryGet<kj::String>()) {
+      failure = kj::mv(*message);
       return 1;
     }
-    uint32_t governorId = 0;
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  governorId = registerWith(*server, false).wait(io.waitScope);
-                })) {
-      failure = kj::str("the server at ", flags.server.c_str(), " refused registration: ",
-                        e->getDescription());
-      return 1;
-    }
+    uint32_t governorId = connected.get<uint32_t>();
     printf("registered governor=%u data=%s\n", governorId, dataAddress.cStr());
     fflush(stdout);
     logger.info("event=registered governor={} name={} data={} cpus={} work_dir={} allowed=\"{}\"",
@@ -367,86 +301,9 @@ int run(const Flags& flags) {
     }
     auto signalled = stopAsked.fork();
     int exitCode = 0;
-    for (;;) {
-      auto onSignal = signalled.addBranch().then([]() { return Stop::SIGNAL; });
-      auto onServerLost = server->onDisconnect().then(
-          []() { return Stop::SERVER_LOST; }, [](kj::Exception&&) { return Stop::SERVER_LOST; });
-      if (flags.serverTimeout > 0) {
-        // A server that stops answering (a network cut that sends no reset,
-        // or one that gave this governor up) counts as lost too.
-        auto timeout = static_cast<int64_t>(flags.serverTimeout * 1000) * kj::MILLISECONDS;
-        auto cap = KJ_ASSERT_NONNULL(upstream);
-        auto unanswered =
-            heartbeat(timer, timeout,
-                      [cap = kj::mv(cap)]() mutable { return cap.pingRequest().send().ignoreResult(); })
-                .then([]() { return Stop::SERVER_LOST; },
-                      [&logger, timeout](kj::Exception&& e) {
-                        logger.warn("event=server-unanswered timeout_ms={} error=\"{}\"",
-                                    timeout / kj::MILLISECONDS, e.getDescription().cStr());
-                        return Stop::SERVER_LOST;
-                      });
-        onServerLost = onServerLost.exclusiveJoin(kj::mv(unanswered));
-      }
-      if (onSignal.exclusiveJoin(kj::mv(onServerLost)).wait(io.waitScope) == Stop::SIGNAL) break;
-      // Tasks keep running and their results wait; reconnect with backoff.
-      logger.warn("event=server-lost server={} action=reconnect running={} waiting={}",
-                  flags.server.c_str(), queue.runningCount(), queue.waitingCount());
-      server = nullptr;
-      auto giveUp = timer.now() + static_cast<int64_t>(flags.reconnectTimeout * 1000) * kj::MILLISECONDS;
-      kj::Maybe<kj::String> lastError;
-      bool interrupted = false;  // a signal came while reconnecting
-      for (;;) {
-        auto attempt =
-            connectWithRetry(network, timer, flags.server.c_str(), giveUp, 100 * kj::MILLISECONDS, logger)
-                .then([&](kj::Own<RpcClient> connection) {
-                  auto& ref = *connection;
-                  return registerWith(ref, true).then(
-                      [connection = kj::mv(connection)](uint32_t id) mutable {
-                        return std::make_pair(kj::mv(connection), id);
-                      });
-                })
-                .then([](auto result) -> kj::Maybe<std::pair<kj::Own<RpcClient>, uint32_t>> {
-                  return kj::mv(result);
-                });
-        auto stopped = signalled.addBranch().then(
-            []() -> kj::Maybe<std::pair<kj::Own<RpcClient>, uint32_t>> { return nullptr; });
-        kj::Maybe<std::pair<kj::Own<RpcClient>, uint32_t>> outcome;
-        bool signal = false;
-        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                      outcome = attempt.exclusiveJoin(kj::mv(stopped)).wait(io.waitScope);
-                      signal = outcome == nullptr;
-                    })) {
-          lastError = kj::str(e->getDescription());
-          if (timer.now() < giveUp) {
-            // Connected, then lost again while registering (a server going
-            // down or coming up), or refused: go round until the timeout.
-            logger.warn("event=reregister-retry error=\"{}\"", e->getDescription().cStr());
-            timer.afterDelay(200 * kj::MILLISECONDS).wait(io.waitScope);
-            continue;
-          }
-        }
-        if (signal) {
-          interrupted = true;
-          break;
-        }
-        KJ_IF_MAYBE(connected, outcome) {
-          server = kj::mv(connected->first);
-          logger.info("event=reregistered governor={} name={} running={} objects={}",
-                      connected->second, name.cStr(), queue.runningCount(), store.count());
-        }
-        break;
-      }
-      if (server.get() == nullptr) {
-        if (interrupted) break;  // told to stop: not a failure
-        KJ_IF_MAYBE(message, lastError) {
-          logger.error("event=server-lost server={} action=exit error=\"{}\"", flags.server.c_str(),
-                       message->cStr());
-          failure = kj::str("lost the connection to the server at ", flags.server.c_str(),
-                            " and could not register again: ", *message);
-          exitCode = 1;
-        }
-        break;
-      }
+    KJ_IF_MAYBE(why, link.run(io.waitScope, signalled)) {
+      failure = kj::mv(*why);
+      exitCode = 1;
     }
 
     // Kill running tasks; wait (bounded) for their children and sandboxes.
@@ -456,7 +313,7 @@ int run(const Flags& flags) {
       logger.warn("event=shutdown-timeout error=\"{}\"", e->getDescription().cStr());
     }
     // Connections go before the services they call into.
-    server = nullptr;
+    link.disconnect();
     listening = nullptr;
     return exitCode;
   };

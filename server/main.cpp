@@ -1,10 +1,10 @@
 // squall-server: parses flags, wires the server's parts, runs the loop.
-#include "src/context.h"
-#include "src/http/status-server.h"
-#include "src/recovery.h"
-#include "src/services.h"
-#include "src/session-history.h"
-#include "src/session-log.h"
+#include "context.h"
+#include "status-server.h"
+#include "recovery.h"
+#include "services.h"
+#include "session-history.h"
+#include "session-log.h"
 
 #include <CLI/CLI.hpp>
 #include <chrono>

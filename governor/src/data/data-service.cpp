@@ -1,7 +1,6 @@
 // Serving and fetching object bytes. Loop thread only.
 #include "data-service.h"
 
-#include "stream-hub.h"
 
 #include <fcntl.h>
 #include <squall/proto/chunk-codec.h>

@@ -16,7 +16,18 @@
 
 namespace squall {
 
-class StreamHub;
+// The live streams produced on this governor, as the data service reads
+// them for other governors. The streams room implements it (StreamHub):
+// streams sit above data (they read remote streams through DataFetcher), so
+// the data service knows them only through this.
+class LiveStreams {
+ public:
+  virtual ~LiveStreams() noexcept(false) = default;
+  // A live DataService.read of stream `id` produced (or about to be) here:
+  // one more remote reader. Resolves with the bytes sent once the producer
+  // succeeded; rejects with the readers' error.
+  virtual kj::Promise<uint64_t> serve(Id id, wire::ByteSink::Client sink, bool compress) = 0;
+};
 
 // What the data service needs; owned by main(), outlives every connection.
 struct DataServiceEnv {
@@ -25,7 +36,7 @@ struct DataServiceEnv {
   kj::String token;
   kj::String governorName;
   // Live streams produced here; without it only held objects are served.
-  kj::Maybe<StreamHub&> streams = nullptr;
+  kj::Maybe<LiveStreams&> streams = nullptr;
 };
 
 // One per accepted connection. open() checks the protocol version and the
@@ -45,7 +56,7 @@ class DataServiceImpl final : public wire::DataService::Server {
   // Streams the object from `offset` in CHUNK_SIZE chunks, awaiting each
   // send for flow control; the next chunk is read while one is in flight.
   // An id the store does not hold fails at once, unless the read is `live`:
-  // then it is a live stream's (see StreamHub::serve) and the caller
+  // then it is a live stream's (see LiveStreams::serve) and the caller
   // becomes one of its readers.
   kj::Promise<void> read(ReadContext context) override;
 

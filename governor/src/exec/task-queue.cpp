@@ -31,7 +31,7 @@ kj::String producerName(wire::TaskSpec::Reader task) {
 }  // namespace
 
 void TaskQueue::ended(wire::Assignment::Reader assignment, TaskOutcome outcome) {
-  KJ_IF_MAYBE(hub, env.streams) { hub->taskEnded(assignment, outcome); }
+  KJ_IF_MAYBE(hub, env.streams) { hub->taskEnded(assignment, outcome.ok, outcome.error); }
   report(kj::mv(outcome));
 }
 

@@ -71,9 +71,9 @@
 //   1 MiB messages do not fault in fresh pages (300 -> 550 MB/s remote).
 #pragma once
 
+#include "data-service.h"
 #include "object-store.h"
 #include "stream-pipe.h"
-#include "task-outcome.h"
 #include "uv-bridge.h"
 
 #include <kj/async-unix.h>
@@ -86,8 +86,6 @@
 #include <unordered_map>
 
 namespace squall {
-
-class DataFetcher;
 
 // --compress-streams: whether a reader asks the producer's governor for LZ4
 // chunks. AUTO: unless the producer's address is a loopback one.
@@ -144,7 +142,7 @@ class LiveInput {
   virtual void readerExited() = 0;
 };
 
-class StreamHub final : private kj::TaskSet::ErrorHandler {
+class StreamHub final : public LiveStreams, private kj::TaskSet::ErrorHandler {
  public:
   // `attachTimeout`: how long a reader waits for its producer's stream to
   // be expected here, and how long a settled stream is remembered for
@@ -171,16 +169,14 @@ class StreamHub final : private kj::TaskSet::ErrorHandler {
   kj::Own<LiveInput> attach(Id stream, Id reader, bool earlyCloseIsError, kj::Own<ConsumerPipe> pipe,
                             kj::Maybe<kj::StringPtr> producerAddress);
 
-  // A live DataService.read of a stream produced (or about to be) here:
-  // one more remote reader. Resolves with the bytes sent once the producer succeeded;
-  // rejects with the readers' error.
-  kj::Promise<uint64_t> serve(Id stream, wire::ByteSink::Client sink, bool compress);
+  // LiveStreams (data-service.h): a remote reader.
+  kj::Promise<uint64_t> serve(Id stream, wire::ByteSink::Client sink, bool compress) override;
 
-  // A task has been reported (any outcome): its streams that never started
-  // producing fail with `outcome`'s reason, and its live inputs it never
-  // attached count as readers that closed at once (so their producers do
-  // not wait for them).
-  void taskEnded(wire::Assignment::Reader assignment, const TaskOutcome& outcome);
+  // A task has been reported (any outcome: `ok`, else its `error`): its
+  // streams that never started producing fail with that reason, and its
+  // live inputs it never attached count as readers that closed at once (so
+  // their producers do not wait for them).
+  void taskEnded(wire::Assignment::Reader assignment, bool ok, kj::StringPtr error);
 
   // Streams not yet settled (tests: nothing is left behind).
   size_t activeCount() const;

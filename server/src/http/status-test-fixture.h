@@ -2,9 +2,9 @@
 // TestGraph, and task results reported by hand. Tests only.
 #pragma once
 
-#include "../session-table.h"
-#include "../governor-pool.h"
-#include "../test-graph.h"
+#include "session-table.h"
+#include "governor-pool.h"
+#include "test-graph.h"
 #include "status-view.h"
 
 #include <gtest/gtest.h>

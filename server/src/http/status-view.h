@@ -13,10 +13,10 @@
 // per-second updates cost O(sessions + governors), not O(tasks).
 #pragma once
 
-#include "../governor-pool.h"
-#include "../session-history.h"
-#include "../session-table.h"
-#include "../stats.h"
+#include "governor-pool.h"
+#include "session-history.h"
+#include "session-table.h"
+#include "stats.h"
 
 #include <deque>
 #include <map>

@@ -1,0 +1,165 @@
+#include "server-link.h"
+
+#include "governor-control.h"
+
+#include <squall/proto/errors.h>
+#include <utility>
+#include <vector>
+
+namespace squall {
+
+namespace {
+
+// Connects, retrying refused connections with backoff until `deadline`.
+kj::Promise<kj::Own<RpcClient>> connectWithRetry(kj::Network& network, kj::Timer& timer,
+                                                 kj::StringPtr address, kj::TimePoint deadline,
+                                                 kj::Duration backoff, spdlog::logger& logger) {
+  return connectTo(network, address)
+      .catch_([&network, &timer, address, deadline, backoff,
+               &logger](kj::Exception&& e) -> kj::Promise<kj::Own<RpcClient>> {
+        if (e.getType() != kj::Exception::Type::DISCONNECTED || timer.now() + backoff > deadline) {
+          return kj::mv(e);
+        }
+        logger.warn("event=connect-retry server={} retry_ms={} error=\"{}\"", address.cStr(),
+                    backoff / kj::MILLISECONDS, e.getDescription().cStr());
+        return timer.afterDelay(backoff).then([&network, &timer, address, deadline, backoff, &logger]() {
+          return connectWithRetry(network, timer, address, deadline,
+                                  kj::min(backoff * 2, 1 * kj::SECONDS), logger);
+        });
+      });
+}
+
+}  // namespace
+
+ServerLink::ServerLink(kj::Network& network, kj::Timer& timer, ObjectStore& store, TaskQueue& queue,
+                       ResultBatcher& batcher, spdlog::logger& logger, ServerLinkOptions options)
+    : network(network), timer(timer), store(store), queue(queue), batcher(batcher), logger(logger),
+      options(kj::mv(options)) {}
+
+kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again) {
+  auto request = connection.bootstrap<wire::Bootstrap>().registerGovernorRequest();
+  request.setVersion(wire::PROTOCOL_VERSION);
+  request.setToken(options.token);
+  auto info = request.initInfo();
+  info.setName(options.name);
+  info.setDataAddress(options.dataAddress);
+  info.initResources().setCpus(options.cpus);
+  std::vector<std::pair<Id, ObjectMeta>> objects;
+  std::vector<Id> tasks;
+  if (again) {
+    store.forEach([&](Id id, const ObjectMeta& meta) { objects.emplace_back(id, meta); });
+    tasks = queue.held();
+    for (auto id : batcher.unacknowledged()) tasks.push_back(id);
+  }
+  auto inventory = info.initInventory(objects.size());
+  for (size_t i = 0; i < objects.size(); i++) {
+    objects[i].first.to(inventory[i].initId());
+    inventory[i].setSize(objects[i].second.size);
+    inventory[i].setHash(objects[i].second.hash);
+  }
+  auto held = info.initTasks(tasks.size());
+  for (size_t i = 0; i < tasks.size(); i++) tasks[i].to(held[i]);
+  request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
+  return request.send().then([this](auto response) {
+    upstream = response.getUpstream();
+    batcher.connected(response.getUpstream());
+    return response.getGovernorId();
+  });
+}
+
+kj::OneOf<uint32_t, kj::String> ServerLink::connect(kj::WaitScope& waitScope) {
+  auto deadline = timer.now() + options.connectTimeout;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                server = connectWithRetry(network, timer, options.server, deadline, 100 * kj::MILLISECONDS,
+                                          logger)
+                             .wait(waitScope);
+              })) {
+    return kj::str("cannot connect to the server at ", options.server, ": ", e->getDescription());
+  }
+  uint32_t governorId = 0;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { governorId = registerWith(*server, false).wait(waitScope); })) {
+    return kj::str("the server at ", options.server, " refused registration: ", e->getDescription());
+  }
+  return governorId;
+}
+
+kj::Promise<void> ServerLink::lost() {
+  auto dropped = server->onDisconnect().then([]() {}, [](kj::Exception&&) {});
+  if (options.serverTimeout <= 0 * kj::SECONDS) return dropped;
+  // A server that stops answering (a network cut that sends no reset, or
+  // one that gave this governor up) counts as lost too.
+  auto timeout = options.serverTimeout;
+  auto cap = KJ_ASSERT_NONNULL(upstream);
+  auto unanswered =
+      heartbeat(timer, timeout, [cap = kj::mv(cap)]() mutable { return cap.pingRequest().send().ignoreResult(); })
+          .then([]() {},
+                [this, timeout](kj::Exception&& e) {
+                  logger.warn("event=server-unanswered timeout_ms={} error=\"{}\"", timeout / kj::MILLISECONDS,
+                              e.getDescription().cStr());
+                });
+  return dropped.exclusiveJoin(kj::mv(unanswered));
+}
+
+kj::Maybe<kj::String> ServerLink::run(kj::WaitScope& waitScope, kj::ForkedPromise<void>& stop) {
+  for (;;) {
+    auto onStop = stop.addBranch().then([]() { return true; });
+    auto onLost = lost().then([]() { return false; });
+    if (onStop.exclusiveJoin(kj::mv(onLost)).wait(waitScope)) return nullptr;
+    // Tasks keep running and their results wait; reconnect with backoff.
+    logger.warn("event=server-lost server={} action=reconnect running={} waiting={}", options.server.cStr(),
+                queue.runningCount(), queue.waitingCount());
+    server = nullptr;
+    kj::Maybe<kj::String> failure;
+    if (!reconnect(waitScope, stop, failure)) return failure;
+  }
+}
+
+bool ServerLink::reconnect(kj::WaitScope& waitScope, kj::ForkedPromise<void>& stop,
+                           kj::Maybe<kj::String>& failure) {
+  using Connected = std::pair<kj::Own<RpcClient>, uint32_t>;
+  auto giveUp = timer.now() + options.reconnectTimeout;
+  kj::Maybe<kj::String> lastError;
+  for (;;) {
+    auto attempt = connectWithRetry(network, timer, options.server, giveUp, 100 * kj::MILLISECONDS, logger)
+                       .then([this](kj::Own<RpcClient> connection) {
+                         auto& ref = *connection;
+                         return registerWith(ref, true).then(
+                             [connection = kj::mv(connection)](uint32_t id) mutable {
+                               return std::make_pair(kj::mv(connection), id);
+                             });
+                       })
+                       .then([](auto result) -> kj::Maybe<Connected> { return kj::mv(result); });
+    auto stopped = stop.addBranch().then([]() -> kj::Maybe<Connected> { return nullptr; });
+    kj::Maybe<Connected> outcome;
+    bool signal = false;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  outcome = attempt.exclusiveJoin(kj::mv(stopped)).wait(waitScope);
+                  signal = outcome == nullptr;
+                })) {
+      lastError = kj::str(e->getDescription());
+      if (timer.now() < giveUp) {
+        // Connected, then lost again while registering (a server going
+        // down or coming up), or refused: go round until the timeout.
+        logger.warn("event=reregister-retry error=\"{}\"", e->getDescription().cStr());
+        timer.afterDelay(200 * kj::MILLISECONDS).wait(waitScope);
+        continue;
+      }
+    }
+    if (signal) return false;  // told to stop: not a failure
+    KJ_IF_MAYBE(connected, outcome) {
+      server = kj::mv(connected->first);
+      logger.info("event=reregistered governor={} name={} running={} objects={}", connected->second,
+                  options.name.cStr(), queue.runningCount(), store.count());
+      return true;
+    }
+    break;
+  }
+  KJ_IF_MAYBE(message, lastError) {
+    logger.error("event=server-lost server={} action=exit error=\"{}\"", options.server.cStr(), message->cStr());
+    failure = kj::str("lost the connection to the server at ", options.server,
+                      " and could not register again: ", *message);
+  }
+  return false;
+}
+
+}  // namespace squall
