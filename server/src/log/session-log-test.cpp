@@ -81,10 +81,10 @@ TEST_F(SessionLogTest, SubmitsAreWrittenByTheWriterThreadAndCanBeTakenBack) {
   log.sessionOpened(2, "closing", true);
   std::mutex gate;
   std::unique_lock<std::mutex> held(gate);
-  std::thread::id writerId;
+  std::thread::id writerId;  // under gate
   log.beforeSubmitWrite = [&]() {
-    writerId = std::this_thread::get_id();
     std::lock_guard<std::mutex> wait(gate);  // until the test lets it write
+    writerId = std::this_thread::get_id();
   };
   std::vector<kj::Array<capnp::word>> chunks;
   chunks.push_back(wordsOf("chunk-one"));
@@ -101,7 +101,10 @@ TEST_F(SessionLogTest, SubmitsAreWrittenByTheWriterThreadAndCanBeTakenBack) {
   log.sessionClosed(2);
   held.unlock();
   auto rows = first.wait(waitScope);
-  EXPECT_NE(writerId, std::this_thread::get_id());
+  {
+    std::lock_guard<std::mutex> lock(gate);
+    EXPECT_NE(writerId, std::this_thread::get_id());
+  }
   EXPECT_EQ(rows.firstSeq, 0);
   EXPECT_EQ(rows.endSeq, 2);
   EXPECT_EQ(rows.constants, std::vector<uint64_t>{7});

@@ -321,14 +321,17 @@ kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
     uint64_t session, std::vector<kj::Array<capnp::word>> chunks,
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants) {
   auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
-  auto rows = std::make_shared<SubmitRows>();
+  auto rows = std::make_shared<SubmitHandoff>();
   {
     std::lock_guard<std::mutex> lock(jobMutex);
     if (!writer.joinable()) writer = std::thread([this]() { writerLoop(); });
     submitJobs.push_back(SubmitJob{session, std::move(chunks), std::move(constants), rows, kj::mv(paf.fulfiller)});
   }
   jobChanged.notify_all();
-  return paf.promise.then([rows]() { return std::move(*rows); });
+  return paf.promise.then([rows]() {
+    std::lock_guard<std::mutex> lock(rows->mutex);
+    return std::move(rows->rows);
+  });
 }
 
 void SessionLog::undoSubmit(const SubmitRows& rows) {
@@ -621,7 +624,9 @@ void SessionLog::writerLoop() {
         std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constants;
         for (auto& [n, bytes] : submit.constants) constants.emplace_back(n, kj::arrayPtr(bytes.data(), bytes.size()));
         std::lock_guard<std::mutex> dbLock(dbMutex);
-        *submit.rows = insertSubmit(submit.session, chunks, constants, true);
+        auto written = insertSubmit(submit.session, chunks, constants, true);
+        std::lock_guard<std::mutex> handoff(submit.rows->mutex);
+        submit.rows->rows = std::move(written);
       });
       KJ_IF_MAYBE(e, error) {
         submit.done->reject(kj::mv(*e));

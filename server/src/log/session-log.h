@@ -211,6 +211,14 @@ class SessionLog {
   std::optional<Batch> job;
   kj::Own<kj::CrossThreadPromiseFulfiller<void>> jobDone;
   std::optional<Batch> retry;
+  // One submit's rows as the writer hands them back: written under `mutex`
+  // before the job's fulfiller fires, read under it after. The fulfiller
+  // orders the two as well, but inside KJ's uninstrumented futexes, which
+  // ThreadSanitizer cannot see (tools/sanitizer/tsan.supp).
+  struct SubmitHandoff {
+    std::mutex mutex;
+    SubmitRows rows;
+  };
   struct SubmitJob {
     uint64_t session;
     std::vector<kj::Array<capnp::word>> chunks;
@@ -218,7 +226,7 @@ class SessionLog {
     // The writer fills `rows` before it fulfils `done` (a fulfiller of
     // a struct holding a vector trips gcc's -Wmaybe-uninitialized inside
     // KJ's cross-thread code).
-    std::shared_ptr<SubmitRows> rows;
+    std::shared_ptr<SubmitHandoff> rows;
     kj::Own<kj::CrossThreadPromiseFulfiller<void>> done;
   };
   std::deque<SubmitJob> submitJobs;
