@@ -1,26 +1,17 @@
-// Implementation of the client API (see client.h). Thread: the one that
-// created the Client; a thread-local KJ event loop is shared by all Clients
-// of that thread.
-#include <squall/client/client.h>
+// A session (see client.h): SessionImpl's calls to the server (submit,
+// wait, fetch, the task and object infos) and the Session class's
+// methods, which build objects and tasks for the next submit. Thread: the
+// one that created the Client.
+#include "client-impl.h"
 
 #include <capnp/message.h>
 #include <cstdio>
-#include <cstdlib>
-#include <kj/async-io.h>
 #include <algorithm>
 #include <kj/debug.h>
-#include <map>
-#include <set>
 #include <squall/proto/chunk-codec.h>
 #include <squall/proto/errors.h>
-#include <squall/proto/rpc.h>
 #include <squall/proto/sandbox-path.h>
-#include <squall/proto/token.h>
-#include <squall/wire/data.capnp.h>
-#include <squall/wire/service.capnp.h>
 #include <filesystem>
-#include <unistd.h>
-#include <unordered_map>
 
 #include "tar.h"
 
@@ -28,26 +19,6 @@ namespace squall {
 namespace client {
 
 namespace {
-
-// One KJ event loop per thread, shared by that thread's Clients.
-struct Loop {
-  kj::AsyncIoContext io = kj::setupAsyncIo();
-  int users = 0;
-};
-thread_local Loop* threadLoop = nullptr;
-
-Loop& acquireLoop() {
-  if (threadLoop == nullptr) threadLoop = new Loop;
-  threadLoop->users++;
-  return *threadLoop;
-}
-
-void releaseLoop() {
-  if (--threadLoop->users == 0) {
-    delete threadLoop;
-    threadLoop = nullptr;
-  }
-}
 
 // Chunks of a submit stay far below capnp's 64 MiB message limit.
 constexpr size_t MAX_ITEMS_PER_ADD = 20000;
@@ -90,261 +61,10 @@ class SinkImpl final : public wire::ByteSink::Server {
 
 }  // namespace
 
-struct ClientImpl {
-  Loop& loop;
-  std::string address;
-  std::string token;
-  kj::Own<RpcClient> connection;
-  kj::Maybe<wire::ClientService::Client> service;
-  // Sessions this client made and has not closed: adopted again after a
-  // reconnect, so they stay tied to this client.
-  std::set<uint64_t> ownedSessions;
-  // How long a lost connection is tried again ($SQUALL_RECONNECT_TIMEOUT
-  // seconds, default 60; 0: never).
-  double reconnectSeconds = 60;
-  std::map<std::string, std::pair<kj::Own<RpcClient>, wire::DataService::Client>> dataServices;
-
-  ClientImpl() : loop(acquireLoop()) {}
-  ~ClientImpl() {
-    dataServices.clear();
-    service = nullptr;
-    connection = nullptr;
-    releaseLoop();
-  }
-
-  kj::WaitScope& waitScope() { return loop.io.waitScope; }
-
-  wire::ClientService::Client& svc() {
-    KJ_IF_MAYBE(s, service) { return *s; }
-    throw Error("not connected");
-  }
-
-  // Runs `body` and turns KJ exceptions into squall::Error.
-  template <typename Body>
-  auto guard(Body&& body) -> decltype(body()) {
-    try {
-      return body();
-    } catch (const kj::Exception& e) {
-      throw Error(describe(e));
-    }
-  }
-
-  // As guard(), for calls that may be made again: when the connection is
-  // lost (the server restarted, the network failed) it is made again, this
-  // client's sessions are re-attached, and `body` runs again.
-  template <typename Body>
-  auto retrying(Body&& body) -> decltype(body()) {
-    for (;;) {
-      try {
-        return body();
-      } catch (const kj::Exception& e) {
-        if (e.getType() != kj::Exception::Type::DISCONNECTED) throw Error(describe(e));
-        reconnect(e);
-      }
-    }
-  }
-
-  std::string describe(const kj::Exception& e) {
-    std::string message = userMessage(e).cStr();
-    if (e.getType() == kj::Exception::Type::DISCONNECTED) {
-      message = "connection to the squall server at " + address + " lost: " + message;
-    }
-    return message;
-  }
-
-  // Connects and registers; throws kj::Exception.
-  void connect() {
-    auto& ws = waitScope();
-    service = nullptr;
-    connection = nullptr;
-    connection = connectTo(loop.io.provider->getNetwork(), address).wait(ws);
-    auto req = connection->bootstrap<wire::Bootstrap>().registerClientRequest();
-    req.setVersion(wire::PROTOCOL_VERSION);
-    req.setToken(token);
-    service = req.send().wait(ws).getService();
-  }
-
-  // Connects again with backoff (100 ms doubling to 1 s) until the
-  // reconnect timeout, then re-attaches owned sessions. False when the time
-  // ran out; throws Error for a refusal other than a lost connection.
-  bool connectWithBackoff() {
-    auto& timer = loop.io.provider->getTimer();
-    auto deadline = timer.now() + static_cast<int64_t>(reconnectSeconds * 1000) * kj::MILLISECONDS;
-    auto backoff = 100 * kj::MILLISECONDS;
-    dataServices.clear();
-    for (;;) {
-      if (timer.now() + backoff > deadline) return false;
-      timer.afterDelay(backoff).wait(waitScope());
-      backoff = kj::min(backoff * 2, 1 * kj::SECONDS);
-      try {
-        connect();
-        for (auto id : ownedSessions) {
-          auto req = svc().adoptSessionRequest();
-          req.setSession(id);
-          req.send().wait(waitScope());
-        }
-        return true;
-      } catch (const kj::Exception& e) {
-        if (e.getType() != kj::Exception::Type::DISCONNECTED) throw Error(describe(e));
-      }
-    }
-  }
-
-  // After `lost`: connects again or throws Error naming it.
-  void reconnect(const kj::Exception& lost) {
-    if (!connectWithBackoff()) throw Error(describe(lost));
-  }
-
-  wire::DataService::Client& dataService(const std::string& where) {
-    auto it = dataServices.find(where);
-    if (it != dataServices.end()) return it->second.second;
-    auto conn = connectTo(loop.io.provider->getNetwork(), where).wait(waitScope());
-    auto req = conn->bootstrap<wire::DataBootstrap>().openRequest();
-    req.setVersion(wire::PROTOCOL_VERSION);
-    req.setToken(token);
-    auto data = req.send().getService();
-    auto inserted = dataServices.emplace(where, std::make_pair(kj::mv(conn), kj::mv(data)));
-    return inserted.first->second.second;
-  }
-};
-
 TaskFailed taskFailed(wire::Failure::Reader f) {
   return TaskFailed(f.getMessage().cStr(), f.getTask(), f.getTaskName().cStr(), f.getExitStatus(),
                     f.getStderrTail().cStr());
 }
-
-struct LocalObject {
-  uint64_t n = 0;
-  ObjectKind kind = ObjectKind::BLOB;
-  bool keep = false;
-  bool constant = false;
-  std::string label;
-  std::string contentType;
-  std::string data;
-};
-
-struct LocalTask {
-  uint64_t n = 0;
-  enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE } type =
-      Type::CONCAT;
-  std::string name;
-  std::optional<uint32_t> cpus;  // unset: the default (1), see Program::cpus
-  std::vector<Program::Input> inputs;
-  std::vector<uint64_t> outputs;
-  uint64_t sleepMs = 0;
-  std::vector<std::string> args;
-  bool shell = false;
-  int stdinIndex = -1;
-  std::vector<std::optional<std::string>> outputMappings;
-  std::vector<std::pair<std::string, std::string>> env;
-  std::string path;  // slice_dir, load, load_dir, store
-  bool overwrite = false;
-  uint32_t retries = 0;
-  bool allowFailure = false;
-  uint64_t timeLimitMs = 0;
-  std::string attributes;
-  bool strictPipes = false;  // execute: earlyCloseIsError on its inputs
-};
-
-struct SessionImpl {
-  ClientImpl& client;
-  uint64_t id;
-  bool closed = false;
-  // False for attached sessions: they stay open when this handle goes.
-  bool owned = true;
-  uint64_t nextN = 1;
-  // Built since the last submit.
-  std::vector<LocalObject> objects;
-  std::vector<LocalTask> tasks;
-  std::unordered_map<uint64_t, size_t> objectIndex;
-  std::unordered_map<uint64_t, size_t> taskIndex;
-  // Outputs of every task built in this session, and kinds of its objects.
-  std::unordered_map<uint64_t, std::vector<uint64_t>> outputsOf;
-  std::unordered_map<uint64_t, ObjectKind> kinds;
-
-  SessionImpl(ClientImpl& client, uint64_t id) : client(client), id(id) {}
-
-  LocalObject& pendingObject(uint64_t n) {
-    auto it = objectIndex.find(n);
-    if (it == objectIndex.end()) {
-      throw Error("object " + std::to_string(n) + " was already submitted; set it up before submit");
-    }
-    return objects[it->second];
-  }
-
-  LocalTask& pendingTask(uint64_t n) {
-    auto it = taskIndex.find(n);
-    if (it == taskIndex.end()) {
-      throw Error("task " + std::to_string(n) + " was already submitted; set it up before submit");
-    }
-    return tasks[it->second];
-  }
-
-  LocalObject& newObject(ObjectKind kind = ObjectKind::BLOB) {
-    LocalObject object;
-    object.n = nextN++;
-    object.kind = kind;
-    kinds[object.n] = kind;
-    objectIndex[object.n] = objects.size();
-    objects.push_back(std::move(object));
-    return objects.back();
-  }
-
-  LocalTask& newTask(LocalTask::Type type, const std::vector<ObjectKind>& outputKinds) {
-    checkOpen();
-    LocalTask task;
-    task.n = nextN++;
-    task.type = type;
-    for (auto kind : outputKinds) task.outputs.push_back(newObject(kind).n);
-    outputsOf[task.n] = task.outputs;
-    taskIndex[task.n] = tasks.size();
-    tasks.push_back(std::move(task));
-    return tasks.back();
-  }
-
-  void checkOpen() {
-    if (closed) throw Error("session " + std::to_string(id) + " is closed");
-  }
-
-  // Runs a call that needs the session to go on (submit, fetch, unkeep): an
-  // error it meets because the session has failed is thrown as the
-  // TaskFailed that wait() throws, naming the task that failed it. The
-  // session's state is asked only when the call has failed.
-  template <typename Body>
-  auto whileOpen(Body&& body) -> decltype(body()) {
-    try {
-      return body();
-    } catch (const TaskFailed&) {
-      throw;
-    } catch (const Error&) {
-      auto state = client.guard([&]() {
-        auto req = client.svc().getStateRequest();
-        req.setSession(id);
-        return req.send().wait(client.waitScope());
-      });
-      if (state.getState().getState() == wire::SessionState::State::FAILED) {
-        throw taskFailed(state.getState().getFailure());
-      }
-      throw;
-    }
-  }
-
-  void checkInput(const DataObject& object, SessionImpl* owner) {
-    if (owner != this) {
-      throw Error("object " + std::to_string(object.id()) + " belongs to another session");
-    }
-  }
-
-  void submit();
-  void wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished);
-  // `expect`: when set, the object must be of this kind.
-  void fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect = {});
-  std::vector<ObjectInfo> objectInfos(const std::vector<uint64_t>& ids);
-  // Also records the object's kind.
-  ObjectInfo objectInfo(wire::ObjectStatus::Reader status);
-  std::vector<TaskInfo> taskInfos(const std::vector<uint64_t>& ids,
-                                  const std::vector<std::string>& states, uint32_t limit);
-};
 
 namespace {
 
@@ -644,7 +364,7 @@ std::vector<ObjectInfo> SessionImpl::objectInfos(const std::vector<uint64_t>& id
 
 }  // namespace client
 
-// ------------------------------------------------------------ DataObject
+// ------------------------------------------------------------ Session
 
 namespace {
 constexpr uint64_t MAX_CONSTANT_BYTES = 48 << 20;
@@ -669,215 +389,6 @@ std::string readLocalFile(const std::string& path) {
   return data;
 }
 }  // namespace
-
-ObjectKind DataObject::kind() const {
-  auto it = session->kinds.find(n);
-  return it == session->kinds.end() ? ObjectKind::BLOB : it->second;
-}
-
-DataObject& DataObject::keep(bool keep) {
-  session->pendingObject(n).keep = keep;
-  return *this;
-}
-
-DataObject& DataObject::label(std::string label) {
-  session->pendingObject(n).label = std::move(label);
-  return *this;
-}
-
-DataObject& DataObject::contentType(std::string type) {
-  session->pendingObject(n).contentType = std::move(type);
-  return *this;
-}
-
-std::string DataObject::fetch() const {
-  std::string text;
-  session->fetch(n, &text, nullptr);
-  return text;
-}
-
-void DataObject::fetchToFile(const std::string& path) const {
-  FILE* file = fopen(path.c_str(), "wb");
-  if (file == nullptr) throw Error("cannot open " + path + " for writing: " + strerror(errno));
-  try {
-    session->fetch(n, nullptr, file);
-  } catch (...) {
-    fclose(file);
-    throw;
-  }
-  if (fclose(file) != 0) throw Error("cannot write " + path + ": " + strerror(errno));
-}
-
-void DataObject::fetchTo(std::FILE* file) const {
-  session->fetch(n, nullptr, file);
-  if (fflush(file) != 0) throw Error(std::string("cannot write fetched data: ") + strerror(errno));
-}
-
-void DataObject::fetchDir(const std::string& path) const {
-  // The tar goes through a temporary file: dirs may be far larger than memory.
-  std::string tmpl = (std::filesystem::temp_directory_path() / "squall-fetch-XXXXXX").string();
-  int fd = mkstemp(tmpl.data());
-  if (fd < 0) throw Error(std::string("cannot create a temporary file: ") + strerror(errno));
-  FILE* file = fdopen(fd, "w+b");
-  struct Cleanup {
-    std::string path;
-    ~Cleanup() { unlink(path.c_str()); }
-  } cleanup{tmpl};
-  try {
-    session->fetch(n, nullptr, file, ObjectKind::DIR);
-  } catch (...) {
-    fclose(file);
-    throw;
-  }
-  if (fclose(file) != 0) throw Error(std::string("cannot write fetched data: ") + strerror(errno));
-  client::untarInto(tmpl, path);
-}
-
-void DataObject::wait() const { session->wait({n}, false, nullptr); }
-
-// ------------------------------------------------------------ Program
-
-Program Program::shell(std::string line) {
-  Program program({std::move(line)});
-  program.isShell = true;
-  return program;
-}
-
-Program& Program::arg(std::string value) {
-  args.push_back(std::move(value));
-  return *this;
-}
-
-Program& Program::input(const DataObject& object, std::string path, InputOptions options) {
-  if (options.arg) args.push_back(path);
-  inputs.push_back({object.id(), std::move(path), "", options.writable});
-  return *this;
-}
-
-Program& Program::inputArg(const DataObject& object, std::string path) {
-  return input(object, std::move(path), {.arg = true});
-}
-
-Program& Program::writableInput(const DataObject& object, std::string path) {
-  return input(object, std::move(path), {.writable = true});
-}
-
-Program& Program::stdinFrom(const DataObject& object) {
-  stdinIndex = static_cast<int>(inputs.size());
-  inputs.push_back({object.id(), "", ""});
-  return *this;
-}
-
-Program& Program::inputSlot(std::string slot, std::string path, InputOptions options) {
-  if (options.arg) args.push_back(path);
-  inputs.push_back({0, std::move(path), std::move(slot), options.writable});
-  return *this;
-}
-
-Program& Program::inputArgSlot(std::string slot, std::string path) {
-  return inputSlot(std::move(slot), std::move(path), {.arg = true});
-}
-
-Program& Program::stdinSlot(std::string slot) {
-  stdinIndex = static_cast<int>(inputs.size());
-  inputs.push_back({0, "", std::move(slot)});
-  return *this;
-}
-
-Program& Program::output(std::string path, ObjectKind kind) {
-  outputs.emplace_back(std::move(path));
-  outputKinds.push_back(kind);
-  return *this;
-}
-
-Program& Program::stdoutOutput(ObjectKind kind) {
-  if (kind == ObjectKind::DIR) throw Error("stdout cannot be a dir output");
-  outputs.emplace_back(std::nullopt);
-  outputKinds.push_back(kind);
-  return *this;
-}
-
-Program& Program::brokenPipeIsError(bool isError) {
-  strictPipes = isError;
-  return *this;
-}
-
-Program& Program::env(std::string name, std::string value) {
-  envVars.emplace_back(std::move(name), std::move(value));
-  return *this;
-}
-
-Program& Program::cpus(uint32_t n) {
-  cpuCount = n;
-  return *this;
-}
-
-Program& Program::name(std::string name) {
-  taskName = std::move(name);
-  return *this;
-}
-
-// ------------------------------------------------------------ Task
-
-DataObject Task::output(size_t index) const {
-  auto it = session->outputsOf.find(n);
-  if (it == session->outputsOf.end()) {
-    throw Error("task " + std::to_string(n) + " was not built by this client; its outputs are unknown");
-  }
-  auto& outputs = it->second;
-  if (index >= outputs.size()) {
-    throw Error("task " + std::to_string(n) + " has " + std::to_string(outputs.size()) +
-                " outputs; there is no output " + std::to_string(index));
-  }
-  return DataObject(session, outputs[index]);
-}
-
-size_t Task::outputCount() const {
-  auto it = session->outputsOf.find(n);
-  return it == session->outputsOf.end() ? 0 : it->second.size();
-}
-
-Task& Task::name(std::string name) {
-  session->pendingTask(n).name = std::move(name);
-  return *this;
-}
-
-Task& Task::cpus(uint32_t count) {
-  session->pendingTask(n).cpus = count;
-  return *this;
-}
-
-Task& Task::retries(uint32_t count) {
-  session->pendingTask(n).retries = count;
-  return *this;
-}
-
-Task& Task::allowFailure(bool allow) {
-  session->pendingTask(n).allowFailure = allow;
-  return *this;
-}
-
-Task& Task::timeLimit(std::chrono::milliseconds limit) {
-  session->pendingTask(n).timeLimitMs = limit.count() > 0 ? limit.count() : 0;
-  return *this;
-}
-
-Task& Task::attributes(std::string json) {
-  session->pendingTask(n).attributes = std::move(json);
-  return *this;
-}
-
-ObjectInfo DataObject::info() const { return session->objectInfos({n}).at(0); }
-
-TaskInfo Task::info() const {
-  auto infos = session->taskInfos({n}, {}, 1);
-  if (infos.empty()) throw Error("task " + std::to_string(n) + " is unknown to the server");
-  return infos[0];
-}
-
-void Task::wait() const { session->wait({n}, false, nullptr); }
-
-// ------------------------------------------------------------ Session
 
 Session::Session(std::unique_ptr<client::SessionImpl> impl) : impl(std::move(impl)) {}
 Session::Session(Session&&) noexcept = default;
@@ -1066,7 +577,7 @@ void Session::cancel() {
   });
 }
 
-namespace {
+namespace client {
 SessionState toState(wire::SessionState::Reader s) {
   return SessionState{s.getId(),
                       s.getName().cStr(),
@@ -1080,14 +591,14 @@ SessionState toState(wire::SessionState::Reader s) {
                       s.getTasksSkipped(),
                       s.getClosed()};
 }
-}  // namespace
+}  // namespace client
 
 SessionState Session::state() {
   impl->checkOpen();
   return impl->client.retrying([&]() {
     auto req = impl->client.svc().getStateRequest();
     req.setSession(impl->id);
-    return toState(req.send().wait(impl->client.waitScope()).getState());
+    return client::toState(req.send().wait(impl->client.waitScope()).getState());
   });
 }
 
@@ -1119,102 +630,6 @@ DataObject Session::object(uint64_t id) {
 
 std::vector<ObjectInfo> Session::objects(const std::vector<uint64_t>& ids) {
   return impl->objectInfos(ids);
-}
-
-// ------------------------------------------------------------ Client
-
-Client::Client(const std::string& address, const std::string& token)
-    : Client(ClientOptions{.address = address, .token = token}) {}
-
-Client::Client(const ClientOptions& options) : impl(std::make_unique<client::ClientImpl>()) {
-  const auto& address = options.address;
-  const auto& token = options.token;
-  impl->address = address;
-  if (impl->address.empty()) {
-    const char* env = getenv("SQUALL_SERVER");
-    impl->address = env && *env ? env : "127.0.0.1:" + std::to_string(SERVER_PORT);
-  }
-  impl->guard([&]() { impl->token = resolveToken(token, ""); });
-  if (const char* env = getenv("SQUALL_RECONNECT_TIMEOUT"); env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    double seconds = strtod(env, &end);
-    if (end == env || *end != '\0' || !(seconds >= 0)) {
-      throw Error(std::string("bad SQUALL_RECONNECT_TIMEOUT '") + env + "': expected seconds");
-    }
-    impl->reconnectSeconds = seconds;
-  }
-  try {
-    impl->connect();
-  } catch (const kj::Exception& e) {
-    std::string message =
-        "cannot connect to the squall server at " + impl->address + ": " + userMessage(e).cStr();
-    bool unreachable = e.getType() == kj::Exception::Type::DISCONNECTED;
-    if (!options.waitForServer || !unreachable) throw Error(message);
-    if (!impl->connectWithBackoff()) {
-      char tried[64];
-      snprintf(tried, sizeof(tried), " (tried for %g s)", impl->reconnectSeconds);
-      throw Error(message + tried);
-    }
-  }
-}
-
-Client::~Client() = default;
-
-const std::string& Client::address() const { return impl->address; }
-
-Session Client::newSession(const std::string& name, SessionOptions options) {
-  return impl->guard([&]() {
-    auto req = impl->svc().newSessionRequest();
-    req.setName(name);
-    req.setPersistent(options.persistent);
-    auto response = req.send().wait(impl->waitScope());
-    impl->ownedSessions.insert(response.getSession());
-    return Session(std::make_unique<client::SessionImpl>(*impl, response.getSession()));
-  });
-}
-
-Session Client::attach(uint64_t id) {
-  return impl->retrying([&]() {
-    auto req = impl->svc().getStateRequest();
-    req.setSession(id);
-    // The reader points into the response: keep the response.
-    auto response = req.send().wait(impl->waitScope());
-    auto session = std::make_unique<client::SessionImpl>(*impl, id);
-    session->owned = false;
-    session->nextN = response.getState().getNextId();
-    return Session(std::move(session));
-  });
-}
-
-Session Client::attach(const std::string& name) {
-  uint64_t id = impl->retrying([&]() {
-    auto req = impl->svc().findSessionRequest();
-    req.setName(name);
-    return req.send().wait(impl->waitScope()).getSession();
-  });
-  return attach(id);
-}
-
-std::vector<SessionState> Client::sessions() {
-  return impl->retrying([&]() {
-    auto response = impl->svc().listSessionsRequest().send().wait(impl->waitScope());
-    std::vector<SessionState> result;
-    for (auto s : response.getSessions()) result.push_back(toState(s));
-    return result;
-  });
-}
-
-std::vector<GovernorInfo> Client::governors() {
-  return impl->retrying([&]() {
-    auto response = impl->svc().listGovernorsRequest().send().wait(impl->waitScope());
-    std::vector<GovernorInfo> result;
-    for (auto g : response.getGovernors()) {
-      result.push_back(GovernorInfo{g.getId(), g.getName().cStr(), g.getDataAddress().cStr(),
-                                    g.getCpus(), g.getCpusUsed(), g.getTasksAssigned(),
-                                    g.getObjects()});
-    }
-    return result;
-  });
 }
 
 }  // namespace squall

@@ -1,0 +1,235 @@
+// Internals of the client library (client.h) that its source files share:
+// the connection (ClientImpl, connection.cpp), a session's calls to the
+// server (SessionImpl, session.cpp) and what a session builds before a
+// submit (LocalObject, LocalTask). Thread: the one that created the Client.
+#pragma once
+
+#include <squall/client/client.h>
+
+#include <cstdio>
+#include <kj/async-io.h>
+#include <map>
+#include <optional>
+#include <set>
+#include <squall/proto/rpc.h>
+#include <squall/wire/data.capnp.h>
+#include <squall/wire/service.capnp.h>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace squall {
+namespace client {
+
+// One KJ event loop per thread, shared by that thread's Clients.
+struct Loop {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  int users = 0;
+};
+
+struct ClientImpl {
+  Loop& loop;
+  std::string address;
+  std::string token;
+  kj::Own<RpcClient> connection;
+  kj::Maybe<wire::ClientService::Client> service;
+  // Sessions this client made and has not closed: adopted again after a
+  // reconnect, so they stay tied to this client.
+  std::set<uint64_t> ownedSessions;
+  // How long a lost connection is tried again ($SQUALL_RECONNECT_TIMEOUT
+  // seconds, default 60; 0: never).
+  double reconnectSeconds = 60;
+  std::map<std::string, std::pair<kj::Own<RpcClient>, wire::DataService::Client>> dataServices;
+
+  ClientImpl();
+  ~ClientImpl();
+
+  kj::WaitScope& waitScope() { return loop.io.waitScope; }
+
+  wire::ClientService::Client& svc() {
+    KJ_IF_MAYBE(s, service) { return *s; }
+    throw Error("not connected");
+  }
+
+  // Runs `body` and turns KJ exceptions into squall::Error.
+  template <typename Body>
+  auto guard(Body&& body) -> decltype(body()) {
+    try {
+      return body();
+    } catch (const kj::Exception& e) {
+      throw Error(describe(e));
+    }
+  }
+
+  // As guard(), for calls that may be made again: when the connection is
+  // lost (the server restarted, the network failed) it is made again, this
+  // client's sessions are re-attached, and `body` runs again.
+  template <typename Body>
+  auto retrying(Body&& body) -> decltype(body()) {
+    for (;;) {
+      try {
+        return body();
+      } catch (const kj::Exception& e) {
+        if (e.getType() != kj::Exception::Type::DISCONNECTED) throw Error(describe(e));
+        reconnect(e);
+      }
+    }
+  }
+
+  std::string describe(const kj::Exception& e);
+
+  // Connects and registers; throws kj::Exception.
+  void connect();
+
+  // Connects again with backoff (100 ms doubling to 1 s) until the
+  // reconnect timeout, then re-attaches owned sessions. False when the time
+  // ran out; throws Error for a refusal other than a lost connection.
+  bool connectWithBackoff();
+
+  // After `lost`: connects again or throws Error naming it.
+  void reconnect(const kj::Exception& lost);
+
+  wire::DataService::Client& dataService(const std::string& where);
+};
+
+// The TaskFailed that wait() throws for the failure `f`.
+TaskFailed taskFailed(wire::Failure::Reader f);
+
+struct LocalObject {
+  uint64_t n = 0;
+  ObjectKind kind = ObjectKind::BLOB;
+  bool keep = false;
+  bool constant = false;
+  std::string label;
+  std::string contentType;
+  std::string data;
+};
+
+struct LocalTask {
+  uint64_t n = 0;
+  enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE } type =
+      Type::CONCAT;
+  std::string name;
+  std::optional<uint32_t> cpus;  // unset: the default (1), see Program::cpus
+  std::vector<Program::Input> inputs;
+  std::vector<uint64_t> outputs;
+  uint64_t sleepMs = 0;
+  std::vector<std::string> args;
+  bool shell = false;
+  int stdinIndex = -1;
+  std::vector<std::optional<std::string>> outputMappings;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string path;  // slice_dir, load, load_dir, store
+  bool overwrite = false;
+  uint32_t retries = 0;
+  bool allowFailure = false;
+  uint64_t timeLimitMs = 0;
+  std::string attributes;
+  bool strictPipes = false;  // execute: earlyCloseIsError on its inputs
+};
+
+struct SessionImpl {
+  ClientImpl& client;
+  uint64_t id;
+  bool closed = false;
+  // False for attached sessions: they stay open when this handle goes.
+  bool owned = true;
+  uint64_t nextN = 1;
+  // Built since the last submit.
+  std::vector<LocalObject> objects;
+  std::vector<LocalTask> tasks;
+  std::unordered_map<uint64_t, size_t> objectIndex;
+  std::unordered_map<uint64_t, size_t> taskIndex;
+  // Outputs of every task built in this session, and kinds of its objects.
+  std::unordered_map<uint64_t, std::vector<uint64_t>> outputsOf;
+  std::unordered_map<uint64_t, ObjectKind> kinds;
+
+  SessionImpl(ClientImpl& client, uint64_t id) : client(client), id(id) {}
+
+  LocalObject& pendingObject(uint64_t n) {
+    auto it = objectIndex.find(n);
+    if (it == objectIndex.end()) {
+      throw Error("object " + std::to_string(n) + " was already submitted; set it up before submit");
+    }
+    return objects[it->second];
+  }
+
+  LocalTask& pendingTask(uint64_t n) {
+    auto it = taskIndex.find(n);
+    if (it == taskIndex.end()) {
+      throw Error("task " + std::to_string(n) + " was already submitted; set it up before submit");
+    }
+    return tasks[it->second];
+  }
+
+  LocalObject& newObject(ObjectKind kind = ObjectKind::BLOB) {
+    LocalObject object;
+    object.n = nextN++;
+    object.kind = kind;
+    kinds[object.n] = kind;
+    objectIndex[object.n] = objects.size();
+    objects.push_back(std::move(object));
+    return objects.back();
+  }
+
+  LocalTask& newTask(LocalTask::Type type, const std::vector<ObjectKind>& outputKinds) {
+    checkOpen();
+    LocalTask task;
+    task.n = nextN++;
+    task.type = type;
+    for (auto kind : outputKinds) task.outputs.push_back(newObject(kind).n);
+    outputsOf[task.n] = task.outputs;
+    taskIndex[task.n] = tasks.size();
+    tasks.push_back(std::move(task));
+    return tasks.back();
+  }
+
+  void checkOpen() {
+    if (closed) throw Error("session " + std::to_string(id) + " is closed");
+  }
+
+  // Runs a call that needs the session to go on (submit, fetch, unkeep): an
+  // error it meets because the session has failed is thrown as the
+  // TaskFailed that wait() throws, naming the task that failed it. The
+  // session's state is asked only when the call has failed.
+  template <typename Body>
+  auto whileOpen(Body&& body) -> decltype(body()) {
+    try {
+      return body();
+    } catch (const TaskFailed&) {
+      throw;
+    } catch (const Error&) {
+      auto state = client.guard([&]() {
+        auto req = client.svc().getStateRequest();
+        req.setSession(id);
+        return req.send().wait(client.waitScope());
+      });
+      if (state.getState().getState() == wire::SessionState::State::FAILED) {
+        throw taskFailed(state.getState().getFailure());
+      }
+      throw;
+    }
+  }
+
+  void checkInput(const DataObject& object, SessionImpl* owner) {
+    if (owner != this) {
+      throw Error("object " + std::to_string(object.id()) + " belongs to another session");
+    }
+  }
+
+  void submit();
+  void wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished);
+  // `expect`: when set, the object must be of this kind.
+  void fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect = {});
+  std::vector<ObjectInfo> objectInfos(const std::vector<uint64_t>& ids);
+  // Also records the object's kind.
+  ObjectInfo objectInfo(wire::ObjectStatus::Reader status);
+  std::vector<TaskInfo> taskInfos(const std::vector<uint64_t>& ids,
+                                  const std::vector<std::string>& states, uint32_t limit);
+};
+
+// A session's state as the client API gives it.
+SessionState toState(wire::SessionState::Reader s);
+
+}  // namespace client
+}  // namespace squall

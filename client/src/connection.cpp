@@ -1,0 +1,198 @@
+// The connection of a Client (see client.h): the thread-local KJ event
+// loop shared by all Clients of a thread, connecting and registering with
+// the server, connecting again after a lost connection, and the Client
+// class's methods. Thread: the one that created the Client.
+#include "client-impl.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <squall/proto/errors.h>
+#include <squall/proto/token.h>
+
+namespace squall {
+namespace client {
+
+namespace {
+
+thread_local Loop* threadLoop = nullptr;
+
+Loop& acquireLoop() {
+  if (threadLoop == nullptr) threadLoop = new Loop;
+  threadLoop->users++;
+  return *threadLoop;
+}
+
+void releaseLoop() {
+  if (--threadLoop->users == 0) {
+    delete threadLoop;
+    threadLoop = nullptr;
+  }
+}
+
+}  // namespace
+
+ClientImpl::ClientImpl() : loop(acquireLoop()) {}
+ClientImpl::~ClientImpl() {
+  dataServices.clear();
+  service = nullptr;
+  connection = nullptr;
+  releaseLoop();
+}
+
+std::string ClientImpl::describe(const kj::Exception& e) {
+  std::string message = userMessage(e).cStr();
+  if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+    message = "connection to the squall server at " + address + " lost: " + message;
+  }
+  return message;
+}
+
+void ClientImpl::connect() {
+  auto& ws = waitScope();
+  service = nullptr;
+  connection = nullptr;
+  connection = connectTo(loop.io.provider->getNetwork(), address).wait(ws);
+  auto req = connection->bootstrap<wire::Bootstrap>().registerClientRequest();
+  req.setVersion(wire::PROTOCOL_VERSION);
+  req.setToken(token);
+  service = req.send().wait(ws).getService();
+}
+
+bool ClientImpl::connectWithBackoff() {
+  auto& timer = loop.io.provider->getTimer();
+  auto deadline = timer.now() + static_cast<int64_t>(reconnectSeconds * 1000) * kj::MILLISECONDS;
+  auto backoff = 100 * kj::MILLISECONDS;
+  dataServices.clear();
+  for (;;) {
+    if (timer.now() + backoff > deadline) return false;
+    timer.afterDelay(backoff).wait(waitScope());
+    backoff = kj::min(backoff * 2, 1 * kj::SECONDS);
+    try {
+      connect();
+      for (auto id : ownedSessions) {
+        auto req = svc().adoptSessionRequest();
+        req.setSession(id);
+        req.send().wait(waitScope());
+      }
+      return true;
+    } catch (const kj::Exception& e) {
+      if (e.getType() != kj::Exception::Type::DISCONNECTED) throw Error(describe(e));
+    }
+  }
+}
+
+void ClientImpl::reconnect(const kj::Exception& lost) {
+  if (!connectWithBackoff()) throw Error(describe(lost));
+}
+
+wire::DataService::Client& ClientImpl::dataService(const std::string& where) {
+  auto it = dataServices.find(where);
+  if (it != dataServices.end()) return it->second.second;
+  auto conn = connectTo(loop.io.provider->getNetwork(), where).wait(waitScope());
+  auto req = conn->bootstrap<wire::DataBootstrap>().openRequest();
+  req.setVersion(wire::PROTOCOL_VERSION);
+  req.setToken(token);
+  auto data = req.send().getService();
+  auto inserted = dataServices.emplace(where, std::make_pair(kj::mv(conn), kj::mv(data)));
+  return inserted.first->second.second;
+}
+
+}  // namespace client
+
+// ------------------------------------------------------------ Client
+
+Client::Client(const std::string& address, const std::string& token)
+    : Client(ClientOptions{.address = address, .token = token}) {}
+
+Client::Client(const ClientOptions& options) : impl(std::make_unique<client::ClientImpl>()) {
+  const auto& address = options.address;
+  const auto& token = options.token;
+  impl->address = address;
+  if (impl->address.empty()) {
+    const char* env = getenv("SQUALL_SERVER");
+    impl->address = env && *env ? env : "127.0.0.1:" + std::to_string(SERVER_PORT);
+  }
+  impl->guard([&]() { impl->token = resolveToken(token, ""); });
+  if (const char* env = getenv("SQUALL_RECONNECT_TIMEOUT"); env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    double seconds = strtod(env, &end);
+    if (end == env || *end != '\0' || !(seconds >= 0)) {
+      throw Error(std::string("bad SQUALL_RECONNECT_TIMEOUT '") + env + "': expected seconds");
+    }
+    impl->reconnectSeconds = seconds;
+  }
+  try {
+    impl->connect();
+  } catch (const kj::Exception& e) {
+    std::string message =
+        "cannot connect to the squall server at " + impl->address + ": " + userMessage(e).cStr();
+    bool unreachable = e.getType() == kj::Exception::Type::DISCONNECTED;
+    if (!options.waitForServer || !unreachable) throw Error(message);
+    if (!impl->connectWithBackoff()) {
+      char tried[64];
+      snprintf(tried, sizeof(tried), " (tried for %g s)", impl->reconnectSeconds);
+      throw Error(message + tried);
+    }
+  }
+}
+
+Client::~Client() = default;
+
+const std::string& Client::address() const { return impl->address; }
+
+Session Client::newSession(const std::string& name, SessionOptions options) {
+  return impl->guard([&]() {
+    auto req = impl->svc().newSessionRequest();
+    req.setName(name);
+    req.setPersistent(options.persistent);
+    auto response = req.send().wait(impl->waitScope());
+    impl->ownedSessions.insert(response.getSession());
+    return Session(std::make_unique<client::SessionImpl>(*impl, response.getSession()));
+  });
+}
+
+Session Client::attach(uint64_t id) {
+  return impl->retrying([&]() {
+    auto req = impl->svc().getStateRequest();
+    req.setSession(id);
+    // The reader points into the response: keep the response.
+    auto response = req.send().wait(impl->waitScope());
+    auto session = std::make_unique<client::SessionImpl>(*impl, id);
+    session->owned = false;
+    session->nextN = response.getState().getNextId();
+    return Session(std::move(session));
+  });
+}
+
+Session Client::attach(const std::string& name) {
+  uint64_t id = impl->retrying([&]() {
+    auto req = impl->svc().findSessionRequest();
+    req.setName(name);
+    return req.send().wait(impl->waitScope()).getSession();
+  });
+  return attach(id);
+}
+
+std::vector<SessionState> Client::sessions() {
+  return impl->retrying([&]() {
+    auto response = impl->svc().listSessionsRequest().send().wait(impl->waitScope());
+    std::vector<SessionState> result;
+    for (auto s : response.getSessions()) result.push_back(client::toState(s));
+    return result;
+  });
+}
+
+std::vector<GovernorInfo> Client::governors() {
+  return impl->retrying([&]() {
+    auto response = impl->svc().listGovernorsRequest().send().wait(impl->waitScope());
+    std::vector<GovernorInfo> result;
+    for (auto g : response.getGovernors()) {
+      result.push_back(GovernorInfo{g.getId(), g.getName().cStr(), g.getDataAddress().cStr(),
+                                    g.getCpus(), g.getCpusUsed(), g.getTasksAssigned(),
+                                    g.getObjects()});
+    }
+    return result;
+  });
+}
+
+}  // namespace squall

@@ -1,0 +1,648 @@
+// Parses pipeline files (TOML) into a Pipeline, step by step (the checks
+// that span steps are in pipeline-validate.cpp, the planning in
+// pipeline-plan.cpp). See pipeline.h for the two stages and
+// docs/pipelines.md for the format.
+#include "pipeline-parser.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <glob.h>
+#include <set>
+#include <squall/proto/sandbox-path.h>
+#include <sstream>
+#include <toml++/toml.h>
+
+namespace squall {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t MAX_ITEMS = 1000000;
+// time_limit: at most 365 days, whether in seconds or with a unit.
+constexpr int64_t MAX_DURATION_SECONDS = 365LL * 24 * 3600;
+constexpr double MAX_DURATION_MS = MAX_DURATION_SECONDS * 1000.0;
+
+bool validName(std::string_view name) {
+  if (name.empty() || name.size() > 100) return false;
+  for (char c : name) {
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+  for (size_t i = 1; i <= a.size(); i++) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); j++) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+const char* typeName(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a float";
+    case toml::node_type::boolean: return "a boolean";
+    default: return "a date/time";
+  }
+}
+
+SourcePos posOf(const toml::source_region& region) {
+  return {region.begin.line, region.begin.column};
+}
+
+}  // namespace
+
+namespace pipeline_detail {
+
+// " (did you mean 'x'?)" when one candidate is close, else "".
+std::string suggestion(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t bestDistance = 3;
+  for (auto& c : candidates) {
+    size_t d = editDistance(word, c);
+    if (d < bestDistance) {
+      bestDistance = d;
+      best = c;
+    }
+  }
+  return best.empty() ? "" : " (did you mean '" + best + "'?)";
+}
+
+std::string join(const std::vector<std::string>& parts, const char* separator) {
+  std::string out;
+  for (auto& p : parts) {
+    if (!out.empty()) out += separator;
+    out += p;
+  }
+  return out;
+}
+
+std::string resolveLocal(const std::string& dir, const std::string& path) {
+  fs::path p(path);
+  return (p.is_absolute() ? p : fs::path(dir) / p).lexically_normal().string();
+}
+
+[[noreturn]] void PipelineParser::fail(SourcePos pos, const std::string& message) const {
+  std::string where = file;
+  if (pos.line > 0) where += ":" + std::to_string(pos.line) + ":" + std::to_string(pos.column);
+  throw PipelineError(where + ": " + message);
+}
+
+Pipeline PipelineParser::parse(const std::string& text) {
+  toml::table root;
+  try {
+    root = toml::parse(text, file);
+  } catch (const toml::parse_error& e) {
+    fail(posOf(e.source()), std::string(e.description()));
+  }
+  Pipeline pipeline;
+  pipeline.file = file;
+  pipeline.dir = dir;
+  pipeline.name = fs::path(file).stem().string();
+  for (auto&& [key, node] : sortedByPosition(root)) {
+    if (key == "name") {
+      pipeline.name = string(*node, "name");
+      if (pipeline.name.empty()) fail(posOf(node->source()), "'name' must not be empty");
+    } else if (key == "step") {
+      auto* steps = node->as_table();
+      if (steps == nullptr) {
+        fail(posOf(node->source()),
+             "'step' must hold one table per step, written [step.NAME] (it is " +
+                 std::string(typeName(node->type())) + ")");
+      }
+      for (auto&& [name, stepNode] : sortedByPosition(*steps)) {
+        pipeline.steps.push_back(parseStep(name, keyPos.at(name), *stepNode));
+      }
+    } else {
+      fail(keyPos.at(key), "unknown key '" + key + "'" + suggestion(key, {"name", "step"}) +
+                               "; a pipeline has 'name' and [step.NAME] tables");
+    }
+  }
+  if (pipeline.steps.empty()) fail({}, "no steps: add at least one [step.NAME] table");
+  checkReferences(pipeline);
+  checkCycles(pipeline);
+  checkStreams(pipeline);
+  return pipeline;
+}
+
+std::vector<std::pair<std::string, const toml::node*>> PipelineParser::sortedByPosition(const toml::table& table) {
+  std::vector<std::tuple<SourcePos, std::string, const toml::node*>> entries;
+  for (auto&& [key, node] : table) {
+    auto pos = posOf(key.source());
+    if (pos.line == 0) pos = posOf(node.source());
+    entries.emplace_back(pos, std::string(key.str()), &node);
+  }
+  std::sort(entries.begin(), entries.end(), [](auto& a, auto& b) {
+    auto& pa = std::get<0>(a);
+    auto& pb = std::get<0>(b);
+    return pa.line != pb.line ? pa.line < pb.line : pa.column < pb.column;
+  });
+  std::vector<std::pair<std::string, const toml::node*>> out;
+  for (auto& [pos, key, node] : entries) {
+    keyPos[key] = pos;
+    out.emplace_back(key, node);
+  }
+  return out;
+}
+
+void PipelineParser::expectType(const toml::node& node, toml::node_type type, const std::string& what) const {
+  if (node.type() != type) {
+    fail(posOf(node.source()),
+         "'" + what + "' must be " + typeName(type) + ", not " + typeName(node.type()));
+  }
+}
+
+std::string PipelineParser::string(const toml::node& node, const std::string& what) const {
+  expectType(node, toml::node_type::string, what);
+  return node.as_string()->get();
+}
+
+bool PipelineParser::boolean(const toml::node& node, const std::string& what) const {
+  expectType(node, toml::node_type::boolean, what);
+  return node.as_boolean()->get();
+}
+
+int64_t PipelineParser::integer(const toml::node& node, const std::string& what, int64_t min, int64_t max) const {
+  expectType(node, toml::node_type::integer, what);
+  int64_t value = node.as_integer()->get();
+  if (value < min || value > max) {
+    fail(posOf(node.source()), "'" + what + "' must be between " + std::to_string(min) + " and " +
+                                   std::to_string(max) + " (got " + std::to_string(value) + ")");
+  }
+  return value;
+}
+
+const toml::table& PipelineParser::table(const toml::node& node, const std::string& what) const {
+  expectType(node, toml::node_type::table, what);
+  return *node.as_table();
+}
+
+SourceRef PipelineParser::parseRef(const toml::node& node, const std::string& what) {
+  SourceRef ref;
+  ref.text = string(node, what);
+  ref.pos = posOf(node.source());
+  if (ref.text.empty()) fail(ref.pos, "'" + what + "' is empty: give a local path or @STEP");
+  if (ref.text[0] != '@') {
+    ref.local = ref.text;
+    return ref;
+  }
+  ref.isStep = true;
+  auto body = ref.text.substr(1);
+  auto slash = body.find('/');
+  std::string head = body.substr(0, slash);
+  if (slash != std::string::npos) {
+    ref.subPath = body.substr(slash + 1);
+    if (ref.subPath.empty() || ref.subPath == "/") {
+      fail(ref.pos, "'" + ref.text + "': nothing after '/' (write @STEP.OUTPUT/PATH to take a "
+                    "file out of a directory output)");
+    }
+  }
+  auto dot = head.find('.');
+  ref.step = head.substr(0, dot);
+  if (dot != std::string::npos) ref.output = head.substr(dot + 1);
+  if (!validName(ref.step) || (dot != std::string::npos && !validName(ref.output))) {
+    fail(ref.pos, "'" + ref.text + "' is not a step reference: write @STEP, @STEP.OUTPUT or "
+                  "@STEP.OUTPUT/PATH (names are letters, digits, '_' and '-')");
+  }
+  return ref;
+}
+
+Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const toml::node& node) {
+  Step step;
+  step.name = name;
+  step.pos = pos;
+  if (!validName(name)) {
+    fail(pos, "step name '" + name + "' must be letters, digits, '_' and '-'");
+  }
+  auto& body = table(node, "step." + name);
+  auto entries = sortedByPosition(body);
+  std::map<std::string, SourcePos> positions = keyPos;
+
+  static const std::vector<std::string> actions = {"command", "shell", "make_dir", "slice", "load",
+                                                   "store"};
+  static const std::vector<std::string> arrays = {"lines", "files", "range", "values"};
+  static const std::vector<std::string> known = {
+      "command", "shell", "make_dir", "slice", "load", "store", "inputs", "stdin", "outputs",
+      "stdout", "collect", "env", "cpus", "retries", "allow_failure", "time_limit", "lines",
+      "files", "range", "values"};
+  std::string action;
+  std::string arrayKey;
+  for (auto& [key, value] : entries) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      fail(positions.at(key), "unknown key '" + key + "' in step '" + name + "'" +
+                                  suggestion(key, known));
+    }
+    if (std::find(actions.begin(), actions.end(), key) != actions.end()) {
+      if (!action.empty()) {
+        fail(positions.at(key), "step '" + name + "' has both '" + action + "' and '" + key +
+                                    "'; a step does one thing");
+      }
+      action = key;
+    }
+    if (std::find(arrays.begin(), arrays.end(), key) != arrays.end()) {
+      if (!arrayKey.empty()) {
+        fail(positions.at(key), "step '" + name + "' has both '" + arrayKey + "' and '" + key +
+                                    "'; an array step runs over one list");
+      }
+      arrayKey = key;
+    }
+  }
+  if (action.empty()) {
+    fail(pos, "step '" + name + "' has nothing to do: give it one of command, shell, make_dir, "
+              "slice, load or store");
+  }
+  static const std::map<std::string, Step::Kind> kinds = {
+      {"command", Step::Kind::EXECUTE}, {"shell", Step::Kind::EXECUTE},
+      {"make_dir", Step::Kind::MAKE_DIR}, {"slice", Step::Kind::SLICE},
+      {"load", Step::Kind::LOAD}, {"store", Step::Kind::STORE}};
+  step.kind = kinds.at(action);
+  static const std::set<std::string> executeOnly = {"inputs", "stdin", "outputs", "stdout", "env",
+                                                    "cpus"};
+  for (auto& [key, value] : entries) {
+    if (step.kind != Step::Kind::EXECUTE && executeOnly.count(key)) {
+      fail(positions.at(key), "'" + key + "' does not apply to a " + action +
+                                  " step (only to command and shell steps)");
+    }
+    if (step.kind == Step::Kind::STORE && key == "collect") {
+      fail(positions.at(key), "a store step has no output to collect");
+    }
+  }
+
+  for (auto& [key, value] : entries) {
+    auto where = "step." + name + "." + key;
+    auto valuePos = posOf(value->source());
+    if (key == "command") {
+      step.actionPos = valuePos;
+      expectType(*value, toml::node_type::array, where);
+      for (auto& arg : *value->as_array()) step.command.push_back(string(arg, where));
+      if (step.command.empty()) fail(valuePos, "'command' is empty: give the program and its arguments");
+      if (step.command[0].empty()) fail(valuePos, "'command' starts with an empty program name");
+    } else if (key == "shell") {
+      step.actionPos = valuePos;
+      step.shell = true;
+      step.command = {string(*value, where)};
+      if (step.command[0].empty()) fail(valuePos, "'shell' is an empty command line");
+    } else if (key == "make_dir") {
+      step.actionPos = valuePos;
+      parseInputs(step, table(*value, where), where, false);
+      step.outputs.push_back({"dir", "", ObjectKind::DIR, valuePos});
+    } else if (key == "slice") {
+      step.actionPos = valuePos;
+      step.from = parseRef(*value, where);
+      if (!step.from->isStep || step.from->subPath.empty()) {
+        fail(valuePos, "'slice' takes @STEP.OUTPUT/PATH: the file (or, ending in '/', the "
+                       "directory) PATH inside a directory another step made");
+      }
+      step.outputs.push_back({"out", "", sliceKind(step.from->subPath), valuePos});
+    } else if (key == "load") {
+      step.actionPos = valuePos;
+      step.path = string(*value, where);
+      requireAbsolute(step.path, valuePos, "load");
+      step.outputs.push_back({"out", "", sliceKind(step.path), valuePos});
+    } else if (key == "store") {
+      step.actionPos = valuePos;
+      parseStore(step, table(*value, where), where);
+    } else if (key == "inputs") {
+      parseInputs(step, table(*value, where), where, true);
+    } else if (key == "stdin") {
+      if (value->is_table()) {
+        step.stdinFrom =
+            parseEdge(*value->as_table(), posOf(value->source()), where, "stdin", nullptr, nullptr, true);
+      } else {
+        step.stdinFrom = parseRef(*value, where);
+      }
+    } else if (key == "outputs") {
+      for (auto&& [out, pathNode] : sortedByPosition(table(*value, where))) {
+        auto outPos = keyPos.at(out);
+        auto path = string(*pathNode, where + "." + out);
+        if (!validName(out)) fail(outPos, "output name '" + out + "' must be letters, digits, '_' and '-'");
+        if (out == "stdout") fail(outPos, "the output name 'stdout' is for `stdout = true`");
+        if (path.empty() || path == "/") fail(posOf(pathNode->source()), "output '" + out + "' has no path");
+        bool isDir = path.back() == '/';
+        if (isDir) path.pop_back();
+        requireSandboxPath(path, posOf(pathNode->source()), "output '" + out + "'");
+        step.outputs.push_back({out, path, isDir ? ObjectKind::DIR : ObjectKind::BLOB, outPos});
+      }
+    } else if (key == "stdout") {
+      if (boolean(*value, where)) step.outputs.push_back({"stdout", "", ObjectKind::BLOB, valuePos});
+    } else if (key == "collect") {
+      if (value->is_string()) {
+        step.collect.push_back({"", value->as_string()->get(), valuePos});
+      } else if (value->is_table()) {
+        for (auto&& [out, pathNode] : sortedByPosition(*value->as_table())) {
+          step.collect.push_back({out, string(*pathNode, where + "." + out), keyPos.at(out)});
+        }
+      } else {
+        fail(valuePos, "'collect' must be a local path (the step's only output) or a table "
+                       "OUTPUT = \"local path\", not " + std::string(typeName(value->type())));
+      }
+      for (auto& rule : step.collect) {
+        if (rule.path.empty()) fail(rule.pos, "collect path is empty");
+      }
+    } else if (key == "env") {
+      for (auto&& [var, valueNode] : sortedByPosition(table(*value, where))) {
+        step.env.emplace_back(var, string(*valueNode, where + "." + var));
+      }
+    } else if (key == "cpus") {
+      step.cpus = static_cast<uint32_t>(integer(*value, where, 1, 4096));
+    } else if (key == "retries") {
+      step.retries = static_cast<uint32_t>(integer(*value, where, 0, 100));
+    } else if (key == "allow_failure") {
+      step.allowFailure = boolean(*value, where);
+    } else if (key == "time_limit") {
+      step.timeLimit = parseDuration(*value, where);
+    } else {  // an array key
+      step.isArray = true;
+      step.arrayPos = valuePos;
+      expandItems(step, key, *value, where);
+    }
+  }
+  // Output names are unique within a step.
+  std::set<std::string> names;
+  for (auto& out : step.outputs) {
+    if (!names.insert(out.name).second) fail(out.pos, "step '" + name + "' has two outputs named '" + out.name + "'");
+  }
+  for (auto& rule : step.collect) {
+    if (!rule.output.empty() && !names.count(rule.output)) {
+      std::vector<std::string> candidates(names.begin(), names.end());
+      fail(rule.pos, "step '" + name + "' has no output '" + rule.output + "' to collect" +
+                         suggestion(rule.output, candidates) + " (its outputs: " +
+                         join(candidates, ", ") + ")");
+    }
+    if (rule.output.empty() && step.outputs.size() != 1) {
+      fail(rule.pos, "step '" + name + "' has " + std::to_string(step.outputs.size()) +
+                         " outputs: collect = { OUTPUT = \"path\" } names which");
+    }
+  }
+  return step;
+}
+
+ObjectKind PipelineParser::sliceKind(const std::string& path) {
+  return !path.empty() && path.back() == '/' ? ObjectKind::DIR : ObjectKind::BLOB;
+}
+
+void PipelineParser::requireAbsolute(const std::string& path, SourcePos pos, const char* what) const {
+  if (path.empty() || path[0] != '/') {
+    fail(pos, std::string(what) + " path '" + path + "' must be absolute: it names a path on the "
+              "governor (under one of its --allow-path roots)");
+  }
+}
+
+void PipelineParser::requireSandboxPath(const std::string& path, SourcePos pos, const std::string& what) const {
+  KJ_IF_MAYBE(problem, checkSandboxPath(path)) {
+    fail(pos, what + ": " + problem->cStr());
+  }
+}
+
+void PipelineParser::parseInputs(Step& step, const toml::table& inputs, const std::string& where, bool execute) {
+  for (auto&& [path, value] : sortedByPosition(inputs)) {
+    StepInput input;
+    input.pos = keyPos.at(path);
+    input.path = path;
+    if (!input.path.empty() && input.path.back() == '/') input.path.pop_back();
+    requireSandboxPath(input.path, input.pos, "input");
+    if (value->is_table()) {
+      input.from = parseEdge(*value->as_table(), posOf(value->source()), where + "." + path,
+                             (execute ? "input '" : "make_dir entry '") + path + "'",
+                             execute ? &input.arg : nullptr, execute ? &input.writable : nullptr, execute);
+    } else {
+      input.from = parseRef(*value, where + "." + path);
+    }
+    step.inputs.push_back(std::move(input));
+  }
+}
+
+SourceRef PipelineParser::parseEdge(const toml::table& options, SourcePos tablePos, const std::string& where,
+                                    const std::string& what, bool* arg, bool* writable, bool execute) {
+  std::optional<SourceRef> from;
+  bool stream = false;
+  SourcePos streamPos;
+  SourcePos writablePos;
+  std::optional<std::string> brokenPipe;
+  SourcePos brokenPipePos;
+  std::vector<std::string> allowed = {"from"};
+  if (arg != nullptr) allowed.push_back("arg");
+  if (writable != nullptr) allowed.push_back("writable");
+  if (execute) allowed.insert(allowed.end(), {"stream", "broken_pipe"});
+  for (auto&& [option, node] : sortedByPosition(options)) {
+    auto optionPos = keyPos.at(option);
+    if (option == "from") {
+      from = parseRef(*node, where + ".from");
+    } else if (option == "arg" && arg != nullptr) {
+      *arg = boolean(*node, where + ".arg");
+    } else if (option == "writable" && writable != nullptr) {
+      *writable = boolean(*node, where + ".writable");
+      writablePos = posOf(node->source());
+    } else if ((option == "stream" || option == "broken_pipe") && !execute) {
+      fail(optionPos, "a " + what + " cannot be read as a stream: make_dir is a built-in step, which "
+                      "reads its sources once they have ended (drop '" + option + "')");
+    } else if (option == "stream") {
+      stream = boolean(*node, where + ".stream");
+      streamPos = posOf(node->source());
+    } else if (option == "broken_pipe") {
+      brokenPipe = string(*node, where + ".broken_pipe");
+      brokenPipePos = posOf(node->source());
+      if (*brokenPipe != "ignore" && *brokenPipe != "error") {
+        fail(brokenPipePos, "'" + where + ".broken_pipe' must be \"ignore\" (the default: the producer "
+                            "carries on when this reader stops early) or \"error\" (it fails), not \"" +
+                            *brokenPipe + "\"");
+      }
+    } else if (!execute) {
+      fail(optionPos, "unknown key '" + option + "' in " + what + " (a make_dir entry is \"PATH\" = SOURCE "
+                      "or { from = SOURCE })");
+    } else {
+      fail(optionPos, "unknown key '" + option + "' in " + what + suggestion(option, allowed) +
+                          " (it takes " + join(allowed, ", ") + ")");
+    }
+  }
+  if (!from) fail(tablePos, what + " has no 'from'");
+  if (stream && writable != nullptr && *writable) {
+    fail(writablePos, "a stream edge cannot be writable: the program reads '" + from->text +
+                          "' from a named pipe while it is written (drop stream = true to get a copy "
+                          "it may change)");
+  }
+  if (brokenPipe && !stream) {
+    fail(brokenPipePos, "broken_pipe is about a stream edge; add stream = true to read '" + from->text +
+                            "' while it is written");
+  }
+  from->stream = stream;
+  from->streamPos = streamPos;
+  from->brokenPipeSet = brokenPipe.has_value();
+  from->brokenPipeIsError = brokenPipe && *brokenPipe == "error";
+  from->brokenPipePos = brokenPipePos;
+  return *from;
+}
+
+void PipelineParser::parseStore(Step& step, const toml::table& options, const std::string& where) {
+  bool hasFrom = false;
+  bool hasPath = false;
+  for (auto&& [option, node] : sortedByPosition(options)) {
+    if (option == "from") {
+      step.from = parseRef(*node, where + ".from");
+      hasFrom = true;
+    } else if (option == "path") {
+      step.path = string(*node, where + ".path");
+      requireAbsolute(step.path, posOf(node->source()), "store");
+      hasPath = true;
+    } else if (option == "overwrite") {
+      step.overwrite = boolean(*node, where + ".overwrite");
+    } else {
+      fail(keyPos.at(option), "unknown key '" + option + "' in store" +
+                                  suggestion(option, {"from", "path", "overwrite"}) +
+                                  " (it takes from, path and overwrite)");
+    }
+  }
+  if (!hasFrom || !hasPath) {
+    fail(step.actionPos, std::string("store needs ") + (hasFrom ? "" : "'from' (what to store)") +
+                             (!hasFrom && !hasPath ? " and " : "") +
+                             (hasPath ? "" : "'path' (where, on the governor)"));
+  }
+}
+
+std::chrono::milliseconds PipelineParser::parseDuration(const toml::node& node, const std::string& where) const {
+  auto pos = posOf(node.source());
+  if (node.is_integer()) {
+    return std::chrono::seconds(integer(node, where, 1, MAX_DURATION_SECONDS));
+  }
+  auto text = string(node, where);
+  size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  static const std::map<std::string, double> units = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}};
+  auto it = units.find(unit);
+  if (used == 0 || it == units.end() || !(number > 0)) {
+    fail(pos, "'" + where + "' must be a duration like \"500ms\", \"30s\", \"5m\", \"2h\" or a "
+              "number of seconds (got \"" + text + "\")");
+  }
+  // The same bound as a number of seconds; checked as a double, before
+  // the conversion, which is undefined for what does not fit (found by
+  // fuzz-pipeline: "1111...1s"). Under a millisecond is one.
+  double ms = number * it->second;
+  if (ms > MAX_DURATION_MS) {
+    fail(pos, "'" + where + "' must be at most 365 days (got \"" + text + "\")");
+  }
+  return std::chrono::milliseconds(std::max<int64_t>(1, static_cast<int64_t>(ms)));
+}
+
+void PipelineParser::addItem(Step& step, std::string item, std::string name) {
+  if (step.items.size() >= MAX_ITEMS) fail(step.arrayPos, "more than 1000000 items");
+  ArrayItem entry;
+  entry.item = std::move(item);
+  entry.name = std::move(name);
+  auto dot = entry.name.rfind('.');
+  entry.stem = dot == std::string::npos || dot == 0 ? entry.name : entry.name.substr(0, dot);
+  step.items.push_back(std::move(entry));
+}
+
+void PipelineParser::expandItems(Step& step, const std::string& key, const toml::node& node, const std::string& where) {
+  auto pos = posOf(node.source());
+  if (key == "values") {
+    expectType(node, toml::node_type::array, where);
+    for (auto& value : *node.as_array()) {
+      std::string text;
+      if (value.is_string()) {
+        text = value.as_string()->get();
+      } else if (value.is_integer()) {
+        text = std::to_string(value.as_integer()->get());
+      } else {
+        fail(posOf(value.source()), "'values' holds strings or integers, not " +
+                                        std::string(typeName(value.type())));
+      }
+      addItem(step, text, text);
+    }
+  } else if (key == "range") {
+    auto text = string(node, where);
+    unsigned long long first = 0, last = 0;
+    char tail = 0;
+    if (sscanf(text.c_str(), "%llu-%llu%c", &first, &last, &tail) != 2 || text[0] == '-' || first > last) {
+      fail(pos, "'range' must be \"FIRST-LAST\" (both included, FIRST <= LAST), e.g. \"1-10\" "
+                "(got \"" + text + "\")");
+    }
+    if (last - first >= MAX_ITEMS) fail(pos, "'range' has more than 1000000 items");
+    for (auto n = first; n <= last; n++) addItem(step, std::to_string(n), std::to_string(n));
+  } else if (key == "lines") {
+    auto path = string(node, where);
+    auto full = resolveLocal(dir, path);
+    std::ifstream in(full);
+    if (!in) fail(pos, "cannot read the lines file '" + path + "' (" + full + "): " + strerror(errno));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      if (!line.empty()) addItem(step, line, line);
+    }
+  } else {  // files
+    auto pattern = string(node, where);
+    if (pattern.empty()) fail(pos, "'files' is empty: give a directory or a glob");
+    auto full = resolveLocal(dir, pattern);
+    if (pattern.find_first_of("*?[") == std::string::npos) {
+      std::error_code ec;
+      if (!fs::is_directory(full, ec)) {
+        fail(pos, "'files' names '" + pattern + "' (" + full + "), which is not a directory "
+                  "(give a directory or a glob such as \"data/*.txt\")");
+      }
+      std::vector<std::string> names;
+      for (auto& entry : fs::directory_iterator(full, ec)) {
+        auto name = entry.path().filename().string();
+        if (name[0] != '.' && entry.is_regular_file(ec)) names.push_back(name);
+      }
+      if (ec) fail(pos, "cannot list '" + full + "': " + ec.message());
+      std::sort(names.begin(), names.end());
+      std::string prefix = pattern.back() == '/' ? pattern : pattern + "/";
+      for (auto& name : names) addItem(step, prefix + name, name);
+    } else {
+      glob_t matches;
+      int rc = glob(full.c_str(), 0, nullptr, &matches);
+      if (rc == 0) {
+        for (size_t i = 0; i < matches.gl_pathc; i++) {
+          fs::path match(matches.gl_pathv[i]);
+          auto item = fs::path(pattern).is_absolute() ? match.string()
+                                                      : match.lexically_relative(dir).string();
+          addItem(step, item, match.filename().string());
+        }
+      }
+      globfree(&matches);
+    }
+  }
+  if (step.items.empty()) {
+    fail(pos, "'" + key + "' gives no items, so step '" + step.name + "' would run nothing");
+  }
+}
+
+}  // namespace pipeline_detail
+
+using pipeline_detail::PipelineParser;
+
+Pipeline parsePipeline(const std::string& text, const std::string& file) {
+  auto dir = fs::absolute(fs::path(file)).parent_path().lexically_normal().string();
+  return PipelineParser(file, dir).parse(text);
+}
+
+Pipeline parsePipelineFile(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw PipelineError(file + ": cannot read: " + strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parsePipeline(text.str(), file);
+}
+
+}  // namespace squall
