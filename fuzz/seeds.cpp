@@ -1,8 +1,9 @@
 // squall-fuzz-seeds DIR: writes the seeds no one can write by hand into
-// DIR/<target>/ (DIR is fuzz/corpus): Submission.add chunks as flat capnp
-// messages (submit), real session logs with 512-byte pages (session-log)
-// and LZ4 chunks made by the codec (chunk). Run once when the formats
-// change; the output is committed. Not part of any product.
+// DIR/<target>/ (DIR is fuzz/corpus): Submission.add and appendData calls
+// as framed flat capnp messages (submit), real session logs with 512-byte
+// pages (session-log) and LZ4 chunks made by the codec (chunk). Run once
+// when the formats change; the output is committed. Not part of any
+// product.
 #include <capnp/serialize.h>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <session-table.h>
 #include <spdlog/sinks/null_sink.h>
 #include <sqlite3.h>
+#include <string_view>
 #include <squall/proto/chunk-codec.h>
 #include <test-graph.h>
 
@@ -36,19 +38,43 @@ kj::Array<capnp::word> flat(TestGraph& graph) {
   return capnp::messageToFlatArray(message);
 }
 
-// The submit seeds, all of session 1 (the fuzz target's): each the flat
-// chunks of one submit, one after the other.
+// One call of a submit seed (fuzz-submit.cpp's frame): a Submission.add or
+// a Submission.appendData, as a flat message.
+struct SubmitCall {
+  bool append;
+  kj::Array<capnp::word> message;
+};
+
+SubmitCall add(TestGraph& graph) { return {false, flat(graph)}; }
+
+SubmitCall appendData(uint64_t object, std::string_view bytes) {
+  capnp::MallocMessageBuilder message;
+  auto params = message.initRoot<squall::wire::Submission::AppendDataParams>();
+  params.setObject(object);
+  params.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()));
+  return {true, capnp::messageToFlatArray(message)};
+}
+
+// The submit seeds, all of session 1 (the fuzz target's): each the calls of
+// one submit, one after the other, each behind its 8-byte frame header
+// (first byte 0: add, 1: appendData).
 void writeSubmitSeeds(const fs::path& dir) {
   size_t n = 0;
-  auto write = [&](std::initializer_list<TestGraph*> chunks) {
+  auto write = [&](std::initializer_list<SubmitCall> calls) {
     kj::Vector<kj::byte> bytes;
-    for (auto* g : chunks) bytes.addAll(flat(*g).asBytes());
+    for (auto& call : calls) {
+      capnp::word header;
+      memset(&header, 0, sizeof(header));
+      reinterpret_cast<kj::byte*>(&header)[0] = call.append ? 1 : 0;
+      bytes.addAll(kj::arrayPtr(&header, 1).asBytes());
+      bytes.addAll(call.message.asBytes());
+    }
     writeFile(dir / ("graph-" + std::to_string(n++)), bytes);
   };
   {
     TestGraph g(1);
     g.constant(1, "hello ").constant(2, "world").output(3, true).task({4, {1, 2}, {3}});
-    write({&g});
+    write({add(g)});
   }
   {
     TestGraph g(1);
@@ -60,7 +86,7 @@ void writeSubmitSeeds(const fs::path& dir) {
     second.retries = 2;
     second.cpus = 2;
     g.task(second);
-    write({&g});
+    write({add(g)});
   }
   {
     // A live stream between two programs, stdin fed from the first.
@@ -70,21 +96,43 @@ void writeSubmitSeeds(const fs::path& dir) {
     TestTask reader{21, {2}, {3}, {"sort"}, {"in"}};
     reader.stdinInput = 0;
     g.task(reader);
-    write({&g});
+    write({add(g)});
   }
   {
     // Two chunks: the second reads what the first declared.
     TestGraph first(1), second(1);
     first.constant(1, "a").object({2, "", false, false, squall::wire::ObjectKind::DIR});
-    first.task({3, {1}, {2}, {"mkdir"}, {"f"}});
+    // The dir is taken from a path: a dir cannot come from stdout.
+    TestTask mkdir = squall::testing::executeTask(3, {1}, {2}, {"f"}, {"d"});
+    mkdir.args = {"mkdir", "d"};
+    first.task(mkdir);
     second.output(4, true).task({5, {2}, {4}, {"ls"}, {"d"}});
-    write({&first, &second});
+    write({add(first), add(second)});
   }
   {
     // Refused: a cycle.
     TestGraph g(1);
     g.output(1).output(2).task({3, {1}, {2}}).task({4, {2}, {1}});
-    write({&g});
+    write({add(g)});
+  }
+  {
+    // Constants too large for one message, as the client sends them: every
+    // add first, then each declared constant's bytes in pieces, appended to
+    // what the add carried inline (none for 1, "head " for 2).
+    TestGraph constants(1), tasks(1);
+    constants.object({1, "", true}).constant(2, "head ");
+    tasks.output(3, true).task({4, {1, 2}, {3}});
+    write({add(constants), add(tasks), appendData(1, "a large "), appendData(1, "constant in "),
+           appendData(1, "three pieces"), appendData(2, "and tail")});
+  }
+  {
+    // Pieces the server refuses, each on its own (the submit stays open):
+    // before the add that declares the constant, for an object that is a
+    // task's output, for an object never declared.
+    TestGraph g(1);
+    g.object({1, "", true}).output(2, true).task({3, {1}, {2}});
+    write({appendData(1, "too early"), add(g), appendData(1, "first "), appendData(1, "second"),
+           appendData(2, "an output"), appendData(9, "nobody's")});
   }
 }
 
