@@ -13,15 +13,6 @@ using Common = import "common.capnp";
 # Raised when the protocol changes incompatibly; describe() reports it.
 const executorProtocolVersion :UInt32 = 1;
 
-struct FunctionInfo {
-  name @0 :Text;
-  # Its outputs, in order: names when the function declared them, else
-  # "0", "1", ... (then only their count means anything).
-  outputs @1 :List(Text);
-  # Whether the outputs were declared by name (call sites may name them).
-  named @2 :Bool;
-}
-
 struct CallInput {
   kind @0 :Common.ObjectKind;
   size @1 :UInt64;
@@ -48,7 +39,7 @@ struct CallOutput {
 
 interface Executor {
   # Who it is and what it offers.
-  describe @0 () -> (version :UInt32, name :Text, functions :List(FunctionInfo));
+  describe @0 () -> (version :UInt32, name :Text, functions :List(Common.FunctionInfo));
 
   # Runs `function` once on `inputs` with `config`, making one output of
   # each of `outputKinds` (blob or dir; as many as the function declares).

@@ -13,7 +13,9 @@
 #include <squall/proto/errors.h>
 #include <squall/wire/executor.capnp.h>
 #include <stdexcept>
+#include <csignal>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -365,6 +367,10 @@ int Executor::serve(int argc, char** argv) {
             program, name_.c_str(), name_.c_str());
     return 2;
   }
+  // A governor that dies (even by SIGKILL) takes its executors with it,
+  // however busy their function is.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) return 0;  // it went before that took hold
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { serveFd(fd); })) {
     if (e->getType() == kj::Exception::Type::DISCONNECTED) return 0;  // the governor went
     fprintf(stderr, "%s: %s\n", program, e->getDescription().cStr());
