@@ -3,6 +3,7 @@
 // Single-threaded (the KJ loop, with libuv inside); libuv's pool does file work.
 #include "data-service.h"
 #include "dir-tree.h"
+#include "executor-pool.h"
 #include "governor-control.h"
 #include "input-isolation.h"
 #include "object-store.h"
@@ -49,6 +50,7 @@ struct Flags {
   double serverTimeout = 30;
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
+  std::vector<std::string> executors;
   std::string compressStreams = "auto";
   std::string inputIsolation = "auto";
   int lifelineFd = -1;
@@ -239,6 +241,24 @@ int run(const Flags& flags) {
     env.streams = streams;
     dataEnv.streams = streams;
 
+    // Executors (tasklib): started now, to learn their functions.
+    kj::Vector<ExecutorDecl> decls;
+    for (auto& text : flags.executors) {
+      kj::String error;
+      KJ_IF_MAYBE(decl, parseExecutorDecl(text.c_str(), error)) {
+        decls.add(kj::mv(*decl));
+      } else {
+        failure = kj::str("bad --executor: ", error);
+        return 1;
+      }
+    }
+    ExecutorPool executors(bridge, timer, *io.lowLevelProvider, logger, captureEnvironment(), kj::str(tasksDir));
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { executors.start(kj::mv(decls)).wait(io.waitScope); })) {
+      failure = kj::str(userMessage(*e));
+      return 1;
+    }
+    env.executors = executors;
+
     // Results wait in the batcher while no server connection is up.
     ResultBatcher batcher(timer, logger);
     TaskQueue queue(env, fetcher, flags.cpus,
@@ -273,7 +293,7 @@ int run(const Flags& flags) {
     auto seconds = [](double value) { return static_cast<int64_t>(value * 1000) * kj::MILLISECONDS; };
     ServerLink link(network, timer, store, queue, batcher, logger,
                     ServerLinkOptions{kj::str(flags.server.c_str()), kj::str(token.c_str()), kj::str(name),
-                                      kj::str(dataAddress), flags.cpus, seconds(flags.connectTimeout),
+                                      kj::str(dataAddress), flags.cpus, executors, seconds(flags.connectTimeout),
                                       seconds(flags.reconnectTimeout), seconds(flags.serverTimeout)});
     auto connected = link.connect(io.waitScope);
     KJ_IF_MAYBE(message, connected.tryGet<kj::String>()) {
@@ -368,6 +388,11 @@ int main(int argc, char** argv) {
                  "a directory (and everything under it) that load, load_dir and store tasks may "
                  "read and write; repeatable; none by default")
       ->type_name("DIR");
+  app.add_option("--executor", flags.executors,
+                 "an executor program (built on squall's tasklib) whose functions this governor runs as "
+                 "call tasks, as NAME=PROGRAM; repeatable. Started with the governor to learn its "
+                 "functions and kept warm (docs/tasklib.md)")
+      ->type_name("NAME=PROGRAM");
   app.add_option("--lifeline-fd", flags.lifelineFd,
                  "the read end of a pipe inherited from the process that starts the governor: "
                  "when it reaches end of file (that process has gone), the governor stops as on "

@@ -105,8 +105,34 @@ struct TaskSpec {
     # Writes input 0 (blob or dir) to this absolute path on the governor,
     # under an allowed root. No outputs.
     store @13 :StoreConfig;
+    # A function of an executor program (tasklib) the governor keeps warm.
+    call @15 :CallConfig;
   }
   policy @14 :TaskPolicy;
+}
+
+struct CallConfig {
+  # The task type executor/function, as governors announce it.
+  executor @0 :Text;
+  function @1 :Text;
+  # Bytes handed to the function as its config.
+  config @2 :Data;
+}
+
+# A function an executor offers (tasklib).
+struct FunctionInfo {
+  name @0 :Text;
+  # Its outputs, in order: names when the function declared them, else
+  # "0", "1", ... (then only their count means anything).
+  outputs @1 :List(Text);
+  # Whether the outputs were declared by name.
+  named @2 :Bool;
+}
+
+# An executor a governor keeps (--executor NAME=PROGRAM) and its functions.
+struct ExecutorInfo {
+  name @0 :Text;
+  functions @1 :List(FunctionInfo);
 }
 
 struct StoreConfig {

@@ -1,4 +1,8 @@
-# Governor <-> executor process (built on tasklib), over a Unix socket.
+# Governor <-> executor process (a program built on tasklib/): Cap'n Proto
+# two-party RPC over a Unix socket the governor makes (socketpair) and hands
+# to the executor as a descriptor (--squall-executor-fd N). The executor
+# serves one Executor as its bootstrap; the governor calls it, one call at a
+# time per process. See docs/tasklib.md.
 @0xfcedf66a2463cb51;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -6,15 +10,44 @@ $Cxx.namespace("squall::wire");
 
 using Common = import "common.capnp";
 
-# Bootstrapped by the governor's executor socket.
-interface ExecutorRegistry {
-  register @0 (version :UInt32, name :Text, functions :List(Text),
-               executor :Executor) -> ();
+# Raised when the protocol changes incompatibly; describe() reports it.
+const executorProtocolVersion :UInt32 = 1;
+
+struct CallInput {
+  kind @0 :Common.ObjectKind;
+  size @1 :UInt64;
+  # The input's label in the task spec (may be empty).
+  label @2 :Text;
+  union {
+    # A file (blob) or directory (dir) of the governor's store: read-only,
+    # never to be changed; the executor maps a blob instead of copying it.
+    path @3 :Text;
+    # A small blob the governor holds in memory, carried in the call.
+    data @4 :Data;
+  }
+}
+
+struct CallOutput {
+  union {
+    # A file (blob) or directory (dir) the function left under the call's
+    # outputDir: this name inside it. The governor adopts it by rename.
+    file @0 :Text;
+    # A small blob carried back in the answer.
+    data @1 :Data;
+  }
 }
 
 interface Executor {
-  # Inputs are files/dirs at `inputPaths`; outputs are written under
-  # `outputDir` as files named by their index ("0", "1", ...).
-  run @0 (task :Common.TaskSpec, inputPaths :List(Text), outputDir :Text)
-      -> (result :Common.TaskResult);
+  # Who it is and what it offers.
+  describe @0 () -> (version :UInt32, name :Text, functions :List(Common.FunctionInfo));
+
+  # Runs `function` once on `inputs` with `config`, making one output of
+  # each of `outputKinds` (blob or dir; as many as the function declares).
+  # `outputDir` is an empty directory in the governor's store (the same file
+  # system, so outputs are adopted by rename, not copied). Answers with one
+  # CallOutput per output. A function that throws fails the call with its
+  # message.
+  call @1 (function :Text, config :Data, inputs :List(CallInput),
+           outputKinds :List(Common.ObjectKind), outputDir :Text)
+      -> (outputs :List(CallOutput));
 }

@@ -205,6 +205,9 @@ struct GovernorInfo {
   # Tasks it holds: queued, running, or finished with results the server
   # has not acknowledged yet (they follow in updates).
   tasks @4 :List(Id);
+  # The executors it keeps warm and their functions (tasklib): call tasks
+  # are placed only where their function is.
+  executors @5 :List(Common.ExecutorInfo);
 }
 
 # Server -> governor. Calls are batched: one per scheduling pass.

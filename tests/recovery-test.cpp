@@ -2,6 +2,8 @@
 // SIGKILL at random points of a run and started again on its session log;
 // governors and the client reconnect on their own. Every task's program
 // appends its id to a file, so the test counts executions.
+#include "command-output.h"
+
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
@@ -413,15 +415,8 @@ TEST(RecoveryTest, NonPersistentSessionIsClosedWhenItsClientGoes) {
 // Runs the server on `log` (and nothing else) and returns what it printed
 // and its exit status: a server that cannot use its log stops at once.
 std::pair<std::string, int> serverOn(const fs::path& log) {
-  std::string command = findProgram("squall-server") + " --listen 127.0.0.1:0 --http off --log '" +
-                        log.string() + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  int status = pclose(pipe);
-  return {output, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+  return commandOutput(findProgram("squall-server") + " --listen 127.0.0.1:0 --http off --log '" + log.string() +
+                       "' 2>&1");
 }
 
 TEST(RecoveryTest, ALogThatIsNotALogStopsTheServerWithAClearErrorAndIsLeftAlone) {

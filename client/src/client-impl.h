@@ -107,7 +107,7 @@ struct LocalObject {
 
 struct LocalTask {
   uint64_t n = 0;
-  enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE } type =
+  enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE, CALL } type =
       Type::CONCAT;
   std::string name;
   std::optional<uint32_t> cpus;  // unset: the default (1), see Program::cpus
@@ -126,6 +126,10 @@ struct LocalTask {
   uint64_t timeLimitMs = 0;
   std::string attributes;
   bool strictPipes = false;  // execute: earlyCloseIsError on its inputs
+  // call: "executor/function" split, and its config bytes.
+  std::string executor;
+  std::string function;
+  std::string callConfig;
 };
 
 struct SessionImpl {

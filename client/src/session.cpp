@@ -98,6 +98,13 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
     case LocalTask::Type::CONCAT: config.setConcat(); break;
     case LocalTask::Type::SLEEP: config.initSleep().setMilliseconds(task.sleepMs); break;
     case LocalTask::Type::MAKE_DIR: config.setMakeDir(); break;
+    case LocalTask::Type::CALL: {
+      auto call = config.initCall();
+      call.setExecutor(task.executor);
+      call.setFunction(task.function);
+      call.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(task.callConfig.data()), task.callConfig.size()));
+      break;
+    }
     case LocalTask::Type::SLICE_DIR: config.setSliceDir(task.path); break;
     case LocalTask::Type::LOAD: config.setLoad(task.path); break;
     case LocalTask::Type::LOAD_DIR: config.setLoadDir(task.path); break;
@@ -432,6 +439,26 @@ DataObject Session::directory(const std::string& path) {
 Task Session::concat(const std::vector<DataObject>& inputs) {
   for (auto& input : inputs) impl->checkInput(input, input.session);
   auto& task = impl->newTask(client::LocalTask::Type::CONCAT, {ObjectKind::BLOB});
+  for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
+  return Task(impl.get(), task.n);
+}
+
+Task Session::call(const std::string& function, const std::vector<DataObject>& inputs, std::string config,
+                   const std::vector<ObjectKind>& outputs) {
+  auto slash = function.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == function.size() ||
+      function.find('/', slash + 1) != std::string::npos) {
+    throw Error("call: '" + function + "' is not executor/function");
+  }
+  for (auto kind : outputs) {
+    if (kind == ObjectKind::STREAM) throw Error("call " + function + ": functions do not write streams yet");
+  }
+  for (auto& input : inputs) impl->checkInput(input, input.session);
+  auto& task = impl->newTask(client::LocalTask::Type::CALL, outputs);
+  task.executor = function.substr(0, slash);
+  task.function = function.substr(slash + 1);
+  task.callConfig = std::move(config);
+  task.name = function;
   for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
   return Task(impl.get(), task.n);
 }

@@ -57,6 +57,7 @@ kj::Promise<TaskOutcome> runTask(TaskEnv& env, wire::Assignment::Reader spec, Ta
     case wire::TaskSpec::Config::LOAD:
     case wire::TaskSpec::Config::LOAD_DIR: return runLoad(env, spec, control);
     case wire::TaskSpec::Config::STORE: return runStore(env, spec, control);
+    case wire::TaskSpec::Config::CALL: return runCall(env, spec, control);
   }
   return TaskOutcome::failure(Id::from(task.getId()),
                               kj::str("unknown task type (config union ",

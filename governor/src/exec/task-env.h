@@ -25,6 +25,7 @@ inline kj::Duration taskMilliseconds(uint64_t ms) {
   return static_cast<int64_t>(ms < MAX_MS ? ms : MAX_MS) * kj::MILLISECONDS;
 }
 
+class ExecutorPool;
 class StreamHub;
 class StoreView;
 
@@ -49,6 +50,8 @@ struct TaskEnv {
   // through this read-only view of the store (mount mode), or, without it,
   // as private copies (copy mode).
   kj::Maybe<const StoreView&> storeView = nullptr;
+  // Warm executor processes (--executor); without it, call tasks fail.
+  kj::Maybe<ExecutorPool&> executors = nullptr;
 };
 
 // Set once a task is cancelled or timed out. Pool jobs, which cannot be
@@ -107,6 +110,8 @@ kj::Promise<TaskOutcome> runTask(TaskEnv& env, wire::Assignment::Reader spec, Ta
 kj::Promise<TaskOutcome> runConcat(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 kj::Promise<TaskOutcome> runSleep(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+// call-task.cpp
+kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 // dir-tasks.cpp
 kj::Promise<TaskOutcome> runMakeDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 kj::Promise<TaskOutcome> runSliceDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);

@@ -192,7 +192,9 @@ void TaskQueue::start(Task& task) {
                         .eagerlyEvaluate(nullptr);
   }
   auto which = task.spec->getTask().getConfig().which();
-  bool abandonable = which != wire::TaskSpec::Config::EXECUTE && which != wire::TaskSpec::Config::SLEEP;
+  // execute and call end when their process is killed.
+  bool abandonable = which != wire::TaskSpec::Config::EXECUTE && which != wire::TaskSpec::Config::SLEEP &&
+                     which != wire::TaskSpec::Config::CALL;
   auto runner = kj::evalNow([this, &task]() { return runTask(env, *task.spec, task.control); });
   if (abandonable) {
     // A built-in's file work on the pool cannot be interrupted: on cancel or

@@ -44,6 +44,21 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
   info.setName(options.name);
   info.setDataAddress(options.dataAddress);
   info.initResources().setCpus(options.cpus);
+  KJ_IF_MAYBE(pool, options.executors) {
+    auto& known = pool->executors();
+    auto list = info.initExecutors(known.size());
+    for (uint i = 0; i < known.size(); i++) {
+      list[i].setName(known[i].name);
+      auto functions = list[i].initFunctions(known[i].functions.size());
+      for (uint j = 0; j < known[i].functions.size(); j++) {
+        auto& f = known[i].functions[j];
+        functions[j].setName(f.name);
+        functions[j].setNamed(f.named);
+        auto outputs = functions[j].initOutputs(f.outputs.size());
+        for (uint k = 0; k < f.outputs.size(); k++) outputs.set(k, f.outputs[k]);
+      }
+    }
+  }
   std::vector<std::pair<Id, ObjectMeta>> objects;
   std::vector<Id> tasks;
   if (again) {

@@ -5,6 +5,7 @@
 // thread only; it drives the loop itself (waits), called from main().
 #pragma once
 
+#include "executor-pool.h"
 #include "object-store.h"
 #include "result-batcher.h"
 #include "task-queue.h"
@@ -25,6 +26,8 @@ struct ServerLinkOptions {
   kj::String name;
   kj::String dataAddress;
   uint32_t cpus = 0;
+  // Its executors and their functions, announced at each registration.
+  kj::Maybe<const ExecutorPool&> executors;
   // How long to keep retrying the first connection; how long to keep trying
   // to register again after losing it (tasks run on meanwhile).
   kj::Duration connectTimeout = 10 * kj::SECONDS;

@@ -88,6 +88,9 @@ struct TaskNode {
   // Set when the task reads or writes a stream live.
   StreamGroup* group = nullptr;
   uint32_t cpus = 1;
+  // "executor/function" of a call task (placed only where it is offered);
+  // empty for other types.
+  std::string function;
   // The governor whose capacity the task holds while assigned (0 = none).
   GovernorId governor = 0;
   // 1 for the first run; counts up with retries.

@@ -433,6 +433,46 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
         }
         break;
       }
+      case wire::TaskSpec::Config::CALL: {
+        auto call = task.getConfig().getCall();
+        SQUALL_REQUIRE(call.getExecutor().size() > 0 && call.getFunction().size() > 0, label,
+                       ": a call names an executor and a function (executor/function)");
+        auto function = kj::str(call.getExecutor(), "/", call.getFunction());
+        for (uint i = 0; i < inputs.size(); i++) {
+          SQUALL_REQUIRE(inputKind(i) != wire::ObjectKind::STREAM, label, ": input ", inputs[i].getObject().getN(),
+                         " is a stream, which functions (", function, ") do not read yet");
+        }
+        for (uint i = 0; i < outputs.size(); i++) {
+          SQUALL_REQUIRE(outputKind(i) != wire::ObjectKind::STREAM, label, ": output ", outputs[i].getN(),
+                         " is a stream, which functions (", function, ") do not write yet");
+        }
+        if (capacity.functions != nullptr) {
+          auto& offered = *capacity.functions;
+          auto found = offered.find(function.cStr());
+          if (found == offered.end()) {
+            std::string names;
+            size_t shown = 0;
+            for (auto& [name, outs] : offered) {
+              if (shown++ == 20) {
+                names += ", ...";
+                break;
+              }
+              names += (names.empty() ? "" : ", ") + name;
+            }
+            SQUALL_FAIL(label, ": no governor offers the function ", function,
+                        offered.empty() ? kj::str(" (no governor has executors: start one with --executor "
+                                                  "NAME=PROGRAM)")
+                                        : kj::str(" (offered: ", names.c_str(), ")"));
+          }
+          if (found->second.size() != outputs.size()) {
+            std::string names;
+            for (auto& o : found->second) names += (names.empty() ? "" : ", ") + o;
+            SQUALL_FAIL(label, ": function ", function, " makes ", found->second.size(), " output(s) (",
+                        names.c_str(), "); the task has ", outputs.size());
+          }
+        }
+        break;
+      }
       default:
         SQUALL_FAIL(label, " has an unknown task type; client and server versions differ?");
     }
@@ -614,6 +654,10 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     task.id = Id{session, n};
     task.spec = spec;
     task.cpus = spec.getResources().getCpus();
+    if (spec.getConfig().isCall()) {
+      auto call = spec.getConfig().getCall();
+      task.function = kj::str(call.getExecutor(), "/", call.getFunction()).cStr();
+    }
     target.counts[static_cast<int>(TaskNode::State::WAITING)]++;
     target.unfinishedTasks++;
     for (auto output : spec.getOutputs()) {

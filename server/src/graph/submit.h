@@ -3,6 +3,8 @@
 #pragma once
 
 #include "graph.h"
+#include <map>
+#include <memory>
 #include "server-limits.h"
 
 #include <functional>
@@ -17,6 +19,10 @@ namespace squall {
 struct ClusterCapacity {
   uint64_t totalCpus = 0;
   uint32_t largestCpus = 0;
+  // The functions the governors offer ("executor/function" -> its output
+  // names); null when not known (no governor yet, a replay): call tasks are
+  // then not checked against them.
+  std::shared_ptr<const std::map<std::string, std::vector<std::string>>> functions;
 };
 
 class PendingSubmit {

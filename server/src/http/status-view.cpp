@@ -99,6 +99,11 @@ Json configJson(wire::TaskSpec::Reader spec) {
       out["path"] = config.getStore().getPath().cStr();
       out["overwrite"] = config.getStore().getOverwrite();
       break;
+    case wire::TaskSpec::Config::CALL:
+      out["executor"] = config.getCall().getExecutor().cStr();
+      out["function"] = config.getCall().getFunction().cStr();
+      out["configBytes"] = config.getCall().getConfig().size();
+      break;
   }
   return out;
 }

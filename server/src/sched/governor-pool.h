@@ -18,6 +18,8 @@ struct GovernorState {
   // on the governor).
   uint32_t load = 0;
   wire::GovernorControl::Client control;
+  // The functions its executors offer: "executor/function" -> output names.
+  std::map<std::string, std::vector<std::string>> functions;
   std::unordered_map<Id, uint32_t, IdHash> assigned;
   // The number of its last update applied, and of the last one a log
   // commit confirmed to it (resultsDurable); the next commit confirms the

@@ -86,6 +86,7 @@ void Scheduler::place(std::deque<Id>& ready, SessionTable& sessions, GovernorPoo
       double bestLoad = 0;
       for (auto& [gid, g] : all) {
         if (!hasRoom(g, task.cpus, depth)) continue;
+        if (!task.function.empty() && g.functions.count(task.function) == 0) continue;
         uint64_t local = 0;
         for (auto* input : task.inputs) {
           for (auto where : input->locations) {

@@ -98,10 +98,14 @@ class SubmissionImpl final : public wire::Submission::Server {
 
   ClusterCapacity capacity() {
     ClusterCapacity capacity;
+    auto functions = std::make_shared<std::map<std::string, std::vector<std::string>>>();
     for (auto& [gid, governor] : context.governors.all()) {
       capacity.totalCpus += governor.cpus;
       capacity.largestCpus = std::max(capacity.largestCpus, governor.cpus);
+      for (auto& function : governor.functions) functions->insert(function);
     }
+    // With no governor, nothing is known yet (as for cpus).
+    if (!context.governors.all().empty()) capacity.functions = kj::mv(functions);
     return capacity;
   }
 
@@ -664,8 +668,14 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
     SQUALL_REQUIRE(info.getDataAddress().size() > 0, "a governor must give its data address");
     auto& governor = context.governors.add(info.getName().cStr(), info.getDataAddress().cStr(), cpus,
                                            params.getControl());
-    context.logger.info("event=governor-registered governor={} name={} data={} cpus={}",
-                        governor.id, governor.name, governor.dataAddress, cpus);
+    for (auto executor : info.getExecutors()) {
+      for (auto function : executor.getFunctions()) {
+        auto& outputs = governor.functions[kj::str(executor.getName(), "/", function.getName()).cStr()];
+        for (auto output : function.getOutputs()) outputs.push_back(output.cStr());
+      }
+    }
+    context.logger.info("event=governor-registered governor={} name={} data={} cpus={} functions={}",
+                        governor.id, governor.name, governor.dataAddress, cpus, governor.functions.size());
     if (auto* log = context.sessions.sessionLog()) log->governorSeen(governor.name);
     if (info.getTasks().size() > 0 || info.getInventory().size() > 0 ||
         context.dispatcher.held()) {

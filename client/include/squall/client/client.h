@@ -278,6 +278,13 @@ class Session {
   DataObject directory(const std::string& path);
   // Output 0 = the inputs' bytes, concatenated in order.
   Task concat(const std::vector<DataObject>& inputs);
+  // A function of an executor program that governors keep warm (tasklib,
+  // docs/tasklib.md): "executor/function" on `inputs` with `config` bytes.
+  // `outputs`: the kinds of what it makes, in order (one blob by default);
+  // the server refuses a function no governor offers, or a count of
+  // outputs it does not declare, naming it.
+  Task call(const std::string& function, const std::vector<DataObject>& inputs = {}, std::string config = "",
+            const std::vector<ObjectKind>& outputs = {ObjectKind::BLOB});
   // Sleeps; output 0 = `input`'s bytes (empty without input).
   Task sleep(std::chrono::milliseconds duration, std::optional<DataObject> input = std::nullopt);
   Task execute(const Program& program);

@@ -28,6 +28,7 @@ inline kj::StringPtr taskTypeName(wire::TaskSpec::Reader spec) {
     case wire::TaskSpec::Config::LOAD: return "load";
     case wire::TaskSpec::Config::LOAD_DIR: return "load_dir";
     case wire::TaskSpec::Config::STORE: return "store";
+    case wire::TaskSpec::Config::CALL: return "call";
   }
   return "unknown";
 }

@@ -1,0 +1,153 @@
+// tasklib: write an executor, a program whose named functions run as squall
+// tasks in warm processes started by a governor (docs/tasklib.md).
+//
+//   int main(int argc, char** argv) {
+//     squall::Executor ex("text");
+//     ex.add("wordcount", [](squall::Call& call) {
+//       auto text = call.input(0).text();
+//       call.output(0).write(std::to_string(countWords(text)));
+//     });
+//     return ex.serve(argc, argv);
+//   }
+//
+// A function runs on the executor's one thread, one call at a time; it may
+// keep state between calls (a loaded model, an index) in its captures or in
+// globals. Inputs are read-only views: a blob in a file of the governor's
+// store is mapped, not copied; a dir is a path. Outputs are buffers or files
+// the function writes; the governor adopts them by rename. An exception
+// thrown by the function fails the task with its what().
+//
+// Depends on proto only: Cap'n Proto and KJ, never the governor's insides.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace squall {
+
+enum class DataKind { BLOB, DIR };
+
+// One input of a call: valid until the function returns.
+class Input {
+ public:
+  DataKind kind() const { return kind_; }
+  // The label the task gave it (may be empty).
+  const std::string& label() const { return label_; }
+  // A blob's size; a dir's total size of regular files.
+  uint64_t size() const { return size_; }
+  // A blob's bytes (mapped from the store, or carried in the call); throws
+  // for a dir.
+  std::string_view bytes() const;
+  std::string_view text() const { return bytes(); }
+  // A dir's directory, or a blob's file when it has one (empty for a blob
+  // carried in the call). Read-only: never write there.
+  const std::string& path() const { return path_; }
+
+ private:
+  friend class ExecutorService;
+  DataKind kind_ = DataKind::BLOB;
+  std::string label_;
+  uint64_t size_ = 0;
+  std::string path_;
+  const char* data_ = nullptr;
+  // The mapping behind data_, when the blob is a file.
+  std::shared_ptr<void> mapping_;
+};
+
+// One output of a call. A blob is made either by write() (appended, kept in
+// memory until the call ends) or by writing the file at file(); a dir by
+// filling the directory at dir().
+class Output {
+ public:
+  DataKind kind() const { return kind_; }
+  // Its name, when the function declared names, else its index.
+  const std::string& name() const { return name_; }
+  // Appends to a blob output's bytes.
+  void write(std::string_view bytes);
+  // The file to write a blob output into (created empty; the function may
+  // replace it), for outputs too big for memory or written by a library.
+  const std::string& file();
+  // The directory to fill for a dir output (created empty).
+  const std::string& dir();
+
+ private:
+  friend class ExecutorService;
+  friend class Call;
+  DataKind kind_ = DataKind::BLOB;
+  std::string name_;
+  std::string dirPath_;   // the call's output directory
+  std::string entry_;     // this output's entry in it ("0", "1", ...)
+  std::string path_;      // dirPath_/entry_, once file() or dir() was used
+  std::string buffer_;
+  bool usedBuffer_ = false;
+  bool usedPath_ = false;
+};
+
+// What a function gets: its inputs, config and outputs.
+class Call {
+ public:
+  size_t inputCount() const { return inputs_.size(); }
+  const Input& input(size_t i) const;
+  // The bytes the task was given as its config (may be empty).
+  std::string_view config() const { return config_; }
+  size_t outputCount() const { return outputs_.size(); }
+  Output& output(size_t i);
+  // By declared name; throws if there is none of that name.
+  Output& output(std::string_view name);
+
+ private:
+  friend class ExecutorService;
+  std::vector<Input> inputs_;
+  std::string_view config_;
+  std::vector<Output> outputs_;
+};
+
+using Function = std::function<void(Call&)>;
+
+class Executor {
+ public:
+  // `name` is the executor's name as tasks call it (`name/function`):
+  // letters, digits, '-', '_' and '.'.
+  explicit Executor(std::string name);
+  ~Executor();
+
+  // Registers `fn` with `outputs` unnamed outputs (1 by default).
+  Executor& add(std::string name, Function fn, size_t outputs = 1);
+  // Registers `fn` with named outputs, in this order.
+  Executor& add(std::string name, Function fn, std::vector<std::string> outputNames);
+
+  // Serves the governor over the descriptor given as
+  // --squall-executor-fd N, until the governor closes it: returns 0 then.
+  // Returns 2 with a message on stderr when started any other way, and
+  // --squall-describe prints what it offers (one line per function) for a
+  // person to read.
+  int serve(int argc, char** argv);
+
+  // What serve() does with an already connected socket (tests).
+  int serveFd(int fd);
+
+  struct FunctionEntry {
+    Function fn;
+    // Output names: declared, or "0", "1", ...
+    std::vector<std::string> outputs;
+    bool named = false;
+  };
+  const std::string& name() const { return name_; }
+  const std::map<std::string, FunctionEntry, std::less<>>& functions() const { return functions_; }
+
+  // A blob output written with write() comes back in the answer up to this
+  // size, else through a file.
+  static constexpr size_t INLINE_LIMIT = 64 << 10;
+
+ private:
+  std::string name_;
+  std::map<std::string, FunctionEntry, std::less<>> functions_;
+};
+
+}  // namespace squall

@@ -1,0 +1,382 @@
+// The executor side of tasklib: the Executor RPC service (proto/
+// executor.capnp) over the socket its governor handed over, calling the
+// registered functions on the process's one thread.
+#include <squall/tasklib/tasklib.h>
+
+#include <capnp/rpc-twoparty.h>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <kj/async-io.h>
+#include <squall/proto/errors.h>
+#include <squall/wire/executor.capnp.h>
+#include <stdexcept>
+#include <csignal>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace squall {
+
+namespace {
+
+// Executor and function names: what a task type `executor/function` can
+// carry without quoting anywhere it is written.
+bool isPlainName(std::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+              c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return name != "." && name != "..";
+}
+
+std::string errnoText(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + strerror(errno);
+}
+
+// Maps a store file read-only. The mapping lives as long as the returned
+// pointer's last copy.
+std::shared_ptr<void> mapFile(const std::string& path, uint64_t& size) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(errnoText("cannot open input", path));
+  struct stat st;
+  if (fstat(fd, &st) < 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    throw std::runtime_error(errnoText("cannot stat input", path));
+  }
+  size = static_cast<uint64_t>(st.st_size);
+  if (size == 0) {
+    close(fd);
+    return nullptr;
+  }
+  void* at = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  int saved = errno;
+  close(fd);
+  if (at == MAP_FAILED) {
+    errno = saved;
+    throw std::runtime_error(errnoText("cannot map input", path));
+  }
+  return std::shared_ptr<void>(at, [size](void* p) { munmap(p, size); });
+}
+
+void writeAll(const std::string& path, std::string_view bytes) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(errnoText("cannot create output", path));
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int saved = errno;
+      close(fd);
+      errno = saved;
+      throw std::runtime_error(errnoText("cannot write output", path));
+    }
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  if (close(fd) < 0) throw std::runtime_error(errnoText("cannot write output", path));
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ Input, Output, Call
+
+std::string_view Input::bytes() const {
+  if (kind_ == DataKind::DIR) {
+    throw std::logic_error("input " + (label_.empty() ? std::string("(no label)") : label_) +
+                           " is a dir: read it through path()");
+  }
+  return std::string_view(data_ == nullptr ? "" : data_, size_);
+}
+
+void Output::write(std::string_view bytes) {
+  if (kind_ != DataKind::BLOB) throw std::logic_error("output " + name_ + " is a dir: fill dir() instead");
+  if (usedPath_) throw std::logic_error("output " + name_ + " is written through file(): not write() as well");
+  usedBuffer_ = true;
+  buffer_.append(bytes);
+}
+
+const std::string& Output::file() {
+  if (kind_ != DataKind::BLOB) throw std::logic_error("output " + name_ + " is a dir: use dir()");
+  if (usedBuffer_) throw std::logic_error("output " + name_ + " is written through write(): not file() as well");
+  if (!usedPath_) {
+    path_ = dirPath_ + "/" + entry_;
+    writeAll(path_, {});
+    usedPath_ = true;
+  }
+  return path_;
+}
+
+const std::string& Output::dir() {
+  if (kind_ != DataKind::DIR) throw std::logic_error("output " + name_ + " is a blob: use write() or file()");
+  if (!usedPath_) {
+    path_ = dirPath_ + "/" + entry_;
+    if (mkdir(path_.c_str(), 0755) < 0) throw std::runtime_error(errnoText("cannot create output", path_));
+    usedPath_ = true;
+  }
+  return path_;
+}
+
+const Input& Call::input(size_t i) const {
+  if (i >= inputs_.size()) {
+    throw std::out_of_range("input " + std::to_string(i) + " asked for; the task has " +
+                            std::to_string(inputs_.size()));
+  }
+  return inputs_[i];
+}
+
+Output& Call::output(size_t i) {
+  if (i >= outputs_.size()) {
+    throw std::out_of_range("output " + std::to_string(i) + " asked for; the function has " +
+                            std::to_string(outputs_.size()));
+  }
+  return outputs_[i];
+}
+
+Output& Call::output(std::string_view name) {
+  for (auto& o : outputs_) {
+    if (o.name_ == name) return o;
+  }
+  throw std::out_of_range("no output named " + std::string(name));
+}
+
+// ------------------------------------------------------------ the service
+
+class ExecutorService final : public wire::Executor::Server {
+ public:
+  explicit ExecutorService(const Executor& executor) : executor(executor) {}
+
+  kj::Promise<void> describe(DescribeContext context) override {
+    auto results = context.getResults();
+    results.setVersion(wire::EXECUTOR_PROTOCOL_VERSION);
+    results.setName(executor.name());
+    auto list = results.initFunctions(executor.functions().size());
+    uint i = 0;
+    for (auto& [name, entry] : executor.functions()) {
+      auto f = list[i++];
+      f.setName(name);
+      f.setNamed(entry.named);
+      auto outputs = f.initOutputs(entry.outputs.size());
+      for (uint j = 0; j < entry.outputs.size(); j++) outputs.set(j, entry.outputs[j]);
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> call(CallContext context) override {
+    auto params = context.getParams();
+    std::string_view function(params.getFunction().cStr(), params.getFunction().size());
+    auto found = executor.functions().find(function);
+    if (found == executor.functions().end()) {
+      std::string known;
+      for (auto& [name, entry] : executor.functions()) known += (known.empty() ? "" : ", ") + name;
+      SQUALL_FAIL("executor ", executor.name(), " has no function ", params.getFunction(), " (it has ",
+                  known, ")");
+    }
+    auto& entry = found->second;
+    auto kinds = params.getOutputKinds();
+    SQUALL_REQUIRE(kinds.size() == entry.outputs.size(), "function ", executor.name(), "/", params.getFunction(),
+                   " makes ", entry.outputs.size(), " outputs; the task has ", kinds.size());
+    std::string outputDir(params.getOutputDir().cStr());
+
+    Call call;
+    auto config = params.getConfig();
+    call.config_ = std::string_view(reinterpret_cast<const char*>(config.begin()), config.size());
+    auto inputs = params.getInputs();
+    call.inputs_.resize(inputs.size());
+    for (uint i = 0; i < inputs.size(); i++) {
+      auto in = inputs[i];
+      auto& input = call.inputs_[i];
+      input.label_ = in.getLabel();
+      input.size_ = in.getSize();
+      switch (in.getKind()) {
+        case wire::ObjectKind::BLOB:
+          input.kind_ = DataKind::BLOB;
+          break;
+        case wire::ObjectKind::DIR:
+          input.kind_ = DataKind::DIR;
+          break;
+        default:
+          SQUALL_FAIL("input ", i, " of ", executor.name(), "/", params.getFunction(),
+                      " is a live stream, which functions do not read yet");
+      }
+      if (in.isData()) {
+        SQUALL_REQUIRE(input.kind_ == DataKind::BLOB, "input ", i, " is a dir carried as data");
+        auto data = in.getData();
+        input.data_ = reinterpret_cast<const char*>(data.begin());
+        input.size_ = data.size();
+      } else {
+        input.path_ = in.getPath();
+        if (input.kind_ == DataKind::BLOB) {
+          input.mapping_ = runReporting([&]() { return mapFile(input.path_, input.size_); });
+          input.data_ = static_cast<const char*>(input.mapping_.get());
+        }
+      }
+    }
+    call.outputs_.resize(kinds.size());
+    for (uint i = 0; i < kinds.size(); i++) {
+      auto& output = call.outputs_[i];
+      SQUALL_REQUIRE(kinds[i] == wire::ObjectKind::BLOB || kinds[i] == wire::ObjectKind::DIR, "output ", i,
+                     " of ", executor.name(), "/", params.getFunction(),
+                     " is a live stream, which functions do not write yet");
+      output.kind_ = kinds[i] == wire::ObjectKind::DIR ? DataKind::DIR : DataKind::BLOB;
+      output.name_ = entry.outputs[i];
+      output.dirPath_ = outputDir;
+      output.entry_ = std::to_string(i);
+    }
+
+    runReporting([&]() {
+      entry.fn(call);
+      return 0;
+    });
+
+    auto results = context.getResults().initOutputs(call.outputs_.size());
+    for (uint i = 0; i < call.outputs_.size(); i++) {
+      auto& output = call.outputs_[i];
+      auto out = results[i];
+      runReporting([&]() {
+        if (output.kind_ == DataKind::DIR) {
+          output.dir();  // created empty if the function left it alone
+          out.setFile(output.entry_);
+        } else if (output.usedPath_) {
+          struct stat st;
+          if (lstat(output.path_.c_str(), &st) < 0 || !S_ISREG(st.st_mode)) {
+            throw std::runtime_error("output " + output.name_ + ": " + output.path_ +
+                                     " is not a regular file any more");
+          }
+          out.setFile(output.entry_);
+        } else if (output.buffer_.size() <= Executor::INLINE_LIMIT) {
+          out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(output.buffer_.data()), output.buffer_.size()));
+        } else {
+          writeAll(outputDir + "/" + output.entry_, output.buffer_);
+          out.setFile(output.entry_);
+        }
+        return 0;
+      });
+    }
+    return kj::READY_NOW;
+  }
+
+ private:
+  const Executor& executor;
+
+  // Runs `body`; what it throws becomes a FAILED exception carrying the
+  // message alone (the governor names the task and function around it).
+  template <typename Body>
+  static auto runReporting(Body&& body) -> decltype(body()) {
+    try {
+      return body();
+    } catch (const kj::Exception&) {
+      throw;
+    } catch (const std::exception& e) {
+      SQUALL_FAIL(e.what());
+    } catch (...) {
+      SQUALL_FAIL("the function threw something that is not a std::exception");
+    }
+  }
+};
+
+// ------------------------------------------------------------ Executor
+
+Executor::Executor(std::string name) : name_(std::move(name)) {
+  if (!isPlainName(name_)) {
+    throw std::invalid_argument("executor name '" + name_ +
+                                "': use 1 to 128 letters, digits, '-', '_' and '.'");
+  }
+}
+
+Executor::~Executor() = default;
+
+Executor& Executor::add(std::string name, Function fn, size_t outputs) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < outputs; i++) names.push_back(std::to_string(i));
+  std::string key = name;
+  add(std::move(name), std::move(fn), std::move(names));
+  functions_.find(key)->second.named = false;
+  return *this;
+}
+
+Executor& Executor::add(std::string name, Function fn, std::vector<std::string> outputNames) {
+  if (!isPlainName(name)) {
+    throw std::invalid_argument("function name '" + name + "': use 1 to 128 letters, digits, '-', '_' and '.'");
+  }
+  if (functions_.count(name) != 0) throw std::invalid_argument("function " + name + " is added twice");
+  if (!fn) throw std::invalid_argument("function " + name + " has no body");
+  for (size_t i = 0; i < outputNames.size(); i++) {
+    for (size_t j = 0; j < i; j++) {
+      if (outputNames[i] == outputNames[j]) {
+        throw std::invalid_argument("function " + name + " names two outputs " + outputNames[i]);
+      }
+    }
+  }
+  functions_[name] = FunctionEntry{std::move(fn), std::move(outputNames), true};
+  return *this;
+}
+
+int Executor::serveFd(int fd) {
+  auto io = kj::setupAsyncIo();
+  auto stream = io.lowLevelProvider->wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  capnp::TwoPartyServer server(kj::heap<ExecutorService>(*this));
+  // Resolves once the governor closes its end.
+  server.accept(*stream).wait(io.waitScope);
+  return 0;
+}
+
+int Executor::serve(int argc, char** argv) {
+  const char* program = argc > 0 ? argv[0] : "executor";
+  int fd = -1;
+  for (int i = 1; i < argc; i++) {
+    std::string_view arg = argv[i];
+    if (arg == "--squall-describe") {
+      for (auto& [name, entry] : functions_) {
+        std::string outputs;
+        for (auto& o : entry.outputs) outputs += (outputs.empty() ? "" : ", ") + o;
+        printf("%s/%s -> %zu output%s%s%s%s\n", name_.c_str(), name.c_str(), entry.outputs.size(),
+               entry.outputs.size() == 1 ? "" : "s", entry.named ? " (" : "", entry.named ? outputs.c_str() : "",
+               entry.named ? ")" : "");
+      }
+      return 0;
+    }
+    std::string_view value;
+    if (arg == "--squall-executor-fd" && i + 1 < argc) {
+      value = argv[++i];
+    } else if (arg.substr(0, 21) == "--squall-executor-fd=") {
+      value = arg.substr(21);
+    } else {
+      fprintf(stderr, "%s: unknown argument '%s'\n", program, argv[i]);
+      return 2;
+    }
+    char* end = nullptr;
+    std::string text(value);
+    long n = strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || n < 0 || n > 1 << 20) {
+      fprintf(stderr, "%s: --squall-executor-fd wants a descriptor number, not '%s'\n", program, text.c_str());
+      return 2;
+    }
+    fd = static_cast<int>(n);
+  }
+  if (fd < 0) {
+    fprintf(stderr,
+            "%s: this is the squall executor '%s'; a governor starts it (squall-governor --executor "
+            "%s=PROGRAM). --squall-describe lists its functions.\n",
+            program, name_.c_str(), name_.c_str());
+    return 2;
+  }
+  // A governor that dies (even by SIGKILL) takes its executors with it,
+  // however busy their function is.
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() == 1) return 0;  // it went before that took hold
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { serveFd(fd); })) {
+    if (e->getType() == kj::Exception::Type::DISCONNECTED) return 0;  // the governor went
+    fprintf(stderr, "%s: %s\n", program, e->getDescription().cStr());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace squall

@@ -1,0 +1,209 @@
+// Users' functions as tasks (tasklib) end to end: a real server and two
+// governors, each keeping the test executor (tests/executors) warm.
+#include "command-output.h"
+
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sys/wait.h>
+#include <thread>
+
+namespace squall {
+namespace {
+
+std::string testExecutor() {
+  const char* path = getenv("SQUALL_TEST_EXECUTOR");
+  return path != nullptr ? path : "";
+}
+
+class TasklibE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterOptions options;
+    options.governors = 2;
+    options.cpus = 2;
+    options.governorArgs = {"--executor", "testfn=" + testExecutor()};
+    cluster = new LocalCluster(options);
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+  }
+  void TearDown() override {
+    for (size_t i = 0; i < cluster->governorCount(); i++) {
+      EXPECT_TRUE(cluster->governor(i).running()) << "governor " << i;
+    }
+  }
+  static inline LocalCluster* cluster = nullptr;
+};
+
+// Counts the words of `text` through the function: a call after a failed
+// one still runs.
+std::string wordcount(Client& client, const std::string& text) {
+  auto session = client.newSession("wordcount after");
+  auto count = session.call("testfn/wordcount", {session.blob(text)});
+  count.output().keep();
+  session.submit();
+  return count.output().fetch();
+}
+
+// The message a session's failure carries.
+std::string failureOf(Session& session) {
+  try {
+    session.submit();
+    session.waitAll();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(TasklibE2eTest, AFunctionRunsInAWarmProcessAndItsOutputIsFetched) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("wordcount");
+  auto count = session.call("testfn/wordcount", {session.blob("the quick brown fox jumps")});
+  count.output().keep();
+  session.submit();
+  EXPECT_EQ(count.output().fetch(), "5");
+  // One after the other on a one-governor path: the same warm process.
+  auto first = session.call("testfn/pid");
+  first.output().keep();
+  session.submit();
+  std::set<std::string> pids{first.output().fetch()};
+  for (int i = 0; i < 6; i++) {
+    auto again = session.call("testfn/pid");
+    again.output().keep();
+    session.submit();
+    pids.insert(again.output().fetch());
+  }
+  // Two governors, each with its warm process: at most two pids, and no
+  // process started per call.
+  EXPECT_LE(pids.size(), 2u);
+}
+
+TEST_F(TasklibE2eTest, NamedOutputsADirOutputAndADirInput) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("outputs");
+  auto split = session.call("testfn/split", {session.blob("abcdef")}, "", {ObjectKind::BLOB, ObjectKind::BLOB});
+  split.output(0).keep();
+  split.output(1).keep();
+  auto tree = session.call("testfn/tree", {split.output(1)}, "", {ObjectKind::DIR});
+  auto list = session.call("testfn/list", {tree.output()});
+  list.output().keep();
+  session.submit();
+  EXPECT_EQ(split.output(0).fetch(), "abc");
+  EXPECT_EQ(split.output(1).fetch(), "def");
+  EXPECT_EQ(list.output().fetch(), "copy.txt\n");
+}
+
+TEST_F(TasklibE2eTest, AFunctionNoGovernorOffersIsRefusedAtSubmitNamingIt) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("unknown");
+  session.call("testfn/wordcont", {session.blob("x")});
+  try {
+    session.submit();
+    FAIL() << "the submit should be refused";
+  } catch (const Error& e) {
+    std::string message = e.what();
+    EXPECT_NE(message.find("no governor offers the function testfn/wordcont"), std::string::npos) << message;
+    EXPECT_NE(message.find("testfn/wordcount"), std::string::npos) << message;  // what is offered
+  }
+  auto other = client.newSession("wrong count");
+  other.call("testfn/split", {other.blob("x")});
+  try {
+    other.submit();
+    FAIL() << "the submit should be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("function testfn/split makes 2 output(s) (head, tail); the task has 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(TasklibE2eTest, AThrowingFunctionFailsItsTaskWithTheMessageAndTheProcessGoesOn) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("throws");
+  session.call("testfn/fail", {}, "bad input");
+  auto message = failureOf(session);
+  EXPECT_NE(message.find("function testfn/fail failed: asked to fail: bad input"), std::string::npos) << message;
+  EXPECT_EQ(wordcount(client, "one two"), "2");
+}
+
+TEST_F(TasklibE2eTest, AnExecutorThatCrashesFailsOnlyItsTaskWhichIsRetried) {
+  auto marker = std::filesystem::path(cluster->workDir()) / "crash-marker";
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("crash");
+  auto task = session.call("testfn/crash-once", {}, marker.string());
+  task.retries(1);
+  task.output().keep();
+  session.submit();
+  EXPECT_EQ(task.output().fetch(), "second try");
+  EXPECT_TRUE(std::filesystem::exists(marker));  // it did crash once
+  auto info = task.info();
+  EXPECT_EQ(info.attempt, 2u);
+  // Without a retry the task fails saying how the process ended.
+  std::filesystem::remove(marker);
+  auto other = client.newSession("crash, no retry");
+  other.call("testfn/crash-once", {}, marker.string());
+  auto message = failureOf(other);
+  EXPECT_NE(message.find("was killed by SIGABRT while running testfn/crash-once"), std::string::npos) << message;
+}
+
+TEST_F(TasklibE2eTest, ATimeLimitKillsAnEndlessFunctionAndTheNextCallRuns) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("spin");
+  auto spin = session.call("testfn/spin");
+  spin.timeLimit(std::chrono::milliseconds(300));
+  auto message = failureOf(session);
+  EXPECT_NE(message.find("time limit of 0.3 s exceeded"), std::string::npos) << message;
+  EXPECT_EQ(wordcount(client, "a b c"), "3");
+}
+
+TEST_F(TasklibE2eTest, CancellingASessionKillsItsRunningFunction) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("cancel");
+  session.call("testfn/spin");
+  session.submit();
+  // Running once the governor has it; then cancelled.
+  for (int i = 0; i < 200 && session.state().running == 0; i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  session.cancel();
+  auto message = failureOf(session);
+  EXPECT_FALSE(message.empty());
+  EXPECT_EQ(wordcount(client, "x"), "1");
+}
+
+// Runs a governor that must stop at once; its output and exit status.
+std::pair<std::string, int> governorOutput(const std::string& args) {
+  return commandOutput(findProgram("squall-governor") + " --server 127.0.0.1:9 --connect-timeout 1 " + args +
+                       " 2>&1");
+}
+
+TEST(TasklibGovernorTest, AnExecutorThatCannotServeStopsTheGovernorSayingWhy) {
+  auto [notOne, status] = governorOutput("--executor notone=/bin/true");
+  EXPECT_EQ(status, 1);
+  EXPECT_NE(notOne.find("executor notone (/bin/true) exited with status 0 instead of describing itself"),
+            std::string::npos)
+      << notOne;
+  auto [missing, missingStatus] = governorOutput("--executor gone=/no/such/program");
+  EXPECT_EQ(missingStatus, 1);
+  EXPECT_NE(missing.find("cannot start executor gone (/no/such/program): No such file or directory"),
+            std::string::npos)
+      << missing;
+  auto [misnamed, misnamedStatus] = governorOutput("--executor other=" + testExecutor());
+  EXPECT_EQ(misnamedStatus, 1);
+  EXPECT_NE(misnamed.find("calls itself 'testfn': use --executor testfn="), std::string::npos) << misnamed;
+  auto [bad, badStatus] = governorOutput("--executor 'no-equals-sign'");
+  EXPECT_EQ(badStatus, 1);
+  EXPECT_NE(bad.find("bad --executor: 'no-equals-sign' is not NAME=PROGRAM"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace squall
