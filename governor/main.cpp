@@ -332,6 +332,7 @@ int run(const Flags& flags) {
                 })) {
       logger.warn("event=shutdown-timeout error=\"{}\"", e->getDescription().cStr());
     }
+    executors.shutdown().wait(io.waitScope);
     // Connections go before the services they call into.
     link.disconnect();
     listening = nullptr;

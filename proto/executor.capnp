@@ -43,8 +43,9 @@ interface Executor {
 
   # Runs `function` once on `inputs` with `config`, making one output of
   # each of `outputKinds` (blob or dir; as many as the function declares).
-  # `outputDir` is an empty directory in the governor's store (the same file
-  # system, so outputs are adopted by rename, not copied). Answers with one
+  # `outputDir` is a path in the governor's store (the same file system, so
+  # outputs are adopted by rename, not copied) that does not exist yet: the
+  # executor makes it when an output needs it. Answers with one
   # CallOutput per output. A function that throws fails the call with its
   # message.
   call @1 (function :Text, config :Data, inputs :List(CallInput),

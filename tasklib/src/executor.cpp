@@ -66,6 +66,14 @@ std::shared_ptr<void> mapFile(const std::string& path, uint64_t& size) {
   return std::shared_ptr<void>(at, [size](void* p) { munmap(p, size); });
 }
 
+// The call's output directory: the governor names it, the first output
+// that needs it makes it.
+void ensureDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0755) < 0 && errno != EEXIST) {
+    throw std::runtime_error(errnoText("cannot create the output directory", path));
+  }
+}
+
 void writeAll(const std::string& path, std::string_view bytes) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(errnoText("cannot create output", path));
@@ -106,6 +114,7 @@ const std::string& Output::file() {
   if (kind_ != DataKind::BLOB) throw std::logic_error("output " + name_ + " is a dir: use dir()");
   if (usedBuffer_) throw std::logic_error("output " + name_ + " is written through write(): not file() as well");
   if (!usedPath_) {
+    ensureDir(dirPath_);
     path_ = dirPath_ + "/" + entry_;
     writeAll(path_, {});
     usedPath_ = true;
@@ -116,6 +125,7 @@ const std::string& Output::file() {
 const std::string& Output::dir() {
   if (kind_ != DataKind::DIR) throw std::logic_error("output " + name_ + " is a blob: use write() or file()");
   if (!usedPath_) {
+    ensureDir(dirPath_);
     path_ = dirPath_ + "/" + entry_;
     if (mkdir(path_.c_str(), 0755) < 0) throw std::runtime_error(errnoText("cannot create output", path_));
     usedPath_ = true;
@@ -253,6 +263,7 @@ class ExecutorService final : public wire::Executor::Server {
         } else if (output.buffer_.size() <= Executor::INLINE_LIMIT) {
           out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(output.buffer_.data()), output.buffer_.size()));
         } else {
+          ensureDir(outputDir);
           writeAll(outputDir + "/" + output.entry_, output.buffer_);
           out.setFile(output.entry_);
         }

@@ -70,6 +70,17 @@ double roundTripMicros(squall::Client& client, int n) {
   return median(samples);
 }
 
+// N calls of a function that does nothing (bench/noop, kept warm by the
+// governors: tools/bench/bench-executor.cpp) in one submit.
+double functionTasksPerSecond(squall::Client& client, int n) {
+  auto session = client.newSession("bench-functions");
+  auto start = Clock::now();
+  for (int i = 0; i < n; i++) session.call("bench/noop");
+  session.submit();
+  session.waitAll();
+  return n / seconds(start);
+}
+
 // N `true` programs through execute.
 double programsPerSecond(squall::Client& client, int n) {
   auto session = client.newSession("bench-programs");
@@ -203,7 +214,7 @@ int main(int argc, char** argv) {
   CLI::App app{"squall-bench: squall's task throughput and latency"};
   int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
   int streamMib = 2048;
-  bool streamsOnly = false, recoveryOnly = false, inputsOnly = false;
+  bool streamsOnly = false, recoveryOnly = false, inputsOnly = false, functionsOnly = false;
   std::vector<std::string> governorArgs;
   int recoveryTasks = 100000;
   std::string server;
@@ -221,6 +232,9 @@ int main(int argc, char** argv) {
   app.add_flag("--inputs-only", inputsOnly,
                "run only the program benchmarks without and with inputs (the cost of placing "
                "inputs)");
+  app.add_flag("--functions-only", functionsOnly,
+               "run only the tasklib benchmark: trivial built-in tasks, calls of a function that does "
+               "nothing in warm executors, and `true` programs, in one run (docs/benchmarks.md)");
   app.add_option("--governor-arg", governorArgs,
                  "an argument for every governor started (e.g. --governor-arg=--input-isolation=copy)");
   app.add_flag("--recovery-only", recoveryOnly,
@@ -237,6 +251,12 @@ int main(int argc, char** argv) {
       options.governors = governors;
       options.cpus = cpus;
       options.governorArgs = governorArgs;
+      if (functionsOnly) {
+        // The bench executor lives beside this program.
+        auto executor = std::filesystem::canonical("/proc/self/exe").parent_path() / "squall-bench-executor";
+        options.governorArgs.push_back("--executor");
+        options.governorArgs.push_back("bench=" + executor.string());
+      }
       cluster = std::make_unique<squall::LocalCluster>(options);
       cluster->start();
       server = cluster->serverAddress();
@@ -264,6 +284,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     squall::Client client(server);
+    if (functionsOnly) {
+      fprintf(stderr, "# tasklib: %d governors x %d cpus; N=%d built-in and function tasks, %d programs\n",
+              governors, cpus, n, programs);
+      run("squall_trivial_tasks_per_s", [&]() { return trivialTasksPerSecond(client, n); });
+      run("squall_function_tasks_per_s", [&]() { return functionTasksPerSecond(client, n); });
+      run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
+      return 0;
+    }
     if (inputsOnly) {
       run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
       run("squall_shell_cmds_with_inputs_per_s", [&]() { return programsWithInputsPerSecond(client, programs); });

@@ -12,6 +12,7 @@
 
 #include <squall/proto/errors.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace squall {
 
@@ -97,8 +98,9 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
         control.setProcess(lease->process());
         auto task = spec.getTask();
+        // The executor makes the directory when an output needs it (most
+        // calls answer with bytes and never do).
         auto outDir = kj::heap<StoreTemp>(env.store);
-        KJ_SYSCALL(mkdir(outDir->path().cStr(), 0755), outDir->path());
         auto request = lease->executor().callRequest();
         request.setFunction(task.getConfig().getCall().getFunction());
         request.setConfig(task.getConfig().getCall().getConfig());
@@ -142,9 +144,13 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
               SQUALL_REQUIRE(outputs.size() == ids.size(), "function ", function, " answered with ",
                              outputs.size(), " outputs for ", ids.size());
               kj::Vector<kj::Promise<Adopted>> adopted;
+              bool anyFile = false;
               for (uint i = 0; i < ids.size(); i++) {
+                anyFile = anyFile || outputs[i].isFile();
                 adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], outDir->path(), function));
               }
+              // Nothing was made there: no removal to wait for on the pool.
+              if (!anyFile && access(outDir->path().cStr(), F_OK) != 0) outDir->release();
               return kj::joinPromises(adopted.releaseAsArray())
                   .attach(kj::mv(response), kj::mv(outDir))
                   .then([taskId](kj::Array<Adopted> done) {

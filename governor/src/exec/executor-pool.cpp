@@ -184,6 +184,21 @@ kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
   return kj::joinPromises(described.releaseAsArray());
 }
 
+kj::Promise<void> ExecutorPool::shutdown() {
+  kj::Vector<kj::Promise<void>> exits;
+  for (auto& worker : idle) {
+    // End of file on its socket: its serve() returns.
+    worker->cap = nullptr;
+    worker->rpc = nullptr;
+    worker->stream = nullptr;
+    exits.add(worker->exited.addBranch());
+  }
+  return timer.timeoutAfter(3 * kj::SECONDS, kj::joinPromises(exits.releaseAsArray()))
+      .catch_([this](kj::Exception&& e) {
+        logger.warn("event=executors-slow-to-exit action=kill error=\"{}\"", e.getDescription().cStr());
+      });
+}
+
 void ExecutorPool::giveBack(kj::Own<Worker> worker) {
   if (worker->exit != nullptr) return;  // gone: dropped here
   idle.add(kj::mv(worker));

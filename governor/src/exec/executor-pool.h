@@ -84,6 +84,11 @@ class ExecutorPool {
   // A process of `executor` for one call: an idle one, or a new one.
   kj::Promise<kj::Own<Lease>> acquire(kj::StringPtr executor);
 
+  // At the governor's end, after the tasks: idle processes see their
+  // socket close and exit by themselves (their destructors run); resolves
+  // once they have, or after a few seconds (then they are killed).
+  kj::Promise<void> shutdown();
+
   // Processes alive (tests).
   size_t processCount() const { return alive; }
   size_t idleCount() const { return idle.size(); }
