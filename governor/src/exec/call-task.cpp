@@ -96,7 +96,6 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
       .then([&env, spec, &control, taskId, function = kj::mv(function)](
                 kj::Own<ExecutorPool::Lease> lease) mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
-        control.setProcess(lease->process());
         auto task = spec.getTask();
         // The executor makes the directory when an output needs it (most
         // calls answer with bytes and never do).
@@ -132,6 +131,9 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         for (uint i = 0; i < kinds.size(); i++) outKinds.set(i, kinds[i]);
         request.setOutputDir(outDir->path());
         auto& leaseRef = *lease;
+        // From here a cancel kills the process (nothing above can leave it
+        // registered with a lease that is gone).
+        control.setProcess(lease->process());
         return request.send().then(
             [&env, spec, taskId, &control, &leaseRef, function = kj::str(function),
              outDir = kj::mv(outDir)](auto response) mutable -> kj::Promise<TaskOutcome> {
