@@ -180,6 +180,33 @@ TEST_F(TasklibE2eTest, CancellingASessionKillsItsRunningFunction) {
   EXPECT_EQ(wordcount(client, "x"), "1");
 }
 
+TEST_F(TasklibE2eTest, SquallSubmitCallsAFunctionAndWritesItsOutputs) {
+  auto dir = std::filesystem::path(cluster->workDir()) / "submit-call";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "words.txt") << "one two three";
+  auto squall = findProgram("squall") + " submit --server " + cluster->serverAddress() + " ";
+  auto [printed, status] =
+      commandOutput(squall + "--call testfn/wordcount --input " + (dir / "words.txt").string() + " 2>&1");
+  EXPECT_EQ(status, 0) << printed;
+  EXPECT_EQ(printed, "3");
+  auto [quiet, splitStatus] =
+      commandOutput(squall + "--call testfn/split --input " + (dir / "words.txt").string() + " --output " +
+                    (dir / "head.txt").string() + " --output " + (dir / "tail.txt").string() + " 2>&1");
+  EXPECT_EQ(splitStatus, 0) << quiet;
+  std::ifstream head(dir / "head.txt"), tail(dir / "tail.txt");
+  std::string headText((std::istreambuf_iterator<char>(head)), {}), tailText((std::istreambuf_iterator<char>(tail)), {});
+  EXPECT_EQ(headText + "|" + tailText, "one tw|o three");  // halves of 13 bytes
+  auto [failed, failedStatus] = commandOutput(squall + "--call testfn/fail --config oops 2>&1");
+  EXPECT_EQ(failedStatus, 1);
+  EXPECT_NE(failed.find("function testfn/fail failed: asked to fail: oops"), std::string::npos) << failed;
+  auto [unknown, unknownStatus] = commandOutput(squall + "--call testfn/nosuch 2>&1");
+  EXPECT_EQ(unknownStatus, 1);
+  EXPECT_NE(unknown.find("no governor offers the function testfn/nosuch"), std::string::npos) << unknown;
+  auto [mixed, mixedStatus] = commandOutput(squall + "--call testfn/wordcount -- echo hi 2>&1");
+  EXPECT_EQ(mixedStatus, 1);
+  EXPECT_NE(mixed.find("--call runs a function: give no program"), std::string::npos) << mixed;
+}
+
 // Runs a governor that must stop at once; its output and exit status.
 std::pair<std::string, int> governorOutput(const std::string& args) {
   return commandOutput(findProgram("squall-governor") + " --server 127.0.0.1:9 --connect-timeout 1 " + args +

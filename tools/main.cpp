@@ -54,6 +54,13 @@ int main(int argc, char** argv) {
   sub->add_option("--cpus", submit.cpus, "cpus the task needs")->capture_default_str()->check(CLI::Range(1, 4096));
   sub->add_option("--name", submit.name, "task name");
   sub->add_flag("--shell", submit.shell, "run the command line with /bin/sh -c");
+  sub->add_option("--call", submit.call,
+                  "run a function of an executor the governors keep warm (docs/tasklib.md) instead of a "
+                  "program; then --input FILE (in order), --output FILE (FILE/ for a dir output; none: one "
+                  "blob, printed)")
+      ->type_name("EXECUTOR/FUNCTION");
+  sub->add_option("--config", submit.config, "with --call: the function's config, as text");
+  sub->add_option("--config-file", submit.configFile, "with --call: a file whose bytes are the function's config");
   sub->add_option("command", submit.command, "PROGRAM ARGS... (after --)");
 
   squall::RunOptions run;

@@ -24,6 +24,12 @@ struct SubmitOptions {
   std::string name;
   bool shell = false;
   std::vector<std::string> command;
+  // --call EXECUTOR/FUNCTION: a function of a warm executor (tasklib)
+  // instead of a program; --input then takes FILE (in order), --output FILE
+  // (FILE/ for a dir output), and the config is --config or --config-file.
+  std::string call;
+  std::string config;
+  std::string configFile;
 };
 
 // Runs one program as a task, waits, writes its outputs to local files and

@@ -1,4 +1,5 @@
-// `squall submit`: one program as a task, its outputs written locally.
+// `squall submit`: one program (or, with --call, one function of a warm
+// executor) as a task, its outputs written locally.
 #include "commands.h"
 
 #include <cerrno>
@@ -31,10 +32,72 @@ std::pair<std::string, std::string> splitMapping(const std::string& text, const 
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
+// The printed failure of a task; the exit status squall submit ends with.
+int reportFailure(const TaskFailed& failure) {
+  fprintf(stderr, "squall: %s\n", failure.what());
+  if (!failure.stderrTail.empty() && std::string(failure.what()).find(failure.stderrTail) == std::string::npos) {
+    fprintf(stderr, "--- stderr (tail) ---\n%s", failure.stderrTail.c_str());
+  }
+  if (failure.exitStatus > 0 && failure.exitStatus < 256) return failure.exitStatus;
+  return 1;
+}
+
+// A local file, or a directory (uploaded as a tree).
+DataObject upload(Session& session, const std::string& file) {
+  std::error_code error;
+  if (std::filesystem::is_directory(file, error)) return session.directory(file);
+  return session.blob(readFile(file), file);
+}
+
+// squall submit --call EXECUTOR/FUNCTION.
+int runCall(const SubmitOptions& options) {
+  if (!options.command.empty()) throw Error("--call runs a function: give no program");
+  if (options.shell || !options.stdinFile.empty() || !options.writableInputs.empty()) {
+    throw Error("--call takes --input FILE, --output FILE and --config: not --shell, --stdin or --input-rw");
+  }
+  if (!options.config.empty() && !options.configFile.empty()) throw Error("give --config or --config-file, not both");
+  Client client(options.server, options.token);
+  auto session = client.newSession(options.name.empty() ? "call " + options.call : options.name);
+  std::vector<DataObject> inputs;
+  for (auto& file : options.inputs) inputs.push_back(upload(session, file));
+  std::vector<ObjectKind> kinds;
+  for (auto& file : options.outputs) {
+    kinds.push_back(file.size() > 1 && file.back() == '/' ? ObjectKind::DIR : ObjectKind::BLOB);
+  }
+  bool printed = kinds.empty();
+  if (printed) kinds.push_back(ObjectKind::BLOB);
+  auto config = options.configFile.empty() ? options.config : readFile(options.configFile);
+  auto task = session.call(options.call, inputs, config, kinds);
+  task.cpus(options.cpus);
+  if (!options.name.empty()) task.name(options.name);
+  for (size_t i = 0; i < task.outputCount(); i++) task.output(i).keep();
+  session.submit();
+  try {
+    session.waitAll();
+  } catch (const TaskFailed& failure) {
+    return reportFailure(failure);
+  }
+  if (printed) {
+    task.output(0).fetchTo(stdout);
+  } else {
+    for (size_t i = 0; i < options.outputs.size(); i++) {
+      if (kinds[i] == ObjectKind::DIR) {
+        task.output(i).fetchDir(options.outputs[i]);
+      } else {
+        task.output(i).fetchToFile(options.outputs[i]);
+      }
+    }
+  }
+  session.close();
+  return 0;
+}
+
 }  // namespace
 
 int runSubmit(const SubmitOptions& options) {
   try {
+    if (!options.call.empty()) return runCall(options);
+    if (!options.config.empty() || !options.configFile.empty()) throw Error("--config is for --call");
     if (options.command.empty()) throw Error("no program given (squall submit -- PROGRAM ARGS...)");
     if (options.shell && options.command.size() != 1) {
       throw Error("--shell takes one command line (quote it)");
@@ -44,19 +107,13 @@ int runSubmit(const SubmitOptions& options) {
                                                           : options.name);
     Program program = options.shell ? Program::shell(options.command[0]) : Program(options.command);
     program.cpus(options.cpus).name(options.name.empty() ? options.command[0] : options.name);
-    // A local file, or a directory (uploaded as a tree).
-    auto upload = [&session](const std::string& file) {
-      std::error_code error;
-      if (std::filesystem::is_directory(file, error)) return session.directory(file);
-      return session.blob(readFile(file), file);
-    };
     for (auto& mapping : options.inputs) {
       auto [path, file] = splitMapping(mapping, "--input");
-      program.input(upload(file), path);
+      program.input(upload(session, file), path);
     }
     for (auto& mapping : options.writableInputs) {
       auto [path, file] = splitMapping(mapping, "--input-rw");
-      program.writableInput(upload(file), path);
+      program.writableInput(upload(session, file), path);
     }
     if (!options.stdinFile.empty()) program.stdinFrom(session.blob(readFile(options.stdinFile)));
     // Where each output goes; a directory output is unpacked there. An
@@ -76,13 +133,7 @@ int runSubmit(const SubmitOptions& options) {
     try {
       session.waitAll();
     } catch (const TaskFailed& failure) {
-      fprintf(stderr, "squall: %s\n", failure.what());
-      if (!failure.stderrTail.empty() &&
-          std::string(failure.what()).find(failure.stderrTail) == std::string::npos) {
-        fprintf(stderr, "--- stderr (tail) ---\n%s", failure.stderrTail.c_str());
-      }
-      if (failure.exitStatus > 0 && failure.exitStatus < 256) return failure.exitStatus;
-      return 1;
+      return reportFailure(failure);
     }
     for (size_t i = 0; i < destinations.size(); i++) {
       auto& [file, isDir] = destinations[i];
