@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <squall/client/client.h>
 #include <stdexcept>
@@ -42,6 +43,19 @@ int reportFailure(const TaskFailed& failure) {
   return 1;
 }
 
+// Keeps the task's outputs, submits and waits: the exit status to end with
+// when the task failed, else nothing.
+std::optional<int> submitAndWait(Session& session, Task& task) {
+  for (size_t i = 0; i < task.outputCount(); i++) task.output(i).keep();
+  session.submit();
+  try {
+    session.waitAll();
+  } catch (const TaskFailed& failure) {
+    return reportFailure(failure);
+  }
+  return std::nullopt;
+}
+
 // A local file, or a directory (uploaded as a tree).
 DataObject upload(Session& session, const std::string& file) {
   std::error_code error;
@@ -70,13 +84,7 @@ int runCall(const SubmitOptions& options) {
   auto task = session.call(options.call, inputs, config, kinds);
   task.cpus(options.cpus);
   if (!options.name.empty()) task.name(options.name);
-  for (size_t i = 0; i < task.outputCount(); i++) task.output(i).keep();
-  session.submit();
-  try {
-    session.waitAll();
-  } catch (const TaskFailed& failure) {
-    return reportFailure(failure);
-  }
+  if (auto failed = submitAndWait(session, task)) return *failed;
   if (printed) {
     task.output(0).fetchTo(stdout);
   } else {
@@ -128,13 +136,7 @@ int runSubmit(const SubmitOptions& options) {
     }
     program.stdoutOutput();
     auto task = session.execute(program);
-    for (size_t i = 0; i < task.outputCount(); i++) task.output(i).keep();
-    session.submit();
-    try {
-      session.waitAll();
-    } catch (const TaskFailed& failure) {
-      return reportFailure(failure);
-    }
+    if (auto failed = submitAndWait(session, task)) return *failed;
     for (size_t i = 0; i < destinations.size(); i++) {
       auto& [file, isDir] = destinations[i];
       if (isDir) {
