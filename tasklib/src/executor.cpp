@@ -10,7 +10,9 @@
 #include <cstring>
 #include <fcntl.h>
 #include <kj/async-io.h>
+#include <kj/io.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/spec-names.h>
 #include <squall/wire/executor.capnp.h>
 #include <stdexcept>
 #include <csignal>
@@ -23,46 +25,22 @@ namespace squall {
 
 namespace {
 
-// Executor and function names: what a task type `executor/function` can
-// carry without quoting anywhere it is written.
-bool isPlainName(std::string_view name) {
-  if (name.empty() || name.size() > 128) return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-              c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return name != "." && name != "..";
-}
-
 std::string errnoText(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + strerror(errno);
 }
 
 // Maps a store file read-only. The mapping lives as long as the returned
-// pointer's last copy.
+// pointer's last copy. (Each error's text reads errno before the throw
+// unwinds and closes the descriptor.)
 std::shared_ptr<void> mapFile(const std::string& path, uint64_t& size) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(errnoText("cannot open input", path));
+  kj::AutoCloseFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw std::runtime_error(errnoText("cannot open input", path));
   struct stat st;
-  if (fstat(fd, &st) < 0) {
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    throw std::runtime_error(errnoText("cannot stat input", path));
-  }
+  if (fstat(fd, &st) < 0) throw std::runtime_error(errnoText("cannot stat input", path));
   size = static_cast<uint64_t>(st.st_size);
-  if (size == 0) {
-    close(fd);
-    return nullptr;
-  }
+  if (size == 0) return nullptr;
   void* at = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  int saved = errno;
-  close(fd);
-  if (at == MAP_FAILED) {
-    errno = saved;
-    throw std::runtime_error(errnoText("cannot map input", path));
-  }
+  if (at == MAP_FAILED) throw std::runtime_error(errnoText("cannot map input", path));
   return std::shared_ptr<void>(at, [size](void* p) { munmap(p, size); });
 }
 
@@ -75,20 +53,15 @@ void ensureDir(const std::string& path) {
 }
 
 void writeAll(const std::string& path, std::string_view bytes) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(errnoText("cannot create output", path));
+  kj::AutoCloseFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw std::runtime_error(errnoText("cannot create output", path));
   while (!bytes.empty()) {
     ssize_t n = ::write(fd, bytes.data(), bytes.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int saved = errno;
-      close(fd);
-      errno = saved;
-      throw std::runtime_error(errnoText("cannot write output", path));
-    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error(errnoText("cannot write output", path));
     bytes.remove_prefix(static_cast<size_t>(n));
   }
-  if (close(fd) < 0) throw std::runtime_error(errnoText("cannot write output", path));
+  if (close(fd.release()) < 0) throw std::runtime_error(errnoText("cannot write output", path));
 }
 
 }  // namespace
@@ -295,9 +268,8 @@ class ExecutorService final : public wire::Executor::Server {
 // ------------------------------------------------------------ Executor
 
 Executor::Executor(std::string name) : name_(std::move(name)) {
-  if (!isPlainName(name_)) {
-    throw std::invalid_argument("executor name '" + name_ +
-                                "': use 1 to 128 letters, digits, '-', '_' and '.'");
+  if (!isPlainName(kj::StringPtr(name_.c_str(), name_.size()))) {
+    throw std::invalid_argument("executor name '" + name_ + "': " + PLAIN_NAME_RULE);
   }
 }
 
@@ -313,8 +285,8 @@ Executor& Executor::add(std::string name, Function fn, size_t outputs) {
 }
 
 Executor& Executor::add(std::string name, Function fn, std::vector<std::string> outputNames) {
-  if (!isPlainName(name)) {
-    throw std::invalid_argument("function name '" + name + "': use 1 to 128 letters, digits, '-', '_' and '.'");
+  if (!isPlainName(kj::StringPtr(name.c_str(), name.size()))) {
+    throw std::invalid_argument("function name '" + name + "': " + PLAIN_NAME_RULE);
   }
   if (functions_.count(name) != 0) throw std::invalid_argument("function " + name + " is added twice");
   if (!fn) throw std::invalid_argument("function " + name + " has no body");

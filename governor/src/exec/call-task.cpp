@@ -11,6 +11,7 @@
 #include "task-env.h"
 
 #include <squall/proto/errors.h>
+#include <squall/proto/spec-names.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -29,19 +30,14 @@ bool isEntryName(kj::StringPtr name) {
          name.findFirst('\0') == nullptr;
 }
 
-struct Adopted {
-  Id id;
-  ObjectMeta meta;
-};
-
 // Stores output `i` of a finished call.
-kj::Promise<Adopted> adoptOutput(TaskEnv& env, Id id, wire::ObjectKind kind, wire::CallOutput::Reader out,
+kj::Promise<OutputInfo> adoptOutput(TaskEnv& env, Id id, wire::ObjectKind kind, wire::CallOutput::Reader out,
                                  kj::StringPtr dir, kj::StringPtr function) {
   if (out.isData()) {
     SQUALL_REQUIRE(kind == wire::ObjectKind::BLOB, "function ", function, " sent bytes for dir output ", id);
     auto data = out.getData();
     return env.store.putBytes(id, kind, kj::heapArray<const kj::byte>(data.begin(), data.size()))
-        .then([id](ObjectMeta meta) { return Adopted{id, meta}; });
+        .then([id](ObjectMeta meta) { return OutputInfo{id, meta.size, meta.hash}; });
   }
   auto entry = out.getFile();
   SQUALL_REQUIRE(isEntryName(entry), "function ", function, " named output ", id, " '", entry,
@@ -64,7 +60,7 @@ kj::Promise<Adopted> adoptOutput(TaskEnv& env, Id id, wire::ObjectKind kind, wir
       .then([&env, id, kind, path = kj::mv(path)](HashedSize hashed) mutable {
         auto meta = kind == wire::ObjectKind::DIR ? env.store.adoptDir(id, kj::mv(path), hashed)
                                                   : env.store.adoptFile(id, kind, kj::mv(path), hashed);
-        return Adopted{id, meta};
+        return OutputInfo{id, meta.size, meta.hash};
       });
 }
 
@@ -74,23 +70,23 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
   auto task = spec.getTask();
   Id taskId = Id::from(task.getId());
   auto call = task.getConfig().getCall();
-  auto function = kj::str(call.getExecutor(), "/", call.getFunction());
+  auto function = callName(call);
   ExecutorPool* pool = nullptr;
-  KJ_IF_MAYBE(p, env.executors) { pool = p; }
-  if (pool == nullptr || pool->find(call.getExecutor(), call.getFunction()) == nullptr) {
+  const ExecutorPool::Function* declared = nullptr;
+  KJ_IF_MAYBE(p, env.executors) {
+    pool = p;
+    KJ_IF_MAYBE(f, p->find(call.getExecutor(), call.getFunction())) { declared = f; }
+  }
+  if (declared == nullptr) {
     return TaskOutcome::failure(taskId, kj::str("governor ", env.governorName, " does not offer the function ",
                                                 function));
   }
-  auto& declared = KJ_ASSERT_NONNULL(pool->find(call.getExecutor(), call.getFunction()));
+  // The server checked this against what governors announced; this
+  // governor's executor may be another version.
   auto kinds = spec.getOutputKinds();
-  if (kinds.size() != declared.outputs.size()) {
-    return TaskOutcome::failure(taskId, kj::str("function ", function, " makes ", declared.outputs.size(),
+  if (kinds.size() != declared->outputs.size()) {
+    return TaskOutcome::failure(taskId, kj::str("function ", function, " makes ", declared->outputs.size(),
                                                 " outputs; the task has ", kinds.size()));
-  }
-  for (auto kind : kinds) {
-    if (kind == wire::ObjectKind::STREAM) {
-      return TaskOutcome::failure(taskId, kj::str("function ", function, ": stream outputs are not supported yet"));
-    }
   }
   return pool->acquire(call.getExecutor())
       .then([&env, spec, &control, taskId, function = kj::mv(function)](
@@ -145,7 +141,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
               auto kinds = spec.getOutputKinds();
               SQUALL_REQUIRE(outputs.size() == ids.size(), "function ", function, " answered with ",
                              outputs.size(), " outputs for ", ids.size());
-              kj::Vector<kj::Promise<Adopted>> adopted;
+              kj::Vector<kj::Promise<OutputInfo>> adopted;
               bool anyFile = false;
               for (uint i = 0; i < ids.size(); i++) {
                 anyFile = anyFile || outputs[i].isFile();
@@ -155,11 +151,11 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
               if (!anyFile && access(outDir->path().cStr(), F_OK) != 0) outDir->release();
               return kj::joinPromises(adopted.releaseAsArray())
                   .attach(kj::mv(response), kj::mv(outDir))
-                  .then([taskId](kj::Array<Adopted> done) {
+                  .then([taskId](kj::Array<OutputInfo> done) {
                     TaskOutcome outcome;
                     outcome.id = taskId;
                     outcome.ok = true;
-                    for (auto& a : done) outcome.outputs.add(OutputInfo{a.id, a.meta.size, a.meta.hash});
+                    for (auto& output : done) outcome.outputs.add(output);
                     return outcome;
                   });
             },

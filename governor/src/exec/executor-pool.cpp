@@ -2,24 +2,13 @@
 
 #include <cstring>
 #include <squall/proto/errors.h>
+#include <squall/proto/spec-names.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 namespace squall {
 
 namespace {
-
-// Executor names as tasks write them (`executor/function`); tasklib checks
-// the same.
-bool isPlainName(kj::StringPtr name) {
-  if (name.size() == 0 || name.size() > 128 || name == "." || name == "..") return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-              c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
 
 kj::String exitText(const ProcessExit& exit) {
   if (exit.termSignal != 0) return kj::str("was killed by ", signalName(exit.termSignal));
@@ -36,7 +25,7 @@ kj::Maybe<ExecutorDecl> parseExecutorDecl(kj::StringPtr text, kj::String& error)
     auto name = kj::str(text.slice(0, *eq));
     auto program = kj::str(text.slice(*eq + 1));
     if (!isPlainName(name)) {
-      error = kj::str("executor name '", name, "': use 1 to 128 letters, digits, '-', '_' and '.'");
+      error = kj::str("executor name '", name, "': ", PLAIN_NAME_RULE);
       return nullptr;
     }
     if (program.size() == 0) {

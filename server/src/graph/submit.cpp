@@ -437,7 +437,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
         auto call = task.getConfig().getCall();
         SQUALL_REQUIRE(call.getExecutor().size() > 0 && call.getFunction().size() > 0, label,
                        ": a call names an executor and a function (executor/function)");
-        auto function = kj::str(call.getExecutor(), "/", call.getFunction());
+        auto function = callName(call);
         for (uint i = 0; i < inputs.size(); i++) {
           SQUALL_REQUIRE(inputKind(i) != wire::ObjectKind::STREAM, label, ": input ", inputs[i].getObject().getN(),
                          " is a stream, which functions (", function, ") do not read yet");
@@ -654,10 +654,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     task.id = Id{session, n};
     task.spec = spec;
     task.cpus = spec.getResources().getCpus();
-    if (spec.getConfig().isCall()) {
-      auto call = spec.getConfig().getCall();
-      task.function = kj::str(call.getExecutor(), "/", call.getFunction()).cStr();
-    }
+    if (spec.getConfig().isCall()) task.function = callName(spec.getConfig().getCall()).cStr();
     target.counts[static_cast<int>(TaskNode::State::WAITING)]++;
     target.unfinishedTasks++;
     for (auto output : spec.getOutputs()) {

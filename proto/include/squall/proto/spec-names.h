@@ -33,4 +33,22 @@ inline kj::StringPtr taskTypeName(wire::TaskSpec::Reader spec) {
   return "unknown";
 }
 
+// Executor and function names (tasklib, docs/tasklib.md): what a task type
+// "executor/function" carries without quoting anywhere it is written.
+constexpr const char* PLAIN_NAME_RULE = "use 1 to 128 letters, digits, '-', '_' and '.'";
+inline bool isPlainName(kj::StringPtr name) {
+  if (name.size() == 0 || name.size() > 128 || name == "." || name == "..") return false;
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+              c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// "executor/function": a call task's type, as governors announce it.
+inline kj::String callName(wire::CallConfig::Reader call) {
+  return kj::str(call.getExecutor(), "/", call.getFunction());
+}
+
 }  // namespace squall
