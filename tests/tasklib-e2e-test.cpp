@@ -87,6 +87,18 @@ TEST_F(TasklibE2eTest, AFunctionRunsInAWarmProcessAndItsOutputIsFetched) {
   EXPECT_LE(pids.size(), 2u);
 }
 
+TEST_F(TasklibE2eTest, CallsWithLargeConfigsTravelInSeveralMessages) {
+  // 24 x 3 MiB: more than one capnp message may hold (64 MiB), so the
+  // client must count the configs when it cuts the submit.
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("large configs");
+  std::vector<Task> calls;
+  for (int i = 0; i < 24; i++) calls.push_back(session.call("testfn/pid", {}, std::string(3 << 20, 'c')));
+  session.submit();
+  session.waitAll();
+  for (auto& call : calls) EXPECT_EQ(call.info().state, "finished");
+}
+
 TEST_F(TasklibE2eTest, NamedOutputsADirOutputAndADirInput) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("outputs");

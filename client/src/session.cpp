@@ -194,8 +194,10 @@ void SessionImpl::submit() {
       while (taskEnd < tasks.size() && taskEnd - nextTask < MAX_ITEMS_PER_ADD &&
              bytes < MAX_BYTES_PER_ADD) {
         auto& t = tasks[taskEnd++];
-        bytes += 128 + t.name.size() + 48 * (t.inputs.size() + t.outputs.size());
+        bytes += 128 + t.name.size() + t.attributes.size() + t.callConfig.size() + t.path.size() +
+                 48 * (t.inputs.size() + t.outputs.size());
         for (auto& a : t.args) bytes += a.size() + 8;
+        for (auto& [name, value] : t.env) bytes += name.size() + value.size() + 16;
       }
       auto add = submission.addRequest();
       auto objectList = add.initObjects(objectEnd - nextObject);
