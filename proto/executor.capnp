@@ -2,7 +2,8 @@
 # two-party RPC over a Unix socket the governor makes (socketpair) and hands
 # to the executor as a descriptor (--squall-executor-fd N). The executor
 # serves one Executor as its bootstrap; the governor calls it, one call at a
-# time per process. See docs/tasklib.md.
+# time per process. The socket carries file descriptors too (SCM_RIGHTS): a
+# live stream reaches a function as one end of a pipe. See docs/tasklib.md.
 @0xfcedf66a2463cb51;
 
 using Cxx = import "/capnp/c++.capnp";
@@ -11,7 +12,12 @@ $Cxx.namespace("squall::wire");
 using Common = import "common.capnp";
 
 # Raised when the protocol changes incompatibly; describe() reports it.
-const executorProtocolVersion :UInt32 = 1;
+const executorProtocolVersion :UInt32 = 2;
+
+# One end of a pipe, travelling as a file descriptor attached to the
+# message (capnp's fd passing: the capability's getFd()). The holder
+# dup()s it; the capability is released with the call's params.
+interface PipeEnd {}
 
 struct CallInput {
   kind @0 :Common.ObjectKind;
@@ -24,6 +30,10 @@ struct CallInput {
     path @3 :Text;
     # A small blob the governor holds in memory, carried in the call.
     data @4 :Data;
+    # A live stream (kind stream): the read end of a pipe the governor
+    # feeds while the stream's producer runs; end of file is the stream's
+    # end. (A stream that has ended and was kept comes as a blob path.)
+    stream @5 :PipeEnd;
   }
 }
 
@@ -34,6 +44,8 @@ struct CallOutput {
     file @0 :Text;
     # A small blob carried back in the answer.
     data @1 :Data;
+    # A stream output: its bytes went through its pipe, now closed.
+    stream @2 :Void;
   }
 }
 
@@ -42,13 +54,17 @@ interface Executor {
   describe @0 () -> (version :UInt32, name :Text, functions :List(Common.FunctionInfo));
 
   # Runs `function` once on `inputs` with `config`, making one output of
-  # each of `outputKinds` (blob or dir; as many as the function declares).
+  # each of `outputKinds` (blob, dir or stream; as many as the function
+  # declares). `outputStreams` holds the write end of a pipe for each
+  # stream output, in the order of the stream entries of `outputKinds`;
+  # the governor reads it while the function runs.
   # `outputDir` is a path in the governor's store (the same file system, so
   # outputs are adopted by rename, not copied) that does not exist yet: the
   # executor makes it when an output needs it. Answers with one
   # CallOutput per output. A function that throws fails the call with its
   # message.
   call @1 (function :Text, config :Data, inputs :List(CallInput),
-           outputKinds :List(Common.ObjectKind), outputDir :Text)
+           outputKinds :List(Common.ObjectKind), outputDir :Text,
+           outputStreams :List(PipeEnd))
       -> (outputs :List(CallOutput));
 }

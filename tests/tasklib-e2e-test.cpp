@@ -192,6 +192,83 @@ TEST_F(TasklibE2eTest, CancellingASessionKillsItsRunningFunction) {
   EXPECT_EQ(wordcount(client, "x"), "1");
 }
 
+// `yes hello | head -n 100000 | testfn/upper | sort | uniq -c`: the function
+// reads its stream as it is written and writes its own, between programs.
+TEST_F(TasklibE2eTest, AStreamFunctionIsAStageOfAStreamedPipe) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("stream stage");
+  auto yes = session.execute(
+      Program::shell("yes hello | head -n 100000").stdoutOutput(ObjectKind::STREAM).name("yes"));
+  auto upper = session.call("testfn/upper", {yes.output()}, "", {ObjectKind::STREAM});
+  auto count = session.execute(Program::shell("sort | uniq -c | awk '{print $1, $2}'")
+                                   .stdinFrom(upper.output())
+                                   .stdoutOutput()
+                                   .name("count"));
+  count.output().keep();
+  session.submit();
+  EXPECT_EQ(count.output().fetch(), "100000 HELLO\n");
+  auto info = upper.output().info();
+  EXPECT_EQ(info.kind, ObjectKind::STREAM);
+  EXPECT_EQ(info.size, 600000u);
+  EXPECT_EQ(upper.info().state, "finished");
+}
+
+// A function's stream read by another function written for blobs: input
+// bytes() reads the stream to its end.
+TEST_F(TasklibE2eTest, AFunctionsStreamFeedsAnotherFunction) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("function to function");
+  auto lines = session.call("testfn/lines", {}, "5000", {ObjectKind::STREAM});
+  auto upper = session.call("testfn/upper", {lines.output()}, "", {ObjectKind::STREAM});
+  auto words = session.call("testfn/wordcount", {upper.output()});
+  words.output().keep();
+  session.submit();
+  EXPECT_EQ(words.output().fetch(), "10000");
+}
+
+// `testfn/lines` (endless) into `head -n 3`: once its reader has gone the
+// function's next write ends the call, without error, as a pipe stage ends.
+TEST_F(TasklibE2eTest, AStreamFunctionWhoseReadersLeaveEndsWithoutError) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("readers leave");
+  auto lines = session.call("testfn/lines", {}, "", {ObjectKind::STREAM});
+  auto head = session.execute(Program({"head", "-n", "3"}).stdinFrom(lines.output()).stdoutOutput().name("head"));
+  head.output().keep();
+  session.submit();
+  EXPECT_EQ(head.output().fetch(), "line 1\nline 2\nline 3\n");
+  session.waitAll();
+  EXPECT_EQ(lines.info().state, "finished");
+  EXPECT_EQ(wordcount(client, "still warm"), "2");
+}
+
+// A function reading a stream whose producer fails, fails saying so, even
+// though it read to the end of what came; so does the program after it.
+TEST_F(TasklibE2eTest, AStreamFunctionFailsWithItsFailingProducer) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("producer fails");
+  // Allowed to fail (and the function too), so that the session fails
+  // because of the last reader, the others having ended first.
+  auto producer = session.execute(
+      Program::shell("echo partial; exit 3").stdoutOutput(ObjectKind::STREAM).name("producer"));
+  producer.allowFailure();
+  auto upper = session.call("testfn/upper", {producer.output()}, "", {ObjectKind::STREAM});
+  upper.allowFailure();
+  auto reader = session.execute(Program({"cat"}).stdinFrom(upper.output()).stdoutOutput().name("reader"));
+  session.submit();
+  try {
+    session.waitAll();
+    FAIL() << "the reader should fail";
+  } catch (const TaskFailed& failure) {
+    EXPECT_EQ(failure.task, reader.id());
+    EXPECT_NE(std::string(failure.what()).find("testfn/upper"), std::string::npos) << failure.what();
+  }
+  auto info = upper.info();
+  EXPECT_EQ(info.state, "failed");
+  EXPECT_NE(info.error.find("producer"), std::string::npos) << info.error;
+  EXPECT_NE(info.error.find("exited with status 3"), std::string::npos) << info.error;
+  EXPECT_EQ(wordcount(client, "and on"), "2");
+}
+
 TEST_F(TasklibE2eTest, SquallSubmitCallsAFunctionAndWritesItsOutputs) {
   auto dir = std::filesystem::path(cluster->workDir()) / "submit-call";
   std::filesystem::create_directories(dir);

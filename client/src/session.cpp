@@ -452,9 +452,6 @@ Task Session::call(const std::string& function, const std::vector<DataObject>& i
       function.find('/', slash + 1) != std::string::npos) {
     throw Error("call: '" + function + "' is not executor/function");
   }
-  for (auto kind : outputs) {
-    if (kind == ObjectKind::STREAM) throw Error("call " + function + ": functions do not write streams yet");
-  }
   for (auto& input : inputs) impl->checkInput(input, input.session);
   auto& task = impl->newTask(client::LocalTask::Type::CALL, outputs);
   task.executor = function.substr(0, slash);

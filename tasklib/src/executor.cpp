@@ -25,6 +25,10 @@ namespace squall {
 
 namespace {
 
+// The most stream pipe ends one call may carry (the kernel's limit per
+// message is 253).
+constexpr uint MAX_PIPES_PER_CALL = 128;
+
 std::string errnoText(const std::string& what, const std::string& path) {
   return what + " " + path + ": " + strerror(errno);
 }
@@ -52,16 +56,39 @@ void ensureDir(const std::string& path) {
   }
 }
 
-void writeAll(const std::string& path, std::string_view bytes) {
-  kj::AutoCloseFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw std::runtime_error(errnoText("cannot create output", path));
+// Writes all of `bytes` to `fd`; false with errno set when it cannot.
+bool writeFully(int fd, std::string_view bytes) {
   while (!bytes.empty()) {
     ssize_t n = ::write(fd, bytes.data(), bytes.size());
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error(errnoText("cannot write output", path));
+    if (n < 0) return false;
     bytes.remove_prefix(static_cast<size_t>(n));
   }
+  return true;
+}
+
+void writeAll(const std::string& path, std::string_view bytes) {
+  kj::AutoCloseFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (fd.get() < 0) throw std::runtime_error(errnoText("cannot create output", path));
+  if (!writeFully(fd, bytes)) throw std::runtime_error(errnoText("cannot write output", path));
   if (close(fd.release()) < 0) throw std::runtime_error(errnoText("cannot write output", path));
+}
+
+DataKind dataKind(wire::ObjectKind kind) {
+  switch (kind) {
+    case wire::ObjectKind::DIR: return DataKind::DIR;
+    case wire::ObjectKind::STREAM: return DataKind::STREAM;
+    default: return DataKind::BLOB;
+  }
+}
+
+const char* kindName(DataKind kind) {
+  switch (kind) {
+    case DataKind::BLOB: return "a blob";
+    case DataKind::DIR: return "a dir";
+    case DataKind::STREAM: return "a live stream";
+  }
+  return "?";
 }
 
 }  // namespace
@@ -69,14 +96,43 @@ void writeAll(const std::string& path, std::string_view bytes) {
 // ------------------------------------------------------------ Input, Output, Call
 
 std::string_view Input::bytes() const {
-  if (kind_ == DataKind::DIR) {
-    throw std::logic_error("input " + (label_.empty() ? std::string("(no label)") : label_) +
-                           " is a dir: read it through path()");
+  if (kind_ == DataKind::STREAM) {
+    // Read to its end once, for a function that wants all of it.
+    if (!drained_) {
+      char buffer[1 << 16];
+      for (size_t n; (n = read(buffer, sizeof buffer)) > 0;) drainedBytes_.append(buffer, n);
+      drained_ = true;
+    }
+    return drainedBytes_;
+  }
+  if (kind_ != DataKind::BLOB) {
+    throw std::logic_error("input " + (label_.empty() ? std::string("(no label)") : label_) + " is " +
+                           kindName(kind_) + ": read it through path()");
   }
   return std::string_view(data_ == nullptr ? "" : data_, size_);
 }
 
+size_t Input::read(char* buffer, size_t size) const {
+  if (kind_ != DataKind::STREAM) {
+    throw std::logic_error("input " + (label_.empty() ? std::string("(no label)") : label_) + " is " +
+                           kindName(kind_) + ", not a live stream: use " +
+                           (kind_ == DataKind::DIR ? "path()" : "bytes()"));
+  }
+  for (;;) {
+    ssize_t n = ::read(fd_, buffer, size);
+    if (n >= 0) return static_cast<size_t>(n);
+    if (errno != EINTR) throw std::runtime_error(std::string("cannot read stream input: ") + strerror(errno));
+  }
+}
+
 void Output::write(std::string_view bytes) {
+  if (kind_ == DataKind::STREAM) {
+    if (!writeFully(fd_, bytes)) {
+      if (errno == EPIPE) throw StreamClosed("output " + name_ + ": every reader of the stream has gone");
+      throw std::runtime_error("cannot write stream output " + name_ + ": " + strerror(errno));
+    }
+    return;
+  }
   if (kind_ != DataKind::BLOB) throw std::logic_error("output " + name_ + " is a dir: fill dir() instead");
   if (usedPath_) throw std::logic_error("output " + name_ + " is written through file(): not write() as well");
   usedBuffer_ = true;
@@ -84,7 +140,10 @@ void Output::write(std::string_view bytes) {
 }
 
 const std::string& Output::file() {
-  if (kind_ != DataKind::BLOB) throw std::logic_error("output " + name_ + " is a dir: use dir()");
+  if (kind_ != DataKind::BLOB) {
+    throw std::logic_error("output " + name_ + " is " + kindName(kind_) +
+                           (kind_ == DataKind::DIR ? ": use dir()" : ": use write() or fd()"));
+  }
   if (usedBuffer_) throw std::logic_error("output " + name_ + " is written through write(): not file() as well");
   if (!usedPath_) {
     ensureDir(dirPath_);
@@ -96,7 +155,10 @@ const std::string& Output::file() {
 }
 
 const std::string& Output::dir() {
-  if (kind_ != DataKind::DIR) throw std::logic_error("output " + name_ + " is a blob: use write() or file()");
+  if (kind_ != DataKind::DIR) {
+    throw std::logic_error("output " + name_ + " is " + kindName(kind_) +
+                           (kind_ == DataKind::BLOB ? ": use write() or file()" : ": use write() or fd()"));
+  }
   if (!usedPath_) {
     ensureDir(dirPath_);
     path_ = dirPath_ + "/" + entry_;
@@ -104,6 +166,10 @@ const std::string& Output::dir() {
     usedPath_ = true;
   }
   return path_;
+}
+
+Call::~Call() {
+  for (int fd : ownedFds_) close(fd);
 }
 
 const Input& Call::input(size_t i) const {
@@ -167,33 +233,32 @@ class ExecutorService final : public wire::Executor::Server {
                    " makes ", entry.outputs.size(), " outputs; the task has ", kinds.size());
     std::string outputDir(params.getOutputDir().cStr());
 
-    Call call;
+    auto call = kj::heap<Call>();
+    // Streams' pipe ends come as descriptors attached to the message; each
+    // fills the fd_ of its input or output once it is there.
+    kj::Vector<kj::Promise<kj::Maybe<int>>> pipes;
+    std::vector<int*> pipeFds;
     auto config = params.getConfig();
-    call.config_ = std::string_view(reinterpret_cast<const char*>(config.begin()), config.size());
+    call->config_ = std::string_view(reinterpret_cast<const char*>(config.begin()), config.size());
     auto inputs = params.getInputs();
-    call.inputs_.resize(inputs.size());
+    call->inputs_.resize(inputs.size());
     for (uint i = 0; i < inputs.size(); i++) {
       auto in = inputs[i];
-      auto& input = call.inputs_[i];
+      auto& input = call->inputs_[i];
       input.label_ = in.getLabel();
       input.size_ = in.getSize();
-      switch (in.getKind()) {
-        case wire::ObjectKind::BLOB:
-          input.kind_ = DataKind::BLOB;
-          break;
-        case wire::ObjectKind::DIR:
-          input.kind_ = DataKind::DIR;
-          break;
-        default:
-          SQUALL_FAIL("input ", i, " of ", executor.name(), "/", params.getFunction(),
-                      " is a live stream, which functions do not read yet");
-      }
-      if (in.isData()) {
+      input.kind_ = dataKind(in.getKind());
+      if (input.kind_ == DataKind::STREAM) {
+        SQUALL_REQUIRE(in.isStream(), "input ", i, " is a live stream without its pipe");
+        pipes.add(in.getStream().getFd());
+        pipeFds.push_back(&input.fd_);
+      } else if (in.isData()) {
         SQUALL_REQUIRE(input.kind_ == DataKind::BLOB, "input ", i, " is a dir carried as data");
         auto data = in.getData();
         input.data_ = reinterpret_cast<const char*>(data.begin());
         input.size_ = data.size();
       } else {
+        SQUALL_REQUIRE(in.isPath(), "input ", i, " is ", kindName(input.kind_), " without a path");
         input.path_ = in.getPath();
         if (input.kind_ == DataKind::BLOB) {
           input.mapping_ = runReporting([&]() { return mapFile(input.path_, input.size_); });
@@ -201,29 +266,70 @@ class ExecutorService final : public wire::Executor::Server {
         }
       }
     }
-    call.outputs_.resize(kinds.size());
+    auto outputStreams = params.getOutputStreams();
+    uint nextStream = 0;
+    call->outputs_.resize(kinds.size());
     for (uint i = 0; i < kinds.size(); i++) {
-      auto& output = call.outputs_[i];
-      SQUALL_REQUIRE(kinds[i] == wire::ObjectKind::BLOB || kinds[i] == wire::ObjectKind::DIR, "output ", i,
-                     " of ", executor.name(), "/", params.getFunction(),
-                     " is a live stream, which functions do not write yet");
-      output.kind_ = kinds[i] == wire::ObjectKind::DIR ? DataKind::DIR : DataKind::BLOB;
+      auto& output = call->outputs_[i];
+      output.kind_ = dataKind(kinds[i]);
+      if (output.kind_ == DataKind::STREAM) {
+        SQUALL_REQUIRE(nextStream < outputStreams.size(), "stream output ", i, " came without its pipe");
+        pipes.add(outputStreams[nextStream++].getFd());
+        pipeFds.push_back(&output.fd_);
+      }
       output.name_ = entry.outputs[i];
       output.dirPath_ = outputDir;
       output.entry_ = std::to_string(i);
     }
 
+    if (pipes.size() == 0) {
+      run(entry, *call, context.getResults(), outputDir);
+      return kj::READY_NOW;
+    }
+    return kj::joinPromises(pipes.releaseAsArray())
+        .then([this, &entry, call = kj::mv(call), pipeFds = std::move(pipeFds), context,
+               outputDir = std::move(outputDir)](kj::Array<kj::Maybe<int>> fds) mutable {
+          for (uint i = 0; i < fds.size(); i++) {
+            // The descriptor is the RPC system's until the call's params
+            // go: the function gets a copy of its own.
+            int received = KJ_REQUIRE_NONNULL(fds[i], "a stream's pipe end came without its descriptor");
+            int fd;
+            KJ_SYSCALL(fd = fcntl(received, F_DUPFD_CLOEXEC, 0));
+            call->ownedFds_.push_back(fd);
+            *pipeFds[i] = fd;
+          }
+          run(entry, *call, context.getResults(), outputDir);
+        });
+  }
+
+ private:
+  const Executor& executor;
+
+  // Calls the function and makes the answer.
+  void run(const Executor::FunctionEntry& entry, Call& call, wire::Executor::CallResults::Builder results,
+           const std::string& outputDir) {
     runReporting([&]() {
-      entry.fn(call);
+      try {
+        entry.fn(call);
+      } catch (const StreamClosed&) {
+        // Every reader of a stream output went: the end of a pipeline
+        // stage, not an error (the governor knows if a reader said so).
+      }
       return 0;
     });
+    // The streams' ends: readers see end of file once the RPC system's
+    // copies go with the call.
+    for (int fd : call.ownedFds_) close(fd);
+    call.ownedFds_.clear();
 
-    auto results = context.getResults().initOutputs(call.outputs_.size());
+    auto outs = results.initOutputs(call.outputs_.size());
     for (uint i = 0; i < call.outputs_.size(); i++) {
       auto& output = call.outputs_[i];
-      auto out = results[i];
+      auto out = outs[i];
       runReporting([&]() {
-        if (output.kind_ == DataKind::DIR) {
+        if (output.kind_ == DataKind::STREAM) {
+          out.setStream();
+        } else if (output.kind_ == DataKind::DIR) {
           output.dir();  // created empty if the function left it alone
           out.setFile(output.entry_);
         } else if (output.usedPath_) {
@@ -243,11 +349,8 @@ class ExecutorService final : public wire::Executor::Server {
         return 0;
       });
     }
-    return kj::READY_NOW;
   }
 
- private:
-  const Executor& executor;
 
   // Runs `body`; what it throws becomes a FAILED exception carrying the
   // message alone (the governor names the task and function around it).
@@ -303,10 +406,13 @@ Executor& Executor::add(std::string name, Function fn, std::vector<std::string> 
 
 int Executor::serveFd(int fd) {
   auto io = kj::setupAsyncIo();
-  auto stream = io.lowLevelProvider->wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  // A write to a stream whose readers went fails with EPIPE (StreamClosed)
+  // instead of killing the process.
+  signal(SIGPIPE, SIG_IGN);
+  auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   capnp::TwoPartyServer server(kj::heap<ExecutorService>(*this));
   // Resolves once the governor closes its end.
-  server.accept(*stream).wait(io.waitScope);
+  server.accept(*stream, MAX_PIPES_PER_CALL).wait(io.waitScope);
   return 0;
 }
 

@@ -1,8 +1,10 @@
 // The executor the tasklib end-to-end tests run (tests/tasklib-e2e-test.cpp):
-// functions that count, fail, crash, spin and make dirs, as "testfn".
+// functions that count, fail, crash, spin, make dirs and pass streams
+// along, as "testfn".
 #include <squall/tasklib/tasklib.h>
 
 #include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +19,22 @@ int main(int argc, char** argv) {
     size_t words = 0;
     for (std::string word; in >> word;) words++;
     call.output(0).write(std::to_string(words));
+  });
+  // Streams: input 0 read as it is written, upper-cased down output 0 (a
+  // stage of a streamed pipe).
+  ex.add("upper", [](squall::Call& call) {
+    char buffer[65536];
+    auto& out = call.output(0);
+    for (size_t n; (n = call.input(0).read(buffer, sizeof buffer)) > 0;) {
+      for (size_t i = 0; i < n; i++) buffer[i] = static_cast<char>(toupper(static_cast<unsigned char>(buffer[i])));
+      out.write(std::string_view(buffer, n));
+    }
+  });
+  // Writes "line N" for N = 1.. (config: how many; none: until the readers go).
+  ex.add("lines", [](squall::Call& call) {
+    std::string config(call.config());
+    unsigned long count = config.empty() ? 0 : std::stoul(config);
+    for (unsigned long n = 1; count == 0 || n <= count; n++) call.output(0).write("line " + std::to_string(n) + "\n");
   });
   // The process's pid: two calls that get the same one ran in one warm process.
   ex.add("pid", [](squall::Call& call) { call.output(0).write(std::to_string(getpid())); });

@@ -4,10 +4,15 @@
 // store view when inputs are isolated by mount) or, for small blobs held in
 // memory, as bytes in the call. Outputs come back as bytes or as files and
 // directories left in a fresh directory of the store, adopted by rename.
-// Loop thread only; hashing and sealing on the pool.
+// A live stream input or a stream output is one end of a pipe attached to
+// the hub (stream-ends.h), handed to the executor as a descriptor over its
+// socket: the function reads and writes it as it runs, as a program stage
+// of a streamed pipeline would. Loop thread only; hashing and sealing on
+// the pool.
 #include "dir-tree.h"
 #include "executor-pool.h"
 #include "input-isolation.h"
+#include "stream-ends.h"
 #include "task-env.h"
 
 #include <squall/proto/errors.h>
@@ -64,6 +69,28 @@ kj::Promise<OutputInfo> adoptOutput(TaskEnv& env, Id id, wire::ObjectKind kind, 
       });
 }
 
+// One pipe end for the executor. capnp attaches getFd()'s descriptor to the
+// message carrying the capability; ours stays open until the executor
+// releases the capability, which it does with the call's params when the
+// call returns (so the readers of a stream output see its end then).
+class PipeEndCap final : public wire::PipeEnd::Server {
+ public:
+  explicit PipeEndCap(kj::AutoCloseFd fd) : fd(kj::mv(fd)) {}
+  kj::Maybe<int> getFd() override { return fd.get(); }
+
+ private:
+  kj::AutoCloseFd fd;
+};
+
+// How a call ended before its streams were settled: the outputs it made
+// (nullptr for stream outputs) or why it failed.
+struct CallEnd {
+  kj::Maybe<kj::String> error;
+  kj::Array<kj::Maybe<OutputInfo>> outputs;
+};
+
+kj::Promise<CallEnd> callFailed(kj::String error) { return CallEnd{kj::mv(error), nullptr}; }
+
 }  // namespace
 
 kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control) {
@@ -88,9 +115,39 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
     return TaskOutcome::failure(taskId, kj::str("function ", function, " makes ", declared->outputs.size(),
                                                 " outputs; the task has ", kinds.size()));
   }
+  // Live inputs and stream outputs, checked before anything is attached.
+  kj::Vector<LiveInputSpec> liveInputs;
+  kj::Vector<StreamOutputSpec> streamOutputs;
+  auto inputs = task.getInputs();
+  auto locations = spec.getInputs();
+  for (uint i = 0; i < inputs.size(); i++) {
+    if (i >= locations.size() || !locations[i].getLive()) continue;
+    Id inputId = Id::from(inputs[i].getObject());
+    if (env.streams == nullptr) {
+      return TaskOutcome::failure(taskId, kj::str("input ", inputId, " is a live stream; this governor reads "
+                                                  "no live streams"));
+    }
+    if (locations[i].getKind() != wire::ObjectKind::STREAM) {
+      return TaskOutcome::failure(taskId, kj::str("input ", inputId, " is to be read live, but it is not a "
+                                                  "stream"));
+    }
+    auto sources = locations[i].getSources();
+    liveInputs.add(LiveInputSpec{inputId, nullptr, inputs[i].getEarlyCloseIsError(),
+                                 sources.size() > 0 ? kj::Maybe<kj::String>(kj::str(sources[0])) : nullptr});
+  }
+  for (uint i = 0; i < kinds.size(); i++) {
+    if (kinds[i] != wire::ObjectKind::STREAM) continue;
+    Id outputId = Id::from(task.getOutputs()[i]);
+    if (env.streams == nullptr) {
+      return TaskOutcome::failure(taskId, kj::str("output ", outputId, " is a stream; this governor writes "
+                                                  "no streams"));
+    }
+    streamOutputs.add(StreamOutputSpec{i, outputId, nullptr});
+  }
   return pool->acquire(call.getExecutor())
-      .then([&env, spec, &control, taskId, function = kj::mv(function)](
-                kj::Own<ExecutorPool::Lease> lease) mutable -> kj::Promise<TaskOutcome> {
+      .then([&env, spec, &control, taskId, function = kj::mv(function), liveInputs = kj::mv(liveInputs),
+             streamOutputs = kj::mv(streamOutputs)](kj::Own<ExecutorPool::Lease> lease) mutable
+            -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
         auto task = spec.getTask();
         // The executor makes the directory when an output needs it (most
@@ -100,16 +157,28 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         request.setFunction(task.getConfig().getCall().getFunction());
         request.setConfig(task.getConfig().getCall().getConfig());
         auto inputs = task.getInputs();
+        auto locations = spec.getInputs();
         auto list = request.initInputs(inputs.size());
+        kj::Own<StreamEnds> ends;
+        KJ_IF_MAYBE(hub, env.streams) {
+          ends = openStreamEnds(*hub, nullptr, taskId, liveInputs, streamOutputs);
+        } else {
+          ends = kj::heap<StreamEnds>();
+        }
+        uint nextLive = 0;
         for (uint i = 0; i < inputs.size(); i++) {
+          auto in = list[i];
+          in.setLabel(inputs[i].getLabel());
+          if (i < locations.size() && locations[i].getLive()) {
+            in.setKind(wire::ObjectKind::STREAM);
+            in.setStream(kj::heap<PipeEndCap>(kj::mv(ends->taskInputEnds[nextLive++])));
+            continue;
+          }
           Id id = Id::from(inputs[i].getObject());
           auto meta = KJ_REQUIRE_NONNULL(env.store.find(id), "input is not held", id);
-          SQUALL_REQUIRE(meta.kind != wire::ObjectKind::STREAM, "function ", function, ": input ", id,
-                         " is a live stream, which functions do not read yet");
-          auto in = list[i];
-          in.setKind(meta.kind);
+          // A stream that has ended and was kept is read as the blob it is.
+          in.setKind(meta.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : meta.kind);
           in.setSize(meta.size);
-          in.setLabel(inputs[i].getLabel());
           auto data = KJ_REQUIRE_NONNULL(env.store.data(id), "input is not held", id);
           KJ_SWITCH_ONEOF(data) {
             KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { in.setData(blob->bytes); }
@@ -126,64 +195,122 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         auto outKinds = request.initOutputKinds(kinds.size());
         for (uint i = 0; i < kinds.size(); i++) outKinds.set(i, kinds[i]);
         request.setOutputDir(outDir->path());
+        if (ends->taskOutputEnds.size() > 0) {
+          auto pipes = request.initOutputStreams(ends->taskOutputEnds.size());
+          for (uint i = 0; i < pipes.size(); i++) {
+            pipes.set(i, kj::heap<PipeEndCap>(kj::mv(ends->taskOutputEnds[i])));
+          }
+        }
+        ends->taskInputEnds.clear();
+        ends->taskOutputEnds.clear();
         auto& leaseRef = *lease;
         // From here a cancel kills the process (nothing above can leave it
-        // registered with a lease that is gone).
+        // registered with a lease that is gone), and so does a live input
+        // that fails.
         control.setProcess(lease->process());
-        return request.send().then(
-            [&env, spec, taskId, &control, &leaseRef, function = kj::str(function),
-             outDir = kj::mv(outDir)](auto response) mutable -> kj::Promise<TaskOutcome> {
-              control.setProcess(nullptr);
-              // Free for the next call while the outputs are adopted.
-              leaseRef.release();
-              auto outputs = response.getOutputs();
-              auto ids = spec.getTask().getOutputs();
-              auto kinds = spec.getOutputKinds();
-              SQUALL_REQUIRE(outputs.size() == ids.size(), "function ", function, " answered with ",
-                             outputs.size(), " outputs for ", ids.size());
-              kj::Vector<kj::Promise<OutputInfo>> adopted;
-              bool anyFile = false;
-              for (uint i = 0; i < ids.size(); i++) {
-                anyFile = anyFile || outputs[i].isFile();
-                adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], outDir->path(), function));
-              }
-              // Nothing was made there: no removal to wait for on the pool.
-              if (!anyFile && access(outDir->path().cStr(), F_OK) != 0) outDir->release();
-              return kj::joinPromises(adopted.releaseAsArray())
-                  .attach(kj::mv(response), kj::mv(outDir))
-                  .then([taskId](kj::Array<OutputInfo> done) {
+        ends->watchInputs(lease->process());
+        auto& endsRef = *ends;
+        auto ended =
+            request.send()
+                .then(
+                    [&env, spec, &control, &leaseRef, &endsRef, function = kj::str(function),
+                     outDir = kj::mv(outDir)](auto response) mutable -> kj::Promise<CallEnd> {
+                      control.setProcess(nullptr);
+                      auto inputsSettled = endsRef.settleInputs();
+                      // Free for the next call while the outputs are adopted.
+                      leaseRef.release();
+                      auto outputs = response.getOutputs();
+                      auto ids = spec.getTask().getOutputs();
+                      auto kinds = spec.getOutputKinds();
+                      SQUALL_REQUIRE(outputs.size() == ids.size(), "function ", function, " answered with ",
+                                     outputs.size(), " outputs for ", ids.size());
+                      kj::Vector<kj::Promise<kj::Maybe<OutputInfo>>> adopted;
+                      bool anyFile = false;
+                      for (uint i = 0; i < ids.size(); i++) {
+                        if (kinds[i] == wire::ObjectKind::STREAM) {
+                          SQUALL_REQUIRE(outputs[i].isStream(), "function ", function,
+                                         " answered with bytes for stream output ", Id::from(ids[i]));
+                          adopted.add(kj::Maybe<OutputInfo>(nullptr));
+                          continue;
+                        }
+                        anyFile = anyFile || outputs[i].isFile();
+                        adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], outDir->path(),
+                                                function)
+                                        .then([](OutputInfo info) { return kj::Maybe<OutputInfo>(info); }));
+                      }
+                      // Nothing was made there: no removal to wait for on the pool.
+                      if (!anyFile && access(outDir->path().cStr(), F_OK) != 0) outDir->release();
+                      return inputsSettled.exclusiveJoin(control.whenCancelled())
+                          .then([adopted = kj::mv(adopted)]() mutable {
+                            return kj::joinPromises(adopted.releaseAsArray());
+                          })
+                          .attach(kj::mv(response), kj::mv(outDir))
+                          .then([&control, &endsRef](kj::Array<kj::Maybe<OutputInfo>> done) {
+                            if (control.isCancelled()) return CallEnd{kj::str("cancelled"), nullptr};
+                            KJ_IF_MAYBE(f, endsRef.inputFailure) { return CallEnd{kj::str(*f), nullptr}; }
+                            return CallEnd{nullptr, kj::mv(done)};
+                          });
+                    },
+                    [&control, &leaseRef, &endsRef, function = kj::str(function)](kj::Exception&& e) mutable
+                    -> kj::Promise<CallEnd> {
+                      control.setProcess(nullptr);
+                      // Inputs that did not reach their end were closed early.
+                      endsRef.settleInputs();
+                      if (control.isCancelled()) return callFailed(kj::str("cancelled"));
+                      KJ_IF_MAYBE(f, endsRef.inputFailure) { return callFailed(kj::str(*f)); }
+                      if (e.getType() != kj::Exception::Type::DISCONNECTED) {
+                        // The function threw: its process is fine.
+                        leaseRef.release();
+                        return callFailed(kj::str("function ", function, " failed: ", userMessage(e)));
+                      }
+                      return leaseRef.deathReason(EXIT_GRACE).then(
+                          [function = kj::mv(function), pid = leaseRef.process().pid(),
+                           e = kj::mv(e)](kj::Maybe<kj::String> how) {
+                            KJ_IF_MAYBE(text, how) {
+                              return CallEnd{kj::str("the executor process (pid ", pid, ") ", *text,
+                                                     " while running ", function),
+                                             nullptr};
+                            }
+                            return CallEnd{kj::str("lost the executor process (pid ", pid, ") while running ",
+                                                   function, ": ", userMessage(e)),
+                                           nullptr};
+                          });
+                    })
+                // The lease outlives both handlers; dropped unreleased, it
+                // kills the process (a cancel, a crash).
+                .attach(kj::mv(lease));
+        return ended
+            .catch_([](kj::Exception&& e) { return CallEnd{kj::str(userMessage(e)), nullptr}; })
+            .then([&control, &endsRef, spec, taskId](CallEnd end) mutable {
+              // The streams' verdict: their readers learn it once the flow
+              // has ended.
+              kj::Maybe<kj::String> failure;
+              KJ_IF_MAYBE(e, end.error) { failure = kj::str("failed: ", *e); }
+              return endsRef
+                  .finish(failure.map([](const kj::String& f) -> kj::StringPtr { return f; }),
+                          control.whenCancelled())
+                  .then([&control, spec, taskId,
+                         end = kj::mv(end)](kj::Array<StreamOutput::Result> streams) mutable {
+                    if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
+                    KJ_IF_MAYBE(e, end.error) { return TaskOutcome::failure(taskId, kj::mv(*e)); }
+                    KJ_IF_MAYBE(e, firstStreamError(streams)) { return TaskOutcome::failure(taskId, kj::str(*e)); }
                     TaskOutcome outcome;
                     outcome.id = taskId;
                     outcome.ok = true;
-                    for (auto& output : done) outcome.outputs.add(output);
+                    auto ids = spec.getTask().getOutputs();
+                    size_t nextStream = 0;  // stream outputs' results come in their order
+                    for (uint i = 0; i < end.outputs.size(); i++) {
+                      KJ_IF_MAYBE(info, end.outputs[i]) {
+                        outcome.outputs.add(*info);
+                      } else {
+                        auto& r = streams[nextStream++];
+                        outcome.outputs.add(OutputInfo{Id::from(ids[i]), r.size, r.hash});
+                      }
+                    }
                     return outcome;
                   });
-            },
-            [&control, &leaseRef, taskId, function = kj::str(function)](kj::Exception&& e) mutable
-            -> kj::Promise<TaskOutcome> {
-              control.setProcess(nullptr);
-              if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
-              if (e.getType() != kj::Exception::Type::DISCONNECTED) {
-                // The function threw: its process is fine.
-                leaseRef.release();
-                return TaskOutcome::failure(taskId,
-                                            kj::str("function ", function, " failed: ", userMessage(e)));
-              }
-              return leaseRef.deathReason(EXIT_GRACE).then(
-                  [taskId, function = kj::mv(function), pid = leaseRef.process().pid(),
-                   e = kj::mv(e)](kj::Maybe<kj::String> how) {
-                    KJ_IF_MAYBE(text, how) {
-                      return TaskOutcome::failure(taskId, kj::str("the executor process (pid ", pid, ") ", *text,
-                                                                  " while running ", function));
-                    }
-                    return TaskOutcome::failure(taskId, kj::str("lost the executor process (pid ", pid,
-                                                                ") while running ", function, ": ",
-                                                                userMessage(e)));
-                  });
             })
-            // The lease outlives both handlers; dropped unreleased, it kills
-            // the process (a cancel, a crash).
-            .attach(kj::mv(lease));
+            .attach(kj::mv(ends));
       });
 }
 

@@ -31,7 +31,7 @@
 // success) and the outcome waits until they have ended for every reader.
 #include "dir-tree.h"
 #include "input-isolation.h"
-#include "stream-hub.h"
+#include "stream-ends.h"
 #include "task-env.h"
 
 #include <atomic>
@@ -199,132 +199,6 @@ kj::Promise<TaskOutcome> cleanUp(TaskEnv& env, TaskControl& control, kj::StringP
 }
 
 
-// A live input as validated, before the sandbox exists.
-struct LiveInputSpec {
-  Id stream;
-  // Its named pipe in the sandbox; nullptr: the program's stdin.
-  kj::Maybe<kj::String> fifo;
-  bool earlyCloseIsError;
-  // The producer's governor; nullptr: this one.
-  kj::Maybe<kj::String> source;
-};
-
-// A stream output as validated.
-struct StreamOutputSpec {
-  uint index;  // into task.outputs
-  Id stream;
-  // The named pipe the program writes; nullptr: its stdout.
-  kj::Maybe<kj::String> fifo;
-};
-
-// The live inputs and stream outputs of one run of a program. Loop thread.
-struct StreamEnds {
-  kj::Vector<kj::Own<LiveInput>> inputs;
-  // Parallel to the StreamOutputSpecs.
-  kj::Vector<kj::Own<StreamOutput>> outputs;
-  // The program's ends of a live stdin / a stream stdout, closed here once
-  // it has started.
-  kj::AutoCloseFd childStdin;
-  kj::AutoCloseFd childStdout;
-  // What the task fails with because a live input failed.
-  kj::Maybe<kj::String> inputFailure;
-  kj::Vector<kj::Promise<void>> watches;
-  kj::Maybe<ChildProcess&> child;
-
-  ~StreamEnds() noexcept(false) {
-    // Our watches go before the inputs they watch.
-    watches.clear();
-  }
-
-  void inputFailed(kj::Exception&& e) {
-    if (inputFailure == nullptr) inputFailure = kj::str(userMessage(e));
-    // Never let the program finish on a truncated input.
-    KJ_IF_MAYBE(c, child) { c->killGroup(SIGKILL); }
-  }
-
-  // While the program runs, a failing input kills it at once.
-  void watchInputs(ChildProcess& process) {
-    child = process;
-    for (auto& input : inputs) {
-      watches.add(input->verdict()
-                      .catch_([this](kj::Exception&& e) { inputFailed(kj::mv(e)); })
-                      .eagerlyEvaluate(nullptr));
-    }
-  }
-
-  // After the exit: an input that reached its end waits for its producer's
-  // verdict (the reader succeeds only if its producer did); one that did
-  // not was closed early by the program.
-  kj::Promise<void> settleInputs() {
-    child = nullptr;
-    watches.clear();
-    kj::Vector<kj::Promise<void>> waits;
-    for (auto& input : inputs) {
-      if (input->reachedEnd() && inputFailure == nullptr) {
-        waits.add(input->verdict().catch_([this](kj::Exception&& e) {
-          if (inputFailure == nullptr) inputFailure = kj::str(userMessage(e));
-        }));
-      } else {
-        input->readerExited();
-      }
-    }
-    return kj::joinPromises(waits.releaseAsArray());
-  }
-
-  bool closedByReaders() const {
-    for (auto& output : outputs) {
-      if (output->closedByReaders()) return true;
-    }
-    return false;
-  }
-
-  void producerExited(kj::Maybe<kj::StringPtr> reason) {
-    for (auto& output : outputs) {
-      output->producerExited(reason.map([](kj::StringPtr r) { return kj::str(r); }));
-    }
-  }
-
-  kj::Promise<kj::Array<StreamOutput::Result>> settled() {
-    kj::Vector<kj::Promise<StreamOutput::Result>> all;
-    for (auto& output : outputs) all.add(output->settled());
-    return kj::joinPromises(all.releaseAsArray());
-  }
-};
-
-// Pipes for the live inputs and stream outputs, attached to the hub before
-// the program starts (so that bytes it writes at once find their readers'
-// pipes, and readers' pipes exist before it opens them).
-kj::Own<StreamEnds> openStreamEnds(StreamHub& hub, kj::StringPtr sandbox, Id taskId,
-                                   kj::ArrayPtr<const LiveInputSpec> inputs,
-                                   kj::ArrayPtr<const StreamOutputSpec> outputs) {
-  auto ends = kj::heap<StreamEnds>();
-  if (inputs.size() == 0 && outputs.size() == 0) return ends;
-  auto root = openDirectory(sandbox);
-  for (auto& input : inputs) {
-    kj::Own<ConsumerPipe> pipe;
-    KJ_IF_MAYBE(rel, input.fifo) {
-      pipe = openConsumerFifo(hub.events(), root, *rel);
-    } else {
-      auto fds = makePipe();
-      ends->childStdin = kj::mv(fds.readEnd);
-      pipe = kj::heap<ConsumerPipe>(hub.events(), kj::mv(fds.writeEnd));
-    }
-    ends->inputs.add(hub.attach(input.stream, taskId, input.earlyCloseIsError, kj::mv(pipe),
-                                input.source.map([](const kj::String& s) -> kj::StringPtr { return s; })));
-  }
-  for (auto& output : outputs) {
-    KJ_IF_MAYBE(rel, output.fifo) {
-      auto fifo = openProducerFifo(root, *rel);
-      ends->outputs.add(hub.produce(output.stream, kj::mv(fifo.readEnd), kj::mv(fifo.keepOpen)));
-    } else {
-      auto fds = makePipe();
-      ends->childStdout = kj::mv(fds.writeEnd);
-      ends->outputs.add(hub.produce(output.stream, kj::mv(fds.readEnd), kj::AutoCloseFd()));
-    }
-  }
-  return ends;
-}
-
 // What readers of the task's streams are told when it did not succeed.
 kj::String producerFailure(TaskControl& control, ProcessExit exit, kj::Maybe<kj::StringPtr> inputFailure,
                            kj::Maybe<kj::StringPtr> harvestError) {
@@ -431,22 +305,15 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
                        placed = kj::mv(placed)](Harvest h) mutable {
     control.setAftermath(removeRetired(env, kj::mv(h.retired), kj::mv(placed)));
     // The streams' verdict: their readers learn it once the flow has ended.
-    if (exitedOk && !control.isCancelled() && ends->inputFailure == nullptr && h.error == nullptr) {
-      ends->producerExited(nullptr);
-    } else {
-      ends->producerExited(kj::StringPtr(producerFailure(
-          control, exitedOk ? ProcessExit{} : exit,
-          ends->inputFailure.map([](const kj::String& s) -> kj::StringPtr { return s; }),
-          h.error.map([](const kj::String& s) -> kj::StringPtr { return s; }))));
+    kj::Maybe<kj::String> failure;
+    if (!exitedOk || control.isCancelled() || ends->inputFailure != nullptr || h.error != nullptr) {
+      failure = producerFailure(control, exitedOk ? ProcessExit{} : exit,
+                                ends->inputFailure.map([](const kj::String& s) -> kj::StringPtr { return s; }),
+                                h.error.map([](const kj::String& s) -> kj::StringPtr { return s; }));
     }
-    // Cancelled while readers are still being served: they fail now.
-    auto onCancel = control.whenCancelled()
-                        .then([&ends = *ends]() {
-                          for (auto& output : ends.outputs) output->fail("was cancelled");
-                        })
-                        .eagerlyEvaluate(nullptr);
-    auto settled = ends->settled();
-    return settled.attach(kj::mv(onCancel))
+    auto settled = ends->finish(failure.map([](const kj::String& s) -> kj::StringPtr { return s; }),
+                                control.whenCancelled());
+    return settled
         .then([&env, &control, spec, taskId, exit, exitedOk, program = kj::mv(program),
                temps = kj::mv(temps), h = kj::mv(h),
                ends = kj::mv(ends)](kj::Array<StreamOutput::Result> streams) mutable {
@@ -456,12 +323,7 @@ kj::Promise<TaskOutcome> harvestAndReport(TaskEnv& env, TaskControl& control,
           outcome.stdoutTail = kj::mv(h.stdoutTail);
           outcome.exitStatus = exit.termSignal == 0 ? static_cast<int32_t>(exit.exitStatus) : -1;
           outcome.signal = exit.termSignal;
-          kj::Maybe<kj::StringPtr> streamError;
-          for (auto& r : streams) {
-            KJ_IF_MAYBE(e, r.error) {
-              if (streamError == nullptr) streamError = kj::StringPtr(*e);
-            }
-          }
+          auto streamError = firstStreamError(streams);
           if (control.isCancelled()) {
             outcome.error = kj::str("cancelled");
           } else KJ_IF_MAYBE(f, ends->inputFailure) {
@@ -759,14 +621,16 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         // (A short metadata call on the loop.)
         kj::Own<const SharedFd> stdoutFd = kj::atomicRefcounted<SharedFd>(openAnonymousFile(env.tasksDir));
         kj::Own<const SharedFd> stderrFd = kj::atomicRefcounted<SharedFd>(openAnonymousFile(env.tasksDir));
-        options.stdinFd = ends->childStdin != nullptr ? ends->childStdin.get() : stdinFd.get();
-        options.stdoutFd = stdoutIsStream ? ends->childStdout.get() : stdoutFd->fd.get();
+        // A live input without a named pipe is stdin, a stream output
+        // without one stdout: at most one each.
+        options.stdinFd = ends->taskInputEnds.size() > 0 ? ends->taskInputEnds[0].get() : stdinFd.get();
+        options.stdoutFd = stdoutIsStream ? ends->taskOutputEnds[0].get() : stdoutFd->fd.get();
         options.stderrFd = stderrFd->fd;
         auto spawned = ChildProcess::spawn(env.bridge, options);
         // The program holds its ends now: ours would keep a pipe from
         // ending (stdout) or from breaking (stdin).
-        ends->childStdin = nullptr;
-        ends->childStdout = nullptr;
+        ends->taskInputEnds.clear();
+        ends->taskOutputEnds.clear();
         stdinFd = nullptr;
         if (spawned.is<int>()) {
           auto error = spawnError(program, spawned.get<int>());

@@ -47,7 +47,7 @@ class ExecutorPool::Worker {
   ExecutorPool& pool;
   kj::String executor;
   kj::Own<ChildProcess> child;
-  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<kj::AsyncCapabilityStream> stream;
   kj::Own<capnp::TwoPartyClient> rpc;
   wire::Executor::Client cap = nullptr;
   // Set once the process's exit is seen; `exited` resolves then.
@@ -100,8 +100,11 @@ kj::Own<ExecutorPool::Worker> ExecutorPool::spawn(kj::StringPtr executor, kj::St
   auto worker = kj::heap<Worker>(*this, executor);
   worker->child = kj::mv(started.get<kj::Own<ChildProcess>>());
   theirs = nullptr;
-  worker->stream = io.wrapSocketFd(ours.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-  worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream);
+  // A Unix socket that carries descriptors too: the pipe ends of streams
+  // (call-task.cpp). Executors send none back, but capnp 0.9 attaches
+  // descriptors to outgoing messages only when the network accepts some.
+  worker->stream = io.wrapUnixSocketFd(ours.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream, 1);
   worker->cap = worker->rpc->bootstrap().castAs<wire::Executor>();
   auto paf = kj::newPromiseAndFulfiller<void>();
   worker->exited = paf.promise.fork();

@@ -200,7 +200,7 @@ INSTANTIATE_TEST_SUITE_P(
                        g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2);
                        g.task({3, {}, {1}, {"yes"}}).task(testing::executeTask(4, {1}, {2}, {"s"}, {}, {true}));
                      },
-                     "reads stream 1 live (a named pipe or stdin), so that input cannot be writable"},
+                     "reads stream 1 live (as it is written), so that input cannot be writable"},
         BadGraphCase{"ReservedInputPath",
                      [](TestGraph& g) {
                        g.constant(1, "x").output(2).task({3, {1}, {2}, {"cat"}, {".squall-stdout"}});

@@ -438,14 +438,6 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
         SQUALL_REQUIRE(call.getExecutor().size() > 0 && call.getFunction().size() > 0, label,
                        ": a call names an executor and a function (executor/function)");
         auto function = callName(call);
-        for (uint i = 0; i < inputs.size(); i++) {
-          SQUALL_REQUIRE(inputKind(i) != wire::ObjectKind::STREAM, label, ": input ", inputs[i].getObject().getN(),
-                         " is a stream, which functions (", function, ") do not read yet");
-        }
-        for (uint i = 0; i < outputs.size(); i++) {
-          SQUALL_REQUIRE(outputKind(i) != wire::ObjectKind::STREAM, label, ": output ", outputs[i].getN(),
-                         " is a stream, which functions (", function, ") do not write yet");
-        }
         if (capacity.functions != nullptr) {
           auto& offered = *capacity.functions;
           auto found = offered.find(function.cStr());
@@ -527,7 +519,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
   }
 
   // ---- streams: which inputs are read live, and the groups they form
-  // Live: an execute task reading a stream whose producer has not started.
+  // Live: a program or a function reading a stream whose producer has not
+  // started.
   // Other reads of a stream wait for its end and need its bytes stored.
   std::unordered_map<uint64_t, std::vector<bool>> liveOf;  // task n -> per input
   std::unordered_map<uint64_t, uint64_t> parent;           // union-find over task n
@@ -565,17 +558,18 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     for (uint i = 0; i < inputs.size(); i++) {
       auto n = inputs[i].getObject().getN();
       if (kindOf(n) != wire::ObjectKind::STREAM) continue;
-      bool isExecute = task.getConfig().which() == wire::TaskSpec::Config::EXECUTE;
+      bool readsLive = task.getConfig().which() == wire::TaskSpec::Config::EXECUTE ||
+                       task.getConfig().which() == wire::TaskSpec::Config::CALL;
       auto existing = target.objects.find(n);
       if (existing == target.objects.end()) {
-        live[i] = isExecute;
+        live[i] = readsLive;
       } else {
         auto& object = existing->second;
         auto* producer = object.producer;
         bool notStarted = producer != nullptr && (producer->state == TaskNode::State::WAITING ||
                                                   producer->state == TaskNode::State::READY);
         if (notStarted) {
-          live[i] = isExecute;
+          live[i] = readsLive;
         } else if (object.state == ObjectNode::State::FINISHED) {
           SQUALL_REQUIRE(object.persisted, label, " reads stream ", n,
                          ", which has ended and was not kept; its bytes are gone");
@@ -591,7 +585,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       if (!live[i]) continue;
       SQUALL_REQUIRE(liveSeen.insert(n).second, label, " reads stream ", n, " twice");
       SQUALL_REQUIRE(!inputs[i].getWritable(), label, " reads stream ", n,
-                     " live (a named pipe or stdin), so that input cannot be writable");
+                     " live (as it is written), so that input cannot be writable");
       uint64_t producer = producerOf.count(n) ? producerOf.at(n) : target.objects.at(n).producer->id.n;
       join(task.getId().getN(), producer);
     }

@@ -4,6 +4,13 @@
 
 namespace squall {
 
+namespace {
+// Whether `g` can run `task` at all: a call needs its function there.
+bool offers(const GovernorState& g, const TaskNode& task) {
+  return task.function.empty() || g.functions.count(task.function) != 0;
+}
+}  // namespace
+
 bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors) {
   for (auto* member : group.members) {
     if (member->state != TaskNode::State::READY) return false;
@@ -13,7 +20,9 @@ bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorP
   // One governor with room for all: the least loaded of those.
   GovernorState* single = nullptr;
   for (auto& [gid, g] : all) {
-    if (freeCpus(g) >= group.cpus && (single == nullptr || freeCpus(g) > freeCpus(*single))) {
+    bool offersAll = true;
+    for (auto* member : group.members) offersAll = offersAll && offers(g, *member);
+    if (offersAll && freeCpus(g) >= group.cpus && (single == nullptr || freeCpus(g) > freeCpus(*single))) {
       single = &g;
     }
   }
@@ -30,7 +39,9 @@ bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorP
     for (auto* member : members) {
       GovernorState* best = nullptr;
       for (auto& [gid, g] : all) {
-        if (left[gid] >= member->cpus && (best == nullptr || left[gid] > left[best->id])) best = &g;
+        if (offers(g, *member) && left[gid] >= member->cpus && (best == nullptr || left[gid] > left[best->id])) {
+          best = &g;
+        }
       }
       if (best == nullptr) return false;
       left[best->id] -= member->cpus;
@@ -86,7 +97,7 @@ void Scheduler::place(std::deque<Id>& ready, SessionTable& sessions, GovernorPoo
       double bestLoad = 0;
       for (auto& [gid, g] : all) {
         if (!hasRoom(g, task.cpus, depth)) continue;
-        if (!task.function.empty() && g.functions.count(task.function) == 0) continue;
+        if (!offers(g, task)) continue;
         uint64_t local = 0;
         for (auto* input : task.inputs) {
           for (auto where : input->locations) {

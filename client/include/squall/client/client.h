@@ -280,8 +280,10 @@ class Session {
   Task concat(const std::vector<DataObject>& inputs);
   // A function of an executor program that governors keep warm (tasklib,
   // docs/tasklib.md): "executor/function" on `inputs` with `config` bytes.
-  // `outputs`: the kinds of what it makes, in order (one blob by default);
-  // the server refuses a function no governor offers, or a count of
+  // `outputs`: the kinds of what it makes, in order (one blob by default;
+  // a STREAM output flows to its readers while the function writes it);
+  // an input that is a stream whose producer has not started is read live.
+  // The server refuses a function no governor offers, or a count of
   // outputs it does not declare, naming it.
   Task call(const std::string& function, const std::vector<DataObject>& inputs = {}, std::string config = "",
             const std::vector<ObjectKind>& outputs = {ObjectKind::BLOB});

@@ -15,7 +15,10 @@
 // globals. Inputs are read-only views: a blob in a file of the governor's
 // store is mapped, not copied; a dir is a path. Outputs are buffers or files
 // the function writes; the governor adopts them by rename. An exception
-// thrown by the function fails the task with its what().
+// thrown by the function fails the task with its what(). A live stream
+// input is read as it is written (read(), fd()), a stream output written as
+// the function goes (write(), fd()): a function can be a stage of a
+// streamed pipeline.
 //
 // Depends on proto only: Cap'n Proto and KJ, never the governor's insides.
 #pragma once
@@ -25,13 +28,23 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace squall {
 
-enum class DataKind { BLOB, DIR };
+enum class DataKind { BLOB, DIR, STREAM };
+
+// Thrown by Output::write() on a stream output whose readers have all gone
+// (they closed their ends early: `head` after its lines). Let it propagate:
+// the call then ends as a pipeline stage ends on a broken pipe, without
+// error (unless a reader said that closing early is one).
+class StreamClosed : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // One input of a call: valid until the function returns.
 class Input {
@@ -39,12 +52,23 @@ class Input {
   DataKind kind() const { return kind_; }
   // The label the task gave it (may be empty).
   const std::string& label() const { return label_; }
-  // A blob's size; a dir's total size of regular files.
+  // A blob's size; a dir's total size of regular files; 0 for a live stream
+  // (its size is known only at its end).
   uint64_t size() const { return size_; }
-  // A blob's bytes (mapped from the store, or carried in the call); throws
-  // for a dir.
+  // A blob's bytes (mapped from the store, or carried in the call); a live
+  // stream's, read to its end into memory first (so a function written for
+  // blobs takes streams too); throws for a dir.
   std::string_view bytes() const;
   std::string_view text() const { return bytes(); }
+  // A live stream's next bytes, as they are written: up to `size` into
+  // `buffer`, at least 1 unless the stream has ended (0). Blocks while the
+  // producer has nothing new. Throws for a blob or a dir. (Not after
+  // bytes(), which read it all.)
+  size_t read(char* buffer, size_t size) const;
+  // A live stream's descriptor (the read end of a pipe), for a library
+  // that reads descriptors; -1 for a blob or a dir. tasklib closes it when
+  // the function returns.
+  int fd() const { return fd_; }
   // A dir's directory, or a blob's file when it has one (empty for a blob
   // carried in the call). Read-only: never write there.
   const std::string& path() const { return path_; }
@@ -58,18 +82,29 @@ class Input {
   const char* data_ = nullptr;
   // The mapping behind data_, when the blob is a file.
   std::shared_ptr<void> mapping_;
+  int fd_ = -1;
+  // A live stream, once bytes() read it.
+  mutable std::string drainedBytes_;
+  mutable bool drained_ = false;
 };
 
 // One output of a call. A blob is made either by write() (appended, kept in
 // memory until the call ends) or by writing the file at file(); a dir by
-// filling the directory at dir().
+// filling the directory at dir(); a stream by write() (straight to its
+// readers, blocking while they are behind) or through fd(). A stream's
+// readers see its end when the function returns.
 class Output {
  public:
   DataKind kind() const { return kind_; }
   // Its name, when the function declared names, else its index.
   const std::string& name() const { return name_; }
-  // Appends to a blob output's bytes.
+  // Appends to a blob output's bytes, or sends them down a stream (throws
+  // StreamClosed once every reader has gone).
   void write(std::string_view bytes);
+  // A stream output's descriptor (the write end of a pipe); -1 for a blob
+  // or a dir. A write to it after the readers went fails with EPIPE (the
+  // executor ignores SIGPIPE); tasklib closes it when the function returns.
+  int fd() const { return fd_; }
   // The file to write a blob output into (created empty; the function may
   // replace it), for outputs too big for memory or written by a library.
   const std::string& file();
@@ -87,11 +122,17 @@ class Output {
   std::string buffer_;
   bool usedBuffer_ = false;
   bool usedPath_ = false;
+  int fd_ = -1;
 };
 
 // What a function gets: its inputs, config and outputs.
 class Call {
  public:
+  Call() = default;
+  ~Call();
+  Call(const Call&) = delete;
+  Call& operator=(const Call&) = delete;
+
   size_t inputCount() const { return inputs_.size(); }
   const Input& input(size_t i) const;
   // The bytes the task was given as its config (may be empty).
@@ -106,6 +147,8 @@ class Call {
   std::vector<Input> inputs_;
   std::string_view config_;
   std::vector<Output> outputs_;
+  // The streams' descriptors, closed when the function returns.
+  std::vector<int> ownedFds_;
 };
 
 using Function = std::function<void(Call&)>;
