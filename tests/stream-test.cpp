@@ -3,6 +3,7 @@
 // and governor processes. Reference results come from the same commands run
 // by /bin/sh here.
 #include "cluster-suite.h"
+#include "proc-status.h"
 #include "sanitizers.h"
 
 #include <gtest/gtest.h>
@@ -44,15 +45,6 @@ std::string slurp(const fs::path& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();
-}
-
-// The kB value of `field` (VmHWM, VmRSS) in /proc/PID/status.
-uint64_t procStatusKb(pid_t pid, const std::string& field) {
-  std::istringstream status(slurp("/proc/" + std::to_string(pid) + "/status"));
-  for (std::string line; std::getline(status, line);) {
-    if (line.rfind(field + ":", 0) == 0) return std::stoull(line.substr(field.size() + 1));
-  }
-  throw std::runtime_error("no " + field + " for pid " + std::to_string(pid));
 }
 
 Program streamFrom(const std::string& line) {

@@ -1,6 +1,7 @@
 // Users' functions as tasks (tasklib) end to end: a real server and two
 // governors, each keeping the test executor (tests/executors) warm.
 #include "command-output.h"
+#include "session-failure.h"
 
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
@@ -51,17 +52,6 @@ std::string wordcount(Client& client, const std::string& text) {
   count.output().keep();
   session.submit();
   return count.output().fetch();
-}
-
-// The message a session's failure carries.
-std::string failureOf(Session& session) {
-  try {
-    session.submit();
-    session.waitAll();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 TEST_F(TasklibE2eTest, AFunctionRunsInAWarmProcessAndItsOutputIsFetched) {

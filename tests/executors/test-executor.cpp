@@ -1,15 +1,19 @@
-// The executor the tasklib end-to-end tests run (tests/tasklib-e2e-test.cpp):
-// functions that count, fail, crash, spin, make dirs and pass streams
-// along, as "testfn".
+// The executor the tasklib end-to-end tests run (tests/tasklib-e2e-test.cpp,
+// tests/tasklib-large-test.cpp): functions that count, fail, crash, spin,
+// make dirs, pass streams along and read a large input whole, as "testfn".
 #include <squall/tasklib/tasklib.h>
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <sys/mman.h>
 #include <unistd.h>
 
 int main(int argc, char** argv) {
@@ -72,6 +76,36 @@ int main(int argc, char** argv) {
       names += entry.path().filename().string() + "\n";
     }
     call.output(0).write(names);
+  });
+  // Reads input 0 whole (tests/tasklib-large-test.cpp): through its
+  // mapping, in 16 MiB windows, each given back (MADV_DONTNEED) once read,
+  // as a reader of a huge input would. The process's peak resident size
+  // then shows a copy of the input, were one made, rather than the page
+  // cache behind the mapping. Answers "bytes=N newlines=N sum=N mapped=yes|no
+  // pid=N", sum being that of the byte values.
+  ex.add("readall", [](squall::Call& call) {
+    auto& input = call.input(0);
+    auto bytes = input.bytes();
+    bool mapped = !input.path().empty();
+    const size_t window = 16 << 20;
+    if (mapped && reinterpret_cast<uintptr_t>(bytes.data()) % static_cast<uintptr_t>(getpagesize()) != 0) {
+      throw std::logic_error("a mapped input that does not start on a page");
+    }
+    uint64_t newlines = 0;
+    uint64_t sum = 0;
+    for (size_t at = 0; at < bytes.size(); at += window) {
+      auto part = bytes.substr(at, window);
+      for (unsigned char c : part) {
+        sum += c;
+        newlines += c == '\n';
+      }
+      if (mapped && madvise(const_cast<char*>(part.data()), part.size(), MADV_DONTNEED) != 0) {
+        throw std::runtime_error(std::string("madvise: ") + strerror(errno));
+      }
+    }
+    call.output(0).write("bytes=" + std::to_string(bytes.size()) + " newlines=" + std::to_string(newlines) +
+                         " sum=" + std::to_string(sum) + " mapped=" + (mapped ? "yes" : "no") +
+                         " pid=" + std::to_string(getpid()));
   });
   return ex.serve(argc, argv);
 }
