@@ -1,6 +1,7 @@
 // The executor of docs/tasklib.md's word count, named "text": `count` (the
 // map) turns one text into "word count" lines, `merge` (the reduce) adds up
-// any number of those, `top` keeps the N most frequent. The client is
+// any number of those, `top` keeps the N most frequent, `words` is a
+// stage of a streamed pipe (docs/examples/tasklib-stream.cpp). The client is
 // docs/examples/tasklib-wordcount.cpp; tests/docs-test.cpp runs both.
 // guide:begin
 #include <squall/tasklib/tasklib.h>
@@ -108,6 +109,34 @@ int main(int argc, char** argv) {
       end = std::min(lines.find('\n', end), lines.size() - 1) + 1;
     }
     call.output(0).write(lines.substr(0, end));
+  });
+
+  // A stage of a streamed pipe: text as it comes (input 0: a live stream,
+  // or a blob) → its words, one per line, sent on as they are found
+  // (output 0, a stream). A word cut by the end of a read waits for the
+  // rest.
+  text.add("words", [](squall::Call& call) {
+    auto& in = call.input(0);
+    auto& out = call.output(0);
+    std::string carry;
+    auto send = [&carry, &out](std::string_view more, bool last) {
+      carry.append(more);
+      size_t cut = carry.size();
+      while (!last && cut > 0 && std::isalpha(static_cast<unsigned char>(carry[cut - 1]))) cut--;
+      std::string lines;
+      forEachWord(std::string_view(carry).substr(0, cut), [&lines](const std::string& word) {
+        lines += word + "\n";
+      });
+      out.write(lines);
+      carry.erase(0, cut);
+    };
+    if (in.kind() == squall::DataKind::STREAM) {
+      char buffer[1 << 16];
+      for (size_t n; (n = in.read(buffer, sizeof buffer)) > 0;) send(std::string_view(buffer, n), false);
+      send({}, true);
+    } else {
+      send(in.text(), true);
+    }
   });
 
   return text.serve(argc, argv);
