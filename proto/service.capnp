@@ -191,6 +191,8 @@ struct GovernorStatus {
   cpusUsed @4 :UInt32;
   tasksAssigned @5 :UInt32;
   objects @6 :UInt64;
+  # The functions its executors offer ("executor/function"), sorted.
+  functions @7 :List(Text);
 }
 
 # -------------------------------------------------------------- governors

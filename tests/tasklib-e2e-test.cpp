@@ -7,6 +7,7 @@
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -102,6 +103,18 @@ TEST_F(TasklibE2eTest, NamedOutputsADirOutputAndADirInput) {
   EXPECT_EQ(split.output(0).fetch(), "abc");
   EXPECT_EQ(split.output(1).fetch(), "def");
   EXPECT_EQ(list.output().fetch(), "copy.txt\n");
+}
+
+TEST_F(TasklibE2eTest, GovernorsListTheFunctionsTheyOffer) {
+  Client client(cluster->serverAddress());
+  auto governors = client.governors();
+  ASSERT_EQ(governors.size(), 2u);
+  for (auto& g : governors) {
+    EXPECT_TRUE(std::is_sorted(g.functions.begin(), g.functions.end()));
+    for (auto name : {"testfn/wordcount", "testfn/upper", "testfn/split"}) {
+      EXPECT_NE(std::find(g.functions.begin(), g.functions.end(), name), g.functions.end()) << g.name << " " << name;
+    }
+  }
 }
 
 TEST_F(TasklibE2eTest, AFunctionNoGovernorOffersIsRefusedAtSubmitNamingIt) {

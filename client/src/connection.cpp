@@ -187,9 +187,11 @@ std::vector<GovernorInfo> Client::governors() {
     auto response = impl->svc().listGovernorsRequest().send().wait(impl->waitScope());
     std::vector<GovernorInfo> result;
     for (auto g : response.getGovernors()) {
+      std::vector<std::string> functions;
+      for (auto f : g.getFunctions()) functions.emplace_back(f.cStr());
       result.push_back(GovernorInfo{g.getId(), g.getName().cStr(), g.getDataAddress().cStr(),
                                     g.getCpus(), g.getCpusUsed(), g.getTasksAssigned(),
-                                    g.getObjects()});
+                                    g.getObjects(), std::move(functions)});
     }
     return result;
   });

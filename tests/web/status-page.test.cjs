@@ -22,6 +22,7 @@ const CHROMIUM = env('SQUALL_CHROMIUM', '/usr/bin/chromium');
 const SERVER = env('SQUALL_SERVER_BIN');
 const GOVERNOR = env('SQUALL_GOVERNOR_BIN');
 const SQUALL = env('SQUALL_CLI_BIN');
+const EXECUTOR = env('SQUALL_TEST_EXECUTOR');
 const MODULES = env('SQUALL_WEB_MODULES');
 const TIMEOUT = 15000; // every wait for the page, ms
 
@@ -71,8 +72,10 @@ async function main() {
   const rpc = server.found['listening address='];
   const http = `http://${server.found['http address=']}`;
   for (const i of [0, 1]) {
+    // governor-1 keeps the tests' executor warm: its functions are listed.
+    const executor = i === 1 ? ['--executor', `testfn=${EXECUTOR}`] : [];
     await start(GOVERNOR, ['--server', rpc, '--work-dir', path.join(work, `governor-${i}`), '--name', `governor-${i}`,
-      '--cpus', '2', '--log-level', 'warn'], ['registered governor=']);
+      '--cpus', '2', '--log-level', 'warn', ...executor], ['registered governor=']);
   }
 
   // Twelve tasks held at a gate (so the test decides when counts move), one
@@ -112,8 +115,12 @@ stdout = true
     await page.locator('[data-testid=governor-row]').nth(1).waitFor();
     const names = await page.locator('[data-testid=governor-row]').evaluateAll((rows) => rows.map((r) => r.dataset.name));
     check(names.join(',') === 'governor-0,governor-1', `governors listed: ${names}`);
+    const functions = await page.locator('[data-testid=governor-functions]').allTextContents();
+    check(functions[0] === '—' && /^testfn \(\d+\)$/.test(functions[1]), `functions listed: ${functions}`);
+    const offered = await page.locator('[data-testid=governor-functions]').nth(1).getAttribute('title');
+    check(offered.split('\n').includes('testfn/upper'), `functions in the title: ${offered}`);
     await page.locator('#live[data-state=live]').waitFor();
-    console.log('ok: overview lists governor-0 and governor-1, live');
+    console.log('ok: overview lists governor-0 and governor-1 (its functions too), live');
 
     const run = spawn(SQUALL, ['run', '--keep-going', pipeline], {
       stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, SQUALL_SERVER: rpc },

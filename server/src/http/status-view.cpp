@@ -227,6 +227,8 @@ Json StatusView::governorsJson() {
   Json out = Json::array();
   for (auto& [id, g] : all) {
     auto h = held.count(id) ? held[id] : std::pair<uint64_t, uint64_t>{0, 0};
+    Json functions = Json::array();
+    for (auto& [name, outputs] : g.functions) functions.push_back(name);
     out.push_back({{"id", id},
                    {"name", g.name},
                    {"dataAddress", g.dataAddress},
@@ -235,7 +237,8 @@ Json StatusView::governorsJson() {
                    {"cpusQueued", g.load > g.cpus ? g.load - g.cpus : 0},
                    {"tasks", g.assigned.size()},
                    {"objects", h.first},
-                   {"bytesHeld", h.second}});
+                   {"bytesHeld", h.second},
+                   {"functions", std::move(functions)}});
   }
   return out;
 }

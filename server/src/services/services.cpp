@@ -525,6 +525,9 @@ class ClientServiceImpl final : public wire::ClientService::Server {
       out.setCpusUsed(std::min(g.load, g.cpus));
       out.setTasksAssigned(g.assigned.size());
       out.setObjects(held[id]);
+      auto functions = out.initFunctions(g.functions.size());
+      uint f = 0;
+      for (auto& [name, outputs] : g.functions) functions.set(f++, name);
     }
     return kj::READY_NOW;
   }

@@ -29,13 +29,25 @@ function sessionRank(s) {
   return s.state === 'failed' || s.failure ? 2 : 3;
 }
 
+// The functions a governor's executors offer (tasklib): the executors'
+// names with their counts, every function in the cell's title.
+function functionsSummary(functions) {
+  if (!functions.length) return '—';
+  const byExecutor = new Map();
+  for (const f of functions) {
+    const executor = f.split('/')[0];
+    byExecutor.set(executor, (byExecutor.get(executor) || 0) + 1);
+  }
+  return [...byExecutor].map(([e, n]) => `${e} (${n})`).join(', ');
+}
+
 function governorsTable(governors) {
   if (!governors.length) {
     return h('p', { class: 'empty' }, 'No governor is connected. Start one with ',
       h('code', {}, 'squall-governor --server HOST:PORT'), ' or use ', h('code', {}, 'squall start'), '.');
   }
   return h('table', { class: 'grid', 'data-testid': 'governors' },
-    h('thead', {}, h('tr', {}, ['governor', 'cpus in use', 'tasks', 'queued', 'objects', 'data held', 'data address']
+    h('thead', {}, h('tr', {}, ['governor', 'cpus in use', 'tasks', 'queued', 'objects', 'data held', 'functions', 'data address']
       .map((c) => h('th', {}, c)))),
     h('tbody', {}, governors.map((g) => h('tr', { 'data-testid': 'governor-row', 'data-name': g.name },
       h('td', { class: 'name' }, g.name),
@@ -46,6 +58,8 @@ function governorsTable(governors) {
       h('td', { class: 'num' }, formatCount(g.cpusQueued)),
       h('td', { class: 'num' }, formatCount(g.objects)),
       h('td', { class: 'num' }, formatBytes(g.bytesHeld)),
+      h('td', { 'data-testid': 'governor-functions', title: (g.functions || []).join('\n') },
+        functionsSummary(g.functions || [])),
       h('td', { class: 'mono' }, g.dataAddress)))));
 }
 

@@ -260,6 +260,8 @@ struct GovernorInfo {
   uint32_t tasksAssigned;
   // Data objects the server knows the governor holds.
   uint64_t objects;
+  // The functions its executors offer ("executor/function"), sorted.
+  std::vector<std::string> functions;
 };
 
 class Session {
