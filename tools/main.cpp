@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   start->add_option("--token", cluster.token, "shared secret for every connection");
   start->add_option("--log-level", cluster.logLevel, "server and governor log level")
       ->capture_default_str();
+  start->add_option("--executor", cluster.executors,
+                    "an executor program (tasklib) every governor keeps warm, whose functions run as call "
+                    "tasks (docs/tasklib.md); repeatable")
+      ->type_name("NAME=PROGRAM");
 
   squall::ClusterOptions demoCluster;
   demoCluster.logLevel = "error";
