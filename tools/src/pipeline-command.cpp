@@ -387,6 +387,7 @@ class PipeSplitter {
         k += 2;
       } else if (c == '\'') {
         size_t close = line.find('\'', k + 1);
+        if (close == std::string::npos || close >= to) fail(k, "the \"'\" here is never closed");
         add(k, line.substr(k + 1, close - k - 1));
         k = close + 1;
       } else if (c == '"') {

@@ -171,7 +171,7 @@ struct PlannedInput {
   // Execute: a private copy the program may change (asked for, or because
   // an output of the task is at or inside its path: in place).
   bool writable = false;
-  std::string label = "";  // call: the label the function reads
+  std::string label;  // call: the label the function reads
 };
 
 struct PlannedOutput {

@@ -179,7 +179,7 @@ class Program {
     std::string path;
     std::string slot;
     bool writable = false;
-    std::string label = "";  // see Task::inputLabel
+    std::string label;  // see Task::inputLabel
   };
 
  private:
