@@ -1,6 +1,7 @@
 // Users' functions as tasks (tasklib) end to end: a real server and two
 // governors, each keeping the test executor (tests/executors) warm.
 #include "command-output.h"
+#include "test-executor.h"
 
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
@@ -15,11 +16,6 @@
 
 namespace squall {
 namespace {
-
-std::string testExecutor() {
-  const char* path = getenv("SQUALL_TEST_EXECUTOR");
-  return path != nullptr ? path : "";
-}
 
 class TasklibE2eTest : public ::testing::Test {
  protected:
