@@ -68,8 +68,10 @@ TEST(PipelineCallParseTest, BadCallStepsNameTheStepAndTheKey) {
       {"[step.a]\ncall = \"a/b\"\noutputs = [\"/\"]\n", "p.toml:3:12: output name '' must be letters"},
       {"[step.a]\ncall = \"a/b\"\nstdin = \"data/words.txt\"\n",
        "p.toml:3:1: 'stdin' does not apply to a call step (only to command and shell steps); a function takes its "
-       "inputs as inputs = [SOURCE, ...] and names its outputs as outputs = [\"NAME\", ...]"},
-      {"[step.a]\ncall = \"a/b\"\nstdout = true\n", "p.toml:3:1: 'stdout' does not apply to a call step"},
+       "inputs as inputs = [SOURCE, ...]"},
+      {"[step.a]\ncall = \"a/b\"\nstdout = true\n",
+       "p.toml:3:1: 'stdout' does not apply to a call step (only to command and shell steps); a function names its "
+       "outputs as outputs = [\"NAME\", ...]"},
       {"[step.a]\ncall = \"a/b\"\nenv = { A = \"1\" }\n", "p.toml:3:1: 'env' does not apply to a call step"},
       {"[step.a]\nshell = \"true\"\nconfig = \"x\"\n",
        "p.toml:3:1: 'config' does not apply to a shell step (only to call steps)"},

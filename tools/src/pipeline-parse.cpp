@@ -280,7 +280,11 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       {"make_dir", Step::Kind::MAKE_DIR}, {"slice", Step::Kind::SLICE},
       {"load", Step::Kind::LOAD}, {"store", Step::Kind::STORE}};
   step.kind = kinds.at(action);
-  static const std::set<std::string> programOnly = {"stdin", "stdout", "env"};
+  // What a call step has instead of a program's key.
+  static const std::map<std::string, std::string> programOnly = {
+      {"stdin", "; a function takes its inputs as inputs = [SOURCE, ...]"},
+      {"stdout", "; a function names its outputs as outputs = [\"NAME\", ...]"},
+      {"env", "; a function runs in its executor's process, which the governor started"}};
   static const std::set<std::string> programOrCall = {"inputs", "outputs", "cpus"};
   static const std::set<std::string> callOnly = {"config", "config_file"};
   bool program = step.kind == Step::Kind::EXECUTE;
@@ -288,10 +292,7 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
   for (auto& [key, value] : entries) {
     if (!program && programOnly.count(key)) {
       fail(positions.at(key), "'" + key + "' does not apply to a " + action +
-                                  " step (only to command and shell steps)" +
-                                  (call ? "; a function takes its inputs as inputs = [SOURCE, ...] and names "
-                                          "its outputs as outputs = [\"NAME\", ...]"
-                                        : ""));
+                                  " step (only to command and shell steps)" + (call ? programOnly.at(key) : ""));
     }
     if (!program && !call && programOrCall.count(key)) {
       fail(positions.at(key), "'" + key + "' does not apply to a " + action +
@@ -456,7 +457,7 @@ void PipelineParser::parseInputs(Step& step, const toml::table& inputs, const st
     requireSandboxPath(input.path, input.pos, "input");
     if (value->is_table()) {
       EdgeKeys keys;
-      if (execute) keys = {&input.arg, &input.writable, nullptr, true, true};
+      if (execute) keys = {.arg = &input.arg, .writable = &input.writable, .stream = true, .brokenPipe = true};
       input.from = parseEdge(*value->as_table(), posOf(value->source()), where + "." + path,
                              (execute ? "input '" : "make_dir entry '") + path + "'", keys);
     } else {
