@@ -79,7 +79,8 @@ int main(int argc, char** argv) {
   auto* pipelineFile = runCommand->add_option("pipeline", run.file, "PIPELINE.toml");
   auto* commandLine = runCommand->add_option(
       "-c,--command", run.command, "LINE: a shell pipe ('a | b | c'); each stage runs as a task, its stdout "
-      "streamed to the next; the output is printed");
+      "streamed to the next; the output is printed. A stage 'call EXECUTOR/FUNCTION [CONFIG...]' calls a "
+      "function instead (docs/pipelines.md)");
   auto* stdinFile = runCommand->add_option(
       "--stdin", run.stdinFile, "-c: local file (48 MiB at most; - = this stdin) fed to stage 1");
   auto* outputFile = runCommand->add_option("-o,--output", run.outputFile, "-c: write the output here");
