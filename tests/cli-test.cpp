@@ -1,14 +1,18 @@
 // The squall command line against real processes.
 #include <gtest/gtest.h>
+#include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
 
+#include "command-output.h"
 #include "isolation-probe.h"
+#include "test-executor.h"
 
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -198,6 +202,52 @@ TEST(CliStartTest, StartRunsAClusterAndCtrlCStopsEverything) {
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
   // Nothing is left listening: the server went with it.
   EXPECT_NE(std::system(command.c_str()), 0);
+}
+
+// Every governor of `squall start` keeps the executors it is given: two
+// calls that never end, on two governors of one cpu each, run at once only
+// if both governors offer the function.
+TEST(CliStartTest, StartGivesEveryGovernorItsExecutors) {
+  // A relative program path works, though governors start executors in
+  // their own work dirs.
+  auto program = fs::relative(testExecutor(), fs::current_path()).string();
+  if (program.find('/') == std::string::npos) program = "./" + program;
+  ChildProcess start(findProgram("squall"), {"start", "--governors", "2", "--listen", "127.0.0.1:0", "--http",
+                                             "off", "--cpus", "1", "--executor", "testfn=" + program});
+  auto line = start.expectLine("squall is running: server=", std::chrono::seconds(30));
+  auto address = line.substr(line.find('=') + 1, line.find(' ', line.find('=')) - line.find('=') - 1);
+  {
+    Client client(address);
+    auto session = client.newSession("spin on both");
+    auto first = session.call("testfn/spin");
+    auto second = session.call("testfn/spin");
+    session.submit();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (session.state().running < 2 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // polling the server, not waiting for a guess
+    }
+    EXPECT_EQ(session.state().running, 2u);
+    EXPECT_NE(first.info().governor, second.info().governor);
+    session.cancel();
+  }
+  start.signal(SIGINT);
+  EXPECT_TRUE(start.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(20)));
+  auto status = start.poll();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0);
+
+  // What is not NAME=PROGRAM starts nothing; what the governors refuse
+  // stops it, saying why.
+  auto squall = "'" + findProgram("squall") + "' start --listen 127.0.0.1:0 --http off ";
+  auto [bad, badStatus] = commandOutput(squall + "--executor testfn 2>&1");
+  EXPECT_EQ(badStatus, 2);
+  EXPECT_EQ(bad, "squall start: --executor takes NAME=PROGRAM (got 'testfn')\n");
+  auto [misnamed, misnamedStatus] = commandOutput(squall + "--executor other=" + testExecutor() + " 2>&1");
+  EXPECT_EQ(misnamedStatus, 1);
+  EXPECT_NE(misnamed.find("calls itself 'testfn'"), std::string::npos) << misnamed;
+  EXPECT_NE(misnamed.find("squall start: squall-governor exited before saying 'registered governor='"),
+            std::string::npos)
+      << misnamed;
 }
 
 }  // namespace

@@ -17,15 +17,6 @@ std::vector<std::string> stageTexts(const std::string& line) {
   return texts;
 }
 
-std::string splitError(const std::string& line) {
-  try {
-    splitShellPipe(line);
-  } catch (const PipelineError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 using Texts = std::vector<std::string>;
 
 // ---- the line splitter ----
@@ -71,11 +62,7 @@ TEST(CommandSplitTest, AllowsRedirectionsThatKeepThePipe) {
 }
 
 TEST(CommandSplitTest, BadLinesNameTheColumnAndTheProblem) {
-  struct Case {
-    const char* line;
-    const char* error;
-  };
-  const Case cases[] = {
+  expectLineErrors({
       {"", "-c: the command line is empty"},
       {"  \n ", "-c: the command line is empty"},
       {"grep a || true", "-c: column 8: '||' joins two pipelines; squall run -c runs one"},
@@ -108,11 +95,7 @@ TEST(CommandSplitTest, BadLinesNameTheColumnAndTheProblem) {
                              "the last stage's output here with -o FILE)"},
       {"a 2>err.txt | b", "-c: column 5: 'err.txt' is a relative path"},
       {"a | b >", "-c: column 7: this redirection has no file name"},
-  };
-  for (auto& c : cases) {
-    auto error = splitError(c.line);
-    EXPECT_EQ(error.rfind(c.error, 0), 0u) << "line: " << c.line << "\nerror: " << error;
-  }
+  });
 }
 
 // ---- the plan of a line ----
@@ -293,17 +276,14 @@ TEST(StreamPlanTest, StreamEdgesMakeStreamsAndLiveInputs) {
 
 TEST(StreamPlanTest, BadStreamEdgesNameTheLineAndTheRule) {
   Workspace ws;
-  struct Case {
-    std::string text;
-    const char* error;
-  };
   const std::string gen = "[step.gen]\ncommand = [\"seq\", \"3\"]\nstdout = true\n";
-  const Case cases[] = {
+  expectPlanErrors(ws.dir, {
       {"[step.a]\ncommand = [\"cat\"]\nstdin = { from = \"data/words.txt\", stream = true }\n",
        "p.toml:3:18: 'data/words.txt' is a local file; stream = true reads another step's output while that "
        "step runs (drop it to upload the file)"},
       {"[step.l]\nload = \"/srv/x\"\n[step.a]\ncommand = [\"cat\"]\nstdin = { from = \"@l\", stream = true }\n",
-       "p.toml:5:18: '@l' is made by load step 'l'; only a program step's stdout or file output can be a stream"},
+       "p.toml:5:18: '@l' is made by load step 'l'; only a program step's stdout or file output, or a call "
+       "step's output, can be a stream"},
       {"[step.d]\nshell = \"mkdir d\"\noutputs = { d = \"d/\" }\n"
        "[step.a]\ncommand = [\"ls\"]\ninputs = { d = { from = \"@d\", stream = true } }\n",
        "p.toml:6:25: '@d' is a directory output; a stream carries bytes"},
@@ -339,11 +319,7 @@ TEST(StreamPlanTest, BadStreamEdgesNameTheLineAndTheRule) {
        "[step.d]\ncommand = [\"cat\"]\nstdin = { from = \"@c\", stream = true }\nstdout = true\n",
        "p.toml:10:16: steps joined by stream edges start together, so these would never start: a+b waits for "
        "the end of c+d, which waits for the end of a+b"},
-  };
-  for (auto& c : cases) {
-    auto error = planError(ws.dir, c.text);
-    EXPECT_EQ(error.rfind(c.error, 0), 0u) << "file:\n" << c.text << "\nerror: " << error;
-  }
+  });
 }
 
 // ---- against a cluster ----

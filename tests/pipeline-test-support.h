@@ -1,10 +1,14 @@
 // What the pipeline tests share (tests/pipeline-test.cpp for pipeline
-// files, tests/pipeline-command-test.cpp for squall run -c): temp
+// files, tests/pipeline-command-test.cpp for squall run -c,
+// tests/pipeline-call-test.cpp for functions in both): temp
 // workspaces, running the squall program, the doc examples, and the
-// PipelineRunTest fixture (one server and two governors for the suite).
+// PipelineRunTest fixture (one server and two governors for the suite,
+// keeping the test executor warm).
 #pragma once
 
+#include "pipeline-command.h"
 #include "pipeline.h"
+#include "test-executor.h"
 
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
@@ -131,6 +135,34 @@ inline std::string planError(const fs::path& dir, const std::string& text) {
   return "(no error)";
 }
 
+// A pipeline file and how the message it is refused with starts.
+struct ErrorCase {
+  std::string text;
+  std::string error;
+};
+
+// Each case's file is refused with its message (the directory left out).
+inline void expectPlanErrors(const fs::path& dir, const std::vector<ErrorCase>& cases) {
+  for (auto& c : cases) {
+    auto error = planError(dir, c.text);
+    EXPECT_EQ(error.rfind(c.error, 0), 0u) << "file:\n" << c.text << "\nerror: " << error;
+  }
+}
+
+// Each case's `squall run -c` line (its text) is refused by the splitter
+// with its message.
+inline void expectLineErrors(const std::vector<ErrorCase>& cases) {
+  for (auto& c : cases) {
+    std::string error = "(no error)";
+    try {
+      splitShellPipe(c.text);
+    } catch (const PipelineError& e) {
+      error = e.what();
+    }
+    EXPECT_EQ(error.rfind(c.error, 0), 0u) << "line: " << c.text << "\nerror: " << error;
+  }
+}
+
 class PipelineRunTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -140,6 +172,8 @@ class PipelineRunTest : public ::testing::Test {
     options.governors = 2;
     options.cpus = 2;
     options.governorArgs = {"--allow-path", governorRoot->string()};
+    // For call steps (docs/pipelines.md: Functions).
+    options.executors = {"testfn=" + testExecutor()};
     cluster = new LocalCluster(options);
     cluster->start();
     // A session of someone else, which no run may disturb.

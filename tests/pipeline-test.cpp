@@ -64,11 +64,7 @@ TEST(PipelineParseTest, DocumentedErrorsAreTheOnesGiven) {
 
 TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
   Workspace ws;
-  struct Case {
-    const char* text;
-    const char* error;
-  };
-  const Case cases[] = {
+  expectPlanErrors(ws.dir, {
       {"[step.a]\ncommand = [\"x\"\n", "p.toml:2:16: Error while parsing array"},  // TOML syntax (toml++'s words)
       {"nme = \"x\"\n[step.a]\nshell = \"true\"\n",
        "p.toml:1:1: unknown key 'nme' (did you mean 'name'?); a pipeline has 'name' and [step.NAME] tables"},
@@ -113,11 +109,7 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
        "p.toml:3:36: unknown key 'writable' in stdin (it takes from, stream, broken_pipe)"},
       {"[step.a]\nmake_dir = { x = { from = \"data/words.txt\", writable = true } }\n",
        "p.toml:2:45: unknown key 'writable' in make_dir entry 'x'"},
-  };
-  for (auto& c : cases) {
-    auto error = planError(ws.dir, c.text);
-    EXPECT_EQ(error.rfind(c.error, 0), 0u) << "file:\n" << c.text << "\nerror: " << error;
-  }
+  });
 }
 
 // What the pipeline fuzz target found (fuzz/regressions/pipeline/, see
@@ -208,7 +200,7 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
     EXPECT_EQ(result.status, 0) << example.file << "\n" << result.out << result.err;
     EXPECT_NE(result.out.find("done "), std::string::npos) << result.out;
   }
-  EXPECT_EQ(ran, 8u);
+  EXPECT_EQ(ran, 9u);
   auto out = ws.dir / "out";
   EXPECT_EQ(slurp(out / "hello.txt"), "hello, squall\n");
   EXPECT_EQ(slurp(out / "count.txt"), "4\n");
@@ -229,6 +221,13 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
   EXPECT_EQ(slurp(out / "in-place" / "book" / "ch1.txt"), "Call me Ishmael.\n");
   EXPECT_EQ(slurp(out / "in-place" / "first.txt"), "APPLE\n");
   EXPECT_EQ(slurp(ws.dir / "data" / "words.txt"), "pear\napple\nfig\nbanana\napple\n");
+  // functions.toml, against the test executor.
+  EXPECT_EQ(slurp(out / "functions" / "count.txt"), "1544");
+  EXPECT_EQ(slurp(out / "functions" / "tail.txt"), "\nbanana\napple\n");  // 14 of 28 bytes
+  EXPECT_EQ(slurp(out / "functions" / "tree" / "copy.txt"), "PEAR\nAPPLE\nFIG");
+  EXPECT_EQ(slurp(out / "functions" / "words" / "ch2.txt"), "8");
+  EXPECT_EQ(slurp(out / "functions" / "summary.txt"),
+            "ch1.txt=3\nch2.txt=8\nch3.txt=5\n=1544\nper chapter, then the book");
 }
 
 // The acceptance test: split, count the parts in parallel, merge, make a

@@ -2,6 +2,7 @@
 // governors, each keeping the test executor (tests/executors) warm.
 #include "command-output.h"
 #include "session-failure.h"
+#include "test-executor.h"
 
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
@@ -17,11 +18,6 @@
 
 namespace squall {
 namespace {
-
-std::string testExecutor() {
-  const char* path = getenv("SQUALL_TEST_EXECUTOR");
-  return path != nullptr ? path : "";
-}
 
 class TasklibE2eTest : public ::testing::Test {
  protected:

@@ -28,6 +28,10 @@ int main(int argc, char** argv) {
   start->add_option("--token", cluster.token, "shared secret for every connection");
   start->add_option("--log-level", cluster.logLevel, "server and governor log level")
       ->capture_default_str();
+  start->add_option("--executor", cluster.executors,
+                    "an executor program (tasklib) every governor keeps warm, whose functions run as call "
+                    "tasks (docs/tasklib.md); repeatable")
+      ->type_name("NAME=PROGRAM");
 
   squall::ClusterOptions demoCluster;
   demoCluster.logLevel = "error";
@@ -75,7 +79,8 @@ int main(int argc, char** argv) {
   auto* pipelineFile = runCommand->add_option("pipeline", run.file, "PIPELINE.toml");
   auto* commandLine = runCommand->add_option(
       "-c,--command", run.command, "LINE: a shell pipe ('a | b | c'); each stage runs as a task, its stdout "
-      "streamed to the next; the output is printed");
+      "streamed to the next; the output is printed. A stage 'call EXECUTOR/FUNCTION [CONFIG...]' calls a "
+      "function instead (docs/pipelines.md)");
   auto* stdinFile = runCommand->add_option(
       "--stdin", run.stdinFile, "-c: local file (48 MiB at most; - = this stdin) fed to stage 1");
   auto* outputFile = runCommand->add_option("-o,--output", run.outputFile, "-c: write the output here");

@@ -211,6 +211,16 @@ Task& Task::attributes(std::string json) {
   return *this;
 }
 
+Task& Task::inputLabel(size_t index, std::string label) {
+  auto& task = session->pendingTask(n);
+  if (index >= task.inputs.size()) {
+    throw Error("task " + std::to_string(n) + " has " + std::to_string(task.inputs.size()) +
+                " inputs; there is no input " + std::to_string(index) + " to label");
+  }
+  task.inputs[index].label = std::move(label);
+  return *this;
+}
+
 ObjectInfo DataObject::info() const { return session->objectInfos({n}).at(0); }
 
 TaskInfo Task::info() const {

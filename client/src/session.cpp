@@ -88,6 +88,7 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   for (size_t i = 0; i < task.inputs.size(); i++) {
     setId(inputs[i].initObject(), session, task.inputs[i].object);
     inputs[i].setPath(task.inputs[i].path);
+    inputs[i].setLabel(task.inputs[i].label);
     inputs[i].setEarlyCloseIsError(task.strictPipes);
     inputs[i].setWritable(task.inputs[i].writable);
   }
@@ -196,6 +197,7 @@ void SessionImpl::submit() {
         auto& t = tasks[taskEnd++];
         bytes += 128 + t.name.size() + t.attributes.size() + t.callConfig.size() + t.path.size() +
                  48 * (t.inputs.size() + t.outputs.size());
+        for (auto& in : t.inputs) bytes += in.path.size() + in.label.size();
         for (auto& a : t.args) bytes += a.size() + 8;
         for (auto& [name, value] : t.env) bytes += name.size() + value.size() + 16;
       }

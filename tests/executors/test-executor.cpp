@@ -107,5 +107,14 @@ int main(int argc, char** argv) {
                          " sum=" + std::to_string(sum) + " mapped=" + (mapped ? "yes" : "no") +
                          " pid=" + std::to_string(getpid()));
   });
+  // Each input, in order, as "LABEL=TEXT" a line, then the config: what a
+  // task gave the function and in which order.
+  ex.add("echo", [](squall::Call& call) {
+    std::string text;
+    for (size_t i = 0; i < call.inputCount(); i++) {
+      text += call.input(i).label() + "=" + std::string(call.input(i).text()) + "\n";
+    }
+    call.output(0).write(text + std::string(call.config()));
+  });
   return ex.serve(argc, argv);
 }

@@ -170,6 +170,9 @@ std::string ChildProcess::expectLine(const std::string& prefix, std::chrono::mil
     if (line->rfind(prefix, 0) == 0) return *line;
     seen += *line + "\n";
   }
+  // Its stdout ended before the deadline: it is exiting (a refused start);
+  // once it has, the message can say so.
+  waitExit(deadline);
   std::string why = running() ? "did not say '" + prefix + "' in time"
                               : "exited before saying '" + prefix + "'";
   throw std::runtime_error(name + " " + why + (seen.empty() ? "" : "; it printed: " + seen));
@@ -281,6 +284,7 @@ size_t LocalCluster::addGovernor() {
                                    "--lifeline-fd", std::to_string(lifelineRead)};
   if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
+  for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
   args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
   stopped = false;
   governorProcesses.push_back(std::make_unique<ChildProcess>(findProgram("squall-governor"), args,

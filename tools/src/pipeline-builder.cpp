@@ -44,6 +44,18 @@ Task PipelineBuilder::makeTask(const PlannedTask& planned, const BuiltPipeline& 
       if (planned.brokenPipeIsError) program.brokenPipeIsError();
       return session.execute(program);
     }
+    case PlannedTask::Kind::CALL: {
+      std::vector<DataObject> inputs;
+      for (auto& in : planned.inputs) inputs.push_back(objectFor(in, built));
+      std::vector<ObjectKind> kinds;
+      for (auto& out : planned.outputs) kinds.push_back(out.kind);
+      auto task = session.call(planned.function, inputs, planned.config, kinds);
+      for (size_t i = 0; i < planned.inputs.size(); i++) {
+        if (!planned.inputs[i].label.empty()) task.inputLabel(i, planned.inputs[i].label);
+      }
+      if (planned.cpus) task.cpus(*planned.cpus);
+      return task;
+    }
     case PlannedTask::Kind::MAKE_DIR: {
       std::vector<std::pair<std::string, DataObject>> entries;
       for (auto& in : planned.inputs) entries.emplace_back(in.path, objectFor(in, built));

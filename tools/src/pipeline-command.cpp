@@ -352,10 +352,78 @@ class PipeSplitter {
 
   void finishStage(const std::string& text) {
     current.text = text;
-    current.column = line.find_first_not_of(" \t\n", stageStart) + 1;
+    size_t begin = line.find_first_not_of(" \t\n", stageStart);
+    current.column = begin + 1;
+    if (text.rfind("call", 0) == 0 && (text.size() == 4 || isBlank(text[4]) || text[4] == '\n')) {
+      readCall(begin + 4, begin + text.size());
+    }
     stages.push_back(std::move(current));
     current = PipeStage();
     programSeen = false;
+  }
+
+  // The words of a call stage after `call`, in line[from, to): no shell
+  // runs them, so quotes and backslashes are removed as sh would and what
+  // sh would expand or redirect is refused. The splitter has checked that
+  // quotes are closed.
+  void readCall(size_t from, size_t to) {
+    auto stage = "stage " + std::to_string(stageNumber()) + " calls a function, which no shell runs: ";
+    std::vector<std::pair<std::string, size_t>> words;  // word, where it starts
+    bool inWord = false;
+    auto add = [&](size_t at, const std::string& text) {
+      if (!inWord) words.emplace_back("", at);
+      inWord = true;
+      words.back().first += text;
+    };
+    for (size_t k = from; k < to;) {
+      char c = line[k];
+      if (isBlank(c) || c == '\n') {
+        inWord = false;
+        k++;
+      } else if (c == '#' && !inWord) {
+        while (k < to && line[k] != '\n') k++;
+      } else if (c == '\\') {
+        add(k, line[k + 1] == '\n' ? "" : line.substr(k + 1, 1));
+        k += 2;
+      } else if (c == '\'') {
+        size_t close = line.find('\'', k + 1);
+        if (close == std::string::npos || close >= to) fail(k, "the \"'\" here is never closed");
+        add(k, line.substr(k + 1, close - k - 1));
+        k = close + 1;
+      } else if (c == '"') {
+        add(k, "");
+        for (k++; k < to && line[k] != '"';) {
+          if (line[k] == '$' || line[k] == '`') {
+            fail(k, stage + "'" + line[k] + "' would not be expanded (write '\\" + line[k] + "' to pass it on)");
+          }
+          bool escape = line[k] == '\\' && std::string_view("$`\"\\\n").find(line[k + 1]) != std::string_view::npos;
+          if (escape) k++;
+          if (!(escape && line[k] == '\n')) words.back().first += line[k];
+          k++;
+        }
+        k++;
+      } else if (c == '$' || c == '`') {
+        fail(k, stage + "'" + c + "' would not be expanded (quote it, '\\" + c + "', to pass it on)");
+      } else if (c == '<' || c == '>') {
+        fail(k, stage + "its input is the stage before it (or --stdin) and its output goes to the stage "
+                "after it, so a redirection does not apply");
+      } else if (c == '(' || c == ')') {
+        fail(k, stage + "quote '" + c + "' to pass it on");
+      } else {
+        add(k, std::string(1, c));
+        k++;
+      }
+    }
+    if (words.empty()) {
+      fail(from - 4, "stage " + std::to_string(stageNumber()) + " calls no function: write call "
+                     "EXECUTOR/FUNCTION [CONFIG...]");
+    }
+    if (auto problem = callNameProblem(words[0].first)) {
+      fail(words[0].second, "stage " + std::to_string(stageNumber()) + ": " + *problem);
+    }
+    current.function = words[0].first;
+    for (size_t w = 1; w < words.size(); w++) current.config += (w > 1 ? " " : "") + words[w].first;
+    current.words.clear();  // a config, not files a shell opens
   }
 
   // `<` or `>` at i, in any command context: the ROOT's are checked.
@@ -452,35 +520,47 @@ PipelinePlan planCommand(const std::vector<PipeStage>& stages, const CommandOpti
   plan.fromCommandLine = true;
   for (size_t i = 0; i < stages.size(); i++) {
     auto& stage = stages[i];
+    bool call = !stage.function.empty();
+    bool last = i + 1 == stages.size();
     PlannedTask task;
-    task.kind = PlannedTask::Kind::EXECUTE;
-    task.step = taskName(i, stage.program);
-    task.name = task.step;
-    task.shell = true;
-    task.args = {stage.text};
-    task.env = options.env;
     task.cpus = options.cpus;
+    if (call) {
+      task.kind = PlannedTask::Kind::CALL;
+      auto dotted = stage.function;
+      std::replace(dotted.begin(), dotted.end(), '/', '.');
+      task.step = taskName(i, dotted);
+      task.function = stage.function;
+      task.config = stage.config;
+    } else {
+      task.kind = PlannedTask::Kind::EXECUTE;
+      task.step = taskName(i, stage.program);
+      task.shell = true;
+      task.args = {stage.text};
+      task.env = options.env;
+    }
+    task.name = task.step;
     if (i == 0 && !options.stdinFile.empty()) {
       if (stage.stdinRedirectColumn) {
         throw PipelineError("-c: column " + std::to_string(stage.stdinRedirectColumn) +
                             ": stage 1 reads its stdin from a file, and --stdin gives it one too");
       }
       PlannedInput in;
-      in.isStdin = true;
+      in.isStdin = !call;
       in.localPath = options.stdinFile == "-" ? "/dev/stdin" : options.stdinFile;
       task.inputs.push_back(in);
     }
     if (i > 0) {
       PlannedInput in;
-      in.isStdin = true;
+      in.isStdin = !call;
       in.task = i - 1;
       in.stream = true;
       task.inputs.push_back(in);
     }
     PlannedOutput out;
-    out.name = "stdout";
-    out.kind = ObjectKind::STREAM;
-    if (i + 1 == stages.size()) out.collect = options.outputFile.empty() ? "-" : options.outputFile;
+    out.name = call ? "out" : "stdout";
+    // A function's output is a stream only when the next stage reads it.
+    out.kind = call && last ? ObjectKind::BLOB : ObjectKind::STREAM;
+    if (last) out.collect = options.outputFile.empty() ? "-" : options.outputFile;
     task.outputs.push_back(out);
     plan.tasks.push_back(std::move(task));
   }

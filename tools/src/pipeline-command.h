@@ -32,6 +32,12 @@ struct PipeStage {
   // hide. Redirection targets are checked by the splitter itself.
   std::vector<std::string> words;
   size_t stdinRedirectColumn = 0;  // where the stage redirects its stdin ('<'), 0 = it does not
+  // A stage `call EXECUTOR/FUNCTION [CONFIG...]` calls a function instead
+  // of running a shell line: its words after the function, quotes removed
+  // as sh would, joined by single spaces, are the config. Empty for a
+  // shell stage.
+  std::string function;
+  std::string config;
 };
 
 // Splits `line` into its stages. Throws PipelineError ("column 12: ...").
@@ -47,7 +53,10 @@ struct CommandOptions {
 
 // The tasks of a split line: stage i is `/bin/sh -c TEXT`, reading stage
 // i-1's stdout stream on its stdin; the last stage's stdout is a kept stream
-// collected to options.outputFile (or "-", squall's stdout).
+// collected to options.outputFile (or "-", squall's stdout). A call stage
+// is a call task with one input (stage i-1's output, read live; for stage
+// 1 the --stdin file or none) and one output, a stream when a stage after
+// it reads it, else a blob.
 PipelinePlan planCommand(const std::vector<PipeStage>& stages, const CommandOptions& options);
 
 // The local names in `stages` that exist relative to `dir` (a stage runs in

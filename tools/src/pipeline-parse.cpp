@@ -12,6 +12,7 @@
 #include <glob.h>
 #include <set>
 #include <squall/proto/sandbox-path.h>
+#include <squall/proto/spec-names.h>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -233,15 +234,16 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
   auto entries = sortedByPosition(body);
   std::map<std::string, SourcePos> positions = keyPos;
 
-  static const std::vector<std::string> actions = {"command", "shell", "make_dir", "slice", "load",
-                                                   "store"};
+  static const std::vector<std::string> actions = {"command", "shell", "call", "make_dir", "slice",
+                                                   "load", "store"};
   static const std::vector<std::string> arrays = {"lines", "files", "range", "values"};
   static const std::vector<std::string> known = {
-      "command", "shell", "make_dir", "slice", "load", "store", "inputs", "stdin", "outputs",
-      "stdout", "collect", "env", "cpus", "retries", "allow_failure", "time_limit", "lines",
-      "files", "range", "values"};
+      "command", "shell", "call", "make_dir", "slice", "load", "store", "inputs", "stdin", "outputs",
+      "stdout", "config", "config_file", "collect", "env", "cpus", "retries", "allow_failure",
+      "time_limit", "lines", "files", "range", "values"};
   std::string action;
   std::string arrayKey;
+  std::string configKey;
   for (auto& [key, value] : entries) {
     if (std::find(known.begin(), known.end(), key) == known.end()) {
       fail(positions.at(key), "unknown key '" + key + "' in step '" + name + "'" +
@@ -261,22 +263,43 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       }
       arrayKey = key;
     }
+    if (key == "config" || key == "config_file") {
+      if (!configKey.empty()) {
+        fail(positions.at(key), "step '" + name + "' has both '" + configKey + "' and '" + key +
+                                    "'; give its config one way");
+      }
+      configKey = key;
+    }
   }
   if (action.empty()) {
-    fail(pos, "step '" + name + "' has nothing to do: give it one of command, shell, make_dir, "
+    fail(pos, "step '" + name + "' has nothing to do: give it one of command, shell, call, make_dir, "
               "slice, load or store");
   }
   static const std::map<std::string, Step::Kind> kinds = {
-      {"command", Step::Kind::EXECUTE}, {"shell", Step::Kind::EXECUTE},
+      {"command", Step::Kind::EXECUTE}, {"shell", Step::Kind::EXECUTE}, {"call", Step::Kind::CALL},
       {"make_dir", Step::Kind::MAKE_DIR}, {"slice", Step::Kind::SLICE},
       {"load", Step::Kind::LOAD}, {"store", Step::Kind::STORE}};
   step.kind = kinds.at(action);
-  static const std::set<std::string> executeOnly = {"inputs", "stdin", "outputs", "stdout", "env",
-                                                    "cpus"};
+  // What a call step has instead of a program's key.
+  static const std::map<std::string, std::string> programOnly = {
+      {"stdin", "; a function takes its inputs as inputs = [SOURCE, ...]"},
+      {"stdout", "; a function names its outputs as outputs = [\"NAME\", ...]"},
+      {"env", "; a function runs in its executor's process, which the governor started"}};
+  static const std::set<std::string> programOrCall = {"inputs", "outputs", "cpus"};
+  static const std::set<std::string> callOnly = {"config", "config_file"};
+  bool program = step.kind == Step::Kind::EXECUTE;
+  bool call = step.kind == Step::Kind::CALL;
   for (auto& [key, value] : entries) {
-    if (step.kind != Step::Kind::EXECUTE && executeOnly.count(key)) {
+    if (!program && programOnly.count(key)) {
       fail(positions.at(key), "'" + key + "' does not apply to a " + action +
-                                  " step (only to command and shell steps)");
+                                  " step (only to command and shell steps)" + (call ? programOnly.at(key) : ""));
+    }
+    if (!program && !call && programOrCall.count(key)) {
+      fail(positions.at(key), "'" + key + "' does not apply to a " + action +
+                                  " step (only to command, shell and call steps)");
+    }
+    if (!call && callOnly.count(key)) {
+      fail(positions.at(key), "'" + key + "' does not apply to a " + action + " step (only to call steps)");
     }
     if (step.kind == Step::Kind::STORE && key == "collect") {
       fail(positions.at(key), "a store step has no output to collect");
@@ -297,6 +320,15 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       step.shell = true;
       step.command = {string(*value, where)};
       if (step.command[0].empty()) fail(valuePos, "'shell' is an empty command line");
+    } else if (key == "call") {
+      step.actionPos = valuePos;
+      step.function = string(*value, where);
+      if (auto problem = callNameProblem(step.function)) fail(valuePos, "step '" + name + "': " + *problem);
+    } else if (key == "config" || key == "config_file") {
+      step.config = string(*value, where);
+      step.configIsFile = key == "config_file";
+      step.configPos = valuePos;
+      if (step.configIsFile && step.config.empty()) fail(valuePos, "'config_file' is empty: give a local file");
     } else if (key == "make_dir") {
       step.actionPos = valuePos;
       parseInputs(step, table(*value, where), where, false);
@@ -317,15 +349,19 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
     } else if (key == "store") {
       step.actionPos = valuePos;
       parseStore(step, table(*value, where), where);
+    } else if (key == "inputs" && call) {
+      parseCallInputs(step, *value, where);
     } else if (key == "inputs") {
       parseInputs(step, table(*value, where), where, true);
     } else if (key == "stdin") {
       if (value->is_table()) {
-        step.stdinFrom =
-            parseEdge(*value->as_table(), posOf(value->source()), where, "stdin", nullptr, nullptr, true);
+        step.stdinFrom = parseEdge(*value->as_table(), posOf(value->source()), where, "stdin",
+                                   {.stream = true, .brokenPipe = true});
       } else {
         step.stdinFrom = parseRef(*value, where);
       }
+    } else if (key == "outputs" && call) {
+      parseCallOutputs(step, *value, where);
     } else if (key == "outputs") {
       for (auto&& [out, pathNode] : sortedByPosition(table(*value, where))) {
         auto outPos = keyPos.at(out);
@@ -372,6 +408,9 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       expandItems(step, key, *value, where);
     }
   }
+  // A function makes one output unless told otherwise.
+  bool outputsGiven = std::any_of(entries.begin(), entries.end(), [](auto& e) { return e.first == "outputs"; });
+  if (call && !outputsGiven) step.outputs.push_back({"out", "", ObjectKind::BLOB, step.actionPos});
   // Output names are unique within a step.
   std::set<std::string> names;
   for (auto& out : step.outputs) {
@@ -417,9 +456,10 @@ void PipelineParser::parseInputs(Step& step, const toml::table& inputs, const st
     if (!input.path.empty() && input.path.back() == '/') input.path.pop_back();
     requireSandboxPath(input.path, input.pos, "input");
     if (value->is_table()) {
+      EdgeKeys keys;
+      if (execute) keys = {.arg = &input.arg, .writable = &input.writable, .stream = true, .brokenPipe = true};
       input.from = parseEdge(*value->as_table(), posOf(value->source()), where + "." + path,
-                             (execute ? "input '" : "make_dir entry '") + path + "'",
-                             execute ? &input.arg : nullptr, execute ? &input.writable : nullptr, execute);
+                             (execute ? "input '" : "make_dir entry '") + path + "'", keys);
     } else {
       input.from = parseRef(*value, where + "." + path);
     }
@@ -427,8 +467,49 @@ void PipelineParser::parseInputs(Step& step, const toml::table& inputs, const st
   }
 }
 
+void PipelineParser::parseCallInputs(Step& step, const toml::node& node, const std::string& where) {
+  if (!node.is_array()) {
+    fail(posOf(node.source()), "'inputs' of call step '" + step.name + "' must be a list [SOURCE, ...], "
+                               "not " + typeName(node.type()) + ": a function takes its inputs by position");
+  }
+  auto& list = *node.as_array();
+  for (size_t i = 0; i < list.size(); i++) {
+    auto& value = list[i];
+    StepInput input;
+    input.pos = posOf(value.source());
+    auto what = where + "[" + std::to_string(i) + "]";
+    if (value.is_table()) {
+      input.from = parseEdge(*value.as_table(), input.pos, what, "input " + std::to_string(i),
+                             {.label = &input.label, .stream = true});
+    } else {
+      input.from = parseRef(value, what);
+    }
+    step.inputs.push_back(std::move(input));
+  }
+}
+
+void PipelineParser::parseCallOutputs(Step& step, const toml::node& node, const std::string& where) {
+  if (!node.is_array()) {
+    fail(posOf(node.source()), "'outputs' of call step '" + step.name + "' must be a list of names [\"NAME\", "
+                               "...] in the function's order (a name ending in '/' is a dir output), not " +
+                               typeName(node.type()));
+  }
+  auto& list = *node.as_array();
+  for (size_t i = 0; i < list.size(); i++) {
+    auto outPos = posOf(list[i].source());
+    auto name = string(list[i], where + "[" + std::to_string(i) + "]");
+    bool isDir = !name.empty() && name.back() == '/';
+    if (isDir) name.pop_back();
+    if (!validName(name)) {
+      fail(outPos, "output name '" + name + "' must be letters, digits, '_' and '-' (ending in '/' for a dir "
+                   "output)");
+    }
+    step.outputs.push_back({name, "", isDir ? ObjectKind::DIR : ObjectKind::BLOB, outPos});
+  }
+}
+
 SourceRef PipelineParser::parseEdge(const toml::table& options, SourcePos tablePos, const std::string& where,
-                                    const std::string& what, bool* arg, bool* writable, bool execute) {
+                                    const std::string& what, EdgeKeys keys) {
   std::optional<SourceRef> from;
   bool stream = false;
   SourcePos streamPos;
@@ -436,25 +517,29 @@ SourceRef PipelineParser::parseEdge(const toml::table& options, SourcePos tableP
   std::optional<std::string> brokenPipe;
   SourcePos brokenPipePos;
   std::vector<std::string> allowed = {"from"};
-  if (arg != nullptr) allowed.push_back("arg");
-  if (writable != nullptr) allowed.push_back("writable");
-  if (execute) allowed.insert(allowed.end(), {"stream", "broken_pipe"});
+  if (keys.arg != nullptr) allowed.push_back("arg");
+  if (keys.writable != nullptr) allowed.push_back("writable");
+  if (keys.label != nullptr) allowed.push_back("label");
+  if (keys.stream) allowed.push_back("stream");
+  if (keys.brokenPipe) allowed.push_back("broken_pipe");
   for (auto&& [option, node] : sortedByPosition(options)) {
     auto optionPos = keyPos.at(option);
     if (option == "from") {
       from = parseRef(*node, where + ".from");
-    } else if (option == "arg" && arg != nullptr) {
-      *arg = boolean(*node, where + ".arg");
-    } else if (option == "writable" && writable != nullptr) {
-      *writable = boolean(*node, where + ".writable");
+    } else if (option == "arg" && keys.arg != nullptr) {
+      *keys.arg = boolean(*node, where + ".arg");
+    } else if (option == "writable" && keys.writable != nullptr) {
+      *keys.writable = boolean(*node, where + ".writable");
       writablePos = posOf(node->source());
-    } else if ((option == "stream" || option == "broken_pipe") && !execute) {
+    } else if (option == "label" && keys.label != nullptr) {
+      *keys.label = string(*node, where + ".label");
+    } else if ((option == "stream" || option == "broken_pipe") && !keys.stream) {
       fail(optionPos, "a " + what + " cannot be read as a stream: make_dir is a built-in step, which "
                       "reads its sources once they have ended (drop '" + option + "')");
     } else if (option == "stream") {
       stream = boolean(*node, where + ".stream");
       streamPos = posOf(node->source());
-    } else if (option == "broken_pipe") {
+    } else if (option == "broken_pipe" && keys.brokenPipe) {
       brokenPipe = string(*node, where + ".broken_pipe");
       brokenPipePos = posOf(node->source());
       if (*brokenPipe != "ignore" && *brokenPipe != "error") {
@@ -462,7 +547,7 @@ SourceRef PipelineParser::parseEdge(const toml::table& options, SourcePos tableP
                             "carries on when this reader stops early) or \"error\" (it fails), not \"" +
                             *brokenPipe + "\"");
       }
-    } else if (!execute) {
+    } else if (!keys.stream) {
       fail(optionPos, "unknown key '" + option + "' in " + what + " (a make_dir entry is \"PATH\" = SOURCE "
                       "or { from = SOURCE })");
     } else {
@@ -471,7 +556,7 @@ SourceRef PipelineParser::parseEdge(const toml::table& options, SourcePos tableP
     }
   }
   if (!from) fail(tablePos, what + " has no 'from'");
-  if (stream && writable != nullptr && *writable) {
+  if (stream && keys.writable != nullptr && *keys.writable) {
     fail(writablePos, "a stream edge cannot be writable: the program reads '" + from->text +
                           "' from a named pipe while it is written (drop stream = true to get a copy "
                           "it may change)");
@@ -631,6 +716,22 @@ void PipelineParser::expandItems(Step& step, const std::string& key, const toml:
 }  // namespace pipeline_detail
 
 using pipeline_detail::PipelineParser;
+
+std::optional<std::string> callNameProblem(const std::string& function) {
+  auto said = "call \"" + function + "\" ";
+  auto slash = function.find('/');
+  if (function.empty() || slash == std::string::npos) {
+    return said + "does not name a function: write EXECUTOR/FUNCTION, e.g. \"text/wordcount\"";
+  }
+  auto executor = function.substr(0, slash);
+  auto name = function.substr(slash + 1);
+  for (auto& [what, part] : {std::pair{"executor", executor}, std::pair{"function", name}}) {
+    if (!isPlainName(kj::StringPtr(part.c_str(), part.size()))) {
+      return said + "has a bad " + what + " name '" + part + "': " + PLAIN_NAME_RULE;
+    }
+  }
+  return std::nullopt;
+}
 
 Pipeline parsePipeline(const std::string& text, const std::string& file) {
   auto dir = fs::absolute(fs::path(file)).parent_path().lexically_normal().string();

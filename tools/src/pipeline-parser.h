@@ -61,13 +61,24 @@ class PipelineParser {
   void requireSandboxPath(const std::string& path, SourcePos pos, const std::string& what) const;
 
   void parseInputs(Step& step, const toml::table& inputs, const std::string& where, bool execute);
+  // A call's `inputs = [SOURCE, ...]` and `outputs = ["NAME", "DIR/", ...]`.
+  void parseCallInputs(Step& step, const toml::node& node, const std::string& where);
+  void parseCallOutputs(Step& step, const toml::node& node, const std::string& where);
 
-  // A source written as a table: { from = SOURCE, arg = ..., writable =
-  // ..., stream = ..., broken_pipe = ... }. `arg` and `writable` are null
-  // where the edge takes none; `execute` says whether the reader is a
-  // program (only those read streams live).
+  // The keys a source written as a table takes besides `from`: where to
+  // put `arg`, `writable` and `label` (null: not taken), and whether the
+  // reader reads streams live (programs and calls; not make_dir) and can
+  // stop reading early on purpose (programs: `broken_pipe`).
+  struct EdgeKeys {
+    bool* arg = nullptr;
+    bool* writable = nullptr;
+    std::string* label = nullptr;
+    bool stream = false;
+    bool brokenPipe = false;
+  };
+  // A source written as a table: { from = SOURCE, ... } with `keys`.
   SourceRef parseEdge(const toml::table& options, SourcePos tablePos, const std::string& where,
-                      const std::string& what, bool* arg, bool* writable, bool execute);
+                      const std::string& what, EdgeKeys keys);
 
   void parseStore(Step& step, const toml::table& options, const std::string& where);
   std::chrono::milliseconds parseDuration(const toml::node& node, const std::string& where) const;
@@ -83,7 +94,8 @@ class PipelineParser {
   static const char* actionName(Step::Kind kind);
 
   // Stream edges (stream = true): only a program step's stdout or file
-  // output can be streamed, and it then becomes a STREAM; a plain step
+  // output, or a call step's blob output, can be streamed, and it then
+  // becomes a STREAM; a plain step
   // cannot stream all items of an array step; the stream inputs of one step
   // agree on broken_pipe (the client sets it per program).
   void checkStreams(Pipeline& pipeline) const;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -19,6 +20,10 @@ using pipeline_detail::resolveLocal;
 namespace {
 
 const char* const PLACEHOLDERS[] = {"item", "index", "name", "stem"};
+
+// A config travels whole in the submit and in one call to the executor:
+// as much as an upload may be.
+constexpr uintmax_t MAX_CONFIG_BYTES = 48u << 20;
 
 }  // namespace
 
@@ -83,6 +88,7 @@ class PipelinePlanner {
   std::map<std::tuple<size_t, size_t, std::string>, size_t> slices;
   std::map<std::pair<size_t, size_t>, size_t> storedCopies;
   std::set<std::string> collectPaths;
+  std::map<std::string, std::string> configFiles;  // config_file path -> its bytes
 
   [[noreturn]] void fail(SourcePos pos, const std::string& message) const {
     std::string where = pipeline.file;
@@ -238,26 +244,34 @@ class PipelinePlanner {
     return in;
   }
 
-  // Inputs (execute) or entries (make_dir) of one instance.
+  // Inputs (execute, call) or entries (make_dir) of one instance. A call
+  // takes all items of an array step as that many inputs, in item order.
   void planInputs(const Step& step, const ArrayItem* item, size_t index, PlannedTask& task) {
+    bool call = step.kind == Step::Kind::CALL;
+    // Programs and functions read every stream they are given live.
+    bool live = call || step.kind == Step::Kind::EXECUTE;
     std::set<std::string> paths;
     for (auto& input : step.inputs) {
       auto sources = resolve(input.from, step, item, index);
       bool gathering = sources.size() > 1 || (sources.size() == 1 && sources[0].upstreamItem != nullptr);
-      if (gathering && !hasPlaceholder(input.path)) {
+      if (gathering && !call && !hasPlaceholder(input.path)) {
         fail(input.pos, "'" + input.path + "' takes all " + std::to_string(sources.size()) +
                             " items of array step '" + input.from.step +
                             "': put {index} (or {item}, {name}, {stem}) in the path, e.g. '" +
                             input.path + "/{index}'");
       }
+      // Placeholders name the producing item when gathering, else this one.
+      auto place = [&](const std::string& text, const Resolved& source, const char* what) {
+        return gathering ? substitutePlaceholders(text, source.upstreamItem, source.upstreamIndex)
+                         : expand(text, step, item, index, input.pos, what);
+      };
       for (auto& source : sources) {
-        auto path = gathering ? substitutePlaceholders(input.path, source.upstreamItem, source.upstreamIndex)
-                              : expand(input.path, step, item, index, input.pos, "path");
-        if (!paths.insert(path).second) {
+        auto path = call ? "" : place(input.path, source, "path");
+        if (!call && !paths.insert(path).second) {
           fail(input.pos, "two inputs of '" + task.name + "' are placed at '" + path + "'");
         }
-        bool program = step.kind == Step::Kind::EXECUTE;
-        auto in = toInput(program && !input.from.stream ? afterEnd(source) : source, path);
+        auto in = toInput(live && !input.from.stream ? afterEnd(source) : source, path);
+        in.label = place(input.label, source, "label");
         in.arg = input.arg;
         in.writable = input.writable;
         in.stream = input.from.stream;
@@ -265,6 +279,25 @@ class PipelinePlanner {
         task.inputs.push_back(std::move(in));
       }
     }
+  }
+
+  // The bytes of a config_file (an absolute path), read once however many
+  // tasks give them.
+  const std::string& configBytes(const std::string& path, SourcePos pos) {
+    auto it = configFiles.find(path);
+    if (it != configFiles.end()) return it->second;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) fail(pos, "config_file '" + path + "' is a directory; a config is one file's bytes");
+    auto size = fs::file_size(path, ec);
+    if (ec) fail(pos, "cannot read config_file '" + path + "': " + ec.message());
+    if (size > MAX_CONFIG_BYTES) {
+      fail(pos, "config_file '" + path + "' is larger than 48 MiB, the most a config may be (give big data "
+                "to the function as an input)");
+    }
+    std::ifstream in(path, std::ios::binary);
+    std::string bytes(size, '\0');
+    if (!in.read(bytes.data(), static_cast<std::streamsize>(size))) fail(pos, "cannot read config_file '" + path + "'");
+    return configFiles.emplace(path, std::move(bytes)).first->second;
   }
 
   // An output at or inside an input's path changes that input in place: it
@@ -360,6 +393,19 @@ class PipelinePlanner {
           if (step.stdinFrom) planStdin(step, item, i, task);
           markInPlace(task);
           break;
+        case Step::Kind::CALL:
+          task.kind = PlannedTask::Kind::CALL;
+          task.function = step.function;
+          task.cpus = step.cpus;
+          if (step.configIsFile) {
+            task.configFile = resolveLocal(pipeline.dir, expand(step.config, step, item, i, step.configPos,
+                                                                "config_file path"));
+            task.config = configBytes(task.configFile, step.configPos);
+          } else {
+            task.config = expand(step.config, step, item, i, step.configPos, "config");
+          }
+          planInputs(step, item, i, task);
+          break;
         case Step::Kind::MAKE_DIR:
           task.kind = PlannedTask::Kind::MAKE_DIR;
           planInputs(step, item, i, task);
@@ -405,6 +451,7 @@ class PipelinePlanner {
 const char* kindName(PlannedTask::Kind kind) {
   switch (kind) {
     case PlannedTask::Kind::EXECUTE: return "execute";
+    case PlannedTask::Kind::CALL: return "call";
     case PlannedTask::Kind::MAKE_DIR: return "make_dir";
     case PlannedTask::Kind::SLICE: return "slice";
     case PlannedTask::Kind::LOAD: return "load";
@@ -419,6 +466,14 @@ std::string quoted(const std::string& arg) {
   std::string out = "'";
   for (char c : arg) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
+}
+
+// A config as a dry run shows it: short text as it is, else its size.
+std::string describeConfig(const std::string& config) {
+  bool text = config.size() <= 60 && std::none_of(config.begin(), config.end(), [](char c) {
+                return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+              });
+  return text ? quoted(config) : std::to_string(config.size()) + " bytes";
 }
 
 std::string formatDuration(std::chrono::milliseconds limit) {
@@ -463,15 +518,27 @@ std::string describePlan(const PipelinePlan& plan) {
       out << "\n";
       for (auto& [name, value] : task.env) out << "  env     " << name << "=" << quoted(value) << "\n";
     }
+    bool call = task.kind == PlannedTask::Kind::CALL;
+    if (call) {
+      out << "  call    " << task.function << "\n";
+      if (!task.configFile.empty()) {
+        out << "  config  " << task.config.size() << " bytes from local file " << task.configFile << "\n";
+      } else if (!task.config.empty()) {
+        out << "  config  " << describeConfig(task.config) << "\n";
+      }
+    }
     if (!task.path.empty()) out << "  path    " << task.path << (task.overwrite ? " (overwrite)" : "") << "\n";
-    for (auto& in : task.inputs) {
+    for (size_t i = 0; i < task.inputs.size(); i++) {
+      auto& in = task.inputs[i];
       out << "  input   ";
       if (in.isStdin) {
         out << "stdin";
+      } else if (call) {
+        out << i << (in.label.empty() ? "" : " (label " + quoted(in.label) + ")");
       } else if (!in.path.empty()) {
         out << in.path;
       }
-      out << (in.isStdin || !in.path.empty() ? " <- " : "") << source(in);
+      out << (in.isStdin || call || !in.path.empty() ? " <- " : "") << source(in);
       if (in.stream) out << (task.brokenPipeIsError ? " (stream; stopping early fails it)" : " (stream)");
       if (in.writable) out << " (writable)";
       out << "\n";

@@ -110,6 +110,7 @@ void PipelineParser::checkCycles(const Pipeline& pipeline) const {
 const char* PipelineParser::actionName(Step::Kind kind) {
   switch (kind) {
     case Step::Kind::EXECUTE: return "program";
+    case Step::Kind::CALL: return "call";
     case Step::Kind::MAKE_DIR: return "make_dir";
     case Step::Kind::SLICE: return "slice";
     case Step::Kind::LOAD: return "load";
@@ -131,10 +132,10 @@ void PipelineParser::checkStreams(Pipeline& pipeline) const {
       for (auto& s : pipeline.steps) {
         if (s.name == ref.step) producer = &s;
       }
-      if (producer->kind != Step::Kind::EXECUTE) {
+      if (producer->kind != Step::Kind::EXECUTE && producer->kind != Step::Kind::CALL) {
         fail(ref.pos, "'" + ref.text + "' is made by " + actionName(producer->kind) + " step '" +
-                          producer->name + "'; only a program step's stdout or file output can be a "
-                          "stream");
+                          producer->name + "'; only a program step's stdout or file output, or a call "
+                          "step's output, can be a stream");
       }
       StepOutput* output = &producer->outputs[0];
       for (auto& o : producer->outputs) {
@@ -142,7 +143,7 @@ void PipelineParser::checkStreams(Pipeline& pipeline) const {
       }
       if (output->kind == ObjectKind::DIR) {
         fail(ref.pos, "'" + ref.text + "' is a directory output; a stream carries bytes (stream "
-                      "stdout or a file output)");
+                      "stdout, a file output or a function's blob output)");
       }
       if (producer->isArray && !step.isArray) {
         fail(ref.pos, "'" + ref.text + "' is array step '" + producer->name + "': a plain step cannot "

@@ -45,8 +45,9 @@ struct SourceRef {
   std::string subPath;  // isStep: a path inside a dir output (sliced); '/' at the end = a dir
   std::string local;    // !isStep: a local path, relative to the pipeline file's dir
   SourcePos pos;
-  // An edge marked `stream = true` (stdin or an execute input): read live
-  // while the producer runs; the producing output then is a stream.
+  // An edge marked `stream = true` (stdin, a program's or a call's input):
+  // read live while the producer runs; the producing output then is a
+  // stream.
   bool stream = false;
   SourcePos streamPos;
   // `broken_pipe = "error"`: this reader stopping early fails the producer.
@@ -56,8 +57,12 @@ struct SourceRef {
 };
 
 struct StepInput {
-  std::string path;  // sandbox path (execute) or entry path (make_dir); may hold placeholders
+  // Sandbox path (execute) or entry path (make_dir); may hold
+  // placeholders. Empty for a call's input, which has a position instead.
+  std::string path;
   SourceRef from;
+  // Call: the label the function reads (`label = "..."`); may hold placeholders.
+  std::string label;
   bool arg = false;  // the path is also appended to the program's arguments
   // A private copy the program may change (`writable = true`).
   bool writable = false;
@@ -66,7 +71,7 @@ struct StepInput {
 
 struct StepOutput {
   std::string name;
-  std::string path;  // sandbox path; empty = the program's stdout
+  std::string path;  // sandbox path; empty = the program's stdout, or not a program's
   ObjectKind kind = ObjectKind::BLOB;
   SourcePos pos;
 };
@@ -85,7 +90,7 @@ struct ArrayItem {
 };
 
 struct Step {
-  enum class Kind { EXECUTE, MAKE_DIR, SLICE, LOAD, STORE };
+  enum class Kind { EXECUTE, CALL, MAKE_DIR, SLICE, LOAD, STORE };
   std::string name;
   Kind kind = Kind::EXECUTE;
   SourcePos pos;        // the [step.NAME] header
@@ -96,10 +101,22 @@ struct Step {
   bool shell = false;
   std::optional<SourceRef> stdinFrom;
   std::vector<std::pair<std::string, std::string>> env;
-  // Unset: the default (1), shared with the rest of a pipe of streams.
+  // Unset: the default (1), shared with the rest of a pipe of streams
+  // (execute and call).
   std::optional<uint32_t> cpus;
 
-  std::vector<StepInput> inputs;    // execute inputs or make_dir entries, in file order
+  // call: "EXECUTOR/FUNCTION", and its config: the text (placeholders
+  // allowed) or, with configIsFile, the local path of a file whose bytes
+  // it is (placeholders allowed in the path, relative to the pipeline's
+  // dir).
+  std::string function;
+  std::string config;
+  bool configIsFile = false;
+  SourcePos configPos;
+
+  // Execute inputs or make_dir entries, in file order; a call's inputs in
+  // the function's order.
+  std::vector<StepInput> inputs;
   std::vector<StepOutput> outputs;  // in file order
   std::optional<SourceRef> from;    // slice (with subPath) and store
   std::string path;                 // load / store: absolute path on the governor
@@ -134,10 +151,15 @@ struct Pipeline {
 Pipeline parsePipeline(const std::string& text, const std::string& file);
 Pipeline parsePipelineFile(const std::string& file);
 
+// What is wrong with `function` as a call's "EXECUTOR/FUNCTION" (both names
+// by proto's rule, isPlainName), as a message saying `call "FUNCTION" ...`;
+// nullopt when nothing is.
+std::optional<std::string> callNameProblem(const std::string& function);
+
 // ---- the plan ----
 
 struct PlannedInput {
-  std::string path;  // sandbox / entry path; empty for stdin
+  std::string path;  // sandbox / entry path; empty for stdin and a call's inputs
   bool arg = false;
   bool isStdin = false;
   // The data: a local file or dir to upload, or a planned task's output.
@@ -149,11 +171,12 @@ struct PlannedInput {
   // Execute: a private copy the program may change (asked for, or because
   // an output of the task is at or inside its path: in place).
   bool writable = false;
+  std::string label;  // call: the label the function reads
 };
 
 struct PlannedOutput {
   std::string name;
-  std::string path;  // sandbox path; empty = stdout (execute only)
+  std::string path;  // sandbox path (execute); empty = stdout, or not a program's
   ObjectKind kind = ObjectKind::BLOB;
   // Local path to write it to when done; empty = not collected; "-" =
   // squall's standard output (squall run -c).
@@ -161,7 +184,7 @@ struct PlannedOutput {
 };
 
 struct PlannedTask {
-  enum class Kind { EXECUTE, MAKE_DIR, SLICE, LOAD, STORE, CONCAT };
+  enum class Kind { EXECUTE, CALL, MAKE_DIR, SLICE, LOAD, STORE, CONCAT };
   Kind kind = Kind::EXECUTE;
   std::string step;  // the step it comes from ("" for none)
   std::string name;  // "count[3]", "split.parts/part-00" for an implicit slice
@@ -169,6 +192,11 @@ struct PlannedTask {
   bool shell = false;
   std::vector<std::pair<std::string, std::string>> env;
   std::optional<uint32_t> cpus;  // unset: the default, see Step::cpus
+  // call: "EXECUTOR/FUNCTION", its config bytes, and the local file they
+  // were read from ("" for config text), for describePlan.
+  std::string function;
+  std::string config;
+  std::string configFile;
   // Its stream inputs: stopping early fails the producer (broken_pipe = "error").
   bool brokenPipeIsError = false;
   std::vector<PlannedInput> inputs;

@@ -179,6 +179,7 @@ class Program {
     std::string path;
     std::string slot;
     bool writable = false;
+    std::string label;  // see Task::inputLabel
   };
 
  private:
@@ -229,6 +230,10 @@ class Task {
   Task& timeLimit(std::chrono::milliseconds limit);
   // Free-form user attributes, JSON text, shown with the task.
   Task& attributes(std::string json);
+  // The label of input `index` (in the order the task was given its
+  // inputs), carried in the task's spec: a function reads it as
+  // call.input(index).label() (docs/tasklib.md); the status page shows it.
+  Task& inputLabel(size_t index, std::string label);
   TaskInfo info() const;
   // Blocks until this task is finished.
   void wait() const;

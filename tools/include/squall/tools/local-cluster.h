@@ -75,6 +75,9 @@ struct ClusterOptions {
   std::string logLevel = "warn";
   std::vector<std::string> serverArgs;
   std::vector<std::string> governorArgs;
+  // Executors every governor keeps warm (tasklib), as NAME=PROGRAM: each
+  // governor gets `--executor NAME=PROGRAM`.
+  std::vector<std::string> executors;
   std::chrono::milliseconds startTimeout = std::chrono::seconds(30);
 };
 
