@@ -60,7 +60,8 @@ interface Executor {
   # the governor reads it while the function runs.
   # `outputDir` is a path in the governor's store (the same file system, so
   # outputs are adopted by rename, not copied) that does not exist yet: the
-  # executor makes it when an output needs it. Answers with one
+  # executor makes it when an output needs it, and only then (an answer
+  # without a file output leaves no directory behind). Answers with one
   # CallOutput per output. A function that throws fails the call with its
   # message.
   call @1 (function :Text, config :Data, inputs :List(CallInput),

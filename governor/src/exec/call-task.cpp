@@ -238,8 +238,10 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
                                                 function)
                                         .then([](OutputInfo info) { return kj::Maybe<OutputInfo>(info); }));
                       }
-                      // Nothing was made there: no removal to wait for on the pool.
-                      if (!anyFile && access(outDir->path().cStr(), F_OK) != 0) outDir->release();
+                      // No file output: the executor made no directory (the
+                      // protocol says so), so there is nothing to remove on the
+                      // pool, nor a path lookup to pay for each call.
+                      if (!anyFile) outDir->release();
                       return inputsSettled.exclusiveJoin(control.whenCancelled())
                           .then([adopted = kj::mv(adopted)]() mutable {
                             return kj::joinPromises(adopted.releaseAsArray());
