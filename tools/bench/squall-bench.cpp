@@ -6,12 +6,19 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <capnp/rpc-twoparty.h>
+#include <kj/async-io.h>
+#include <squall/wire/executor.capnp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <stdexcept>
+#include <thread>
 
 namespace {
 
@@ -79,6 +86,49 @@ double functionTasksPerSecond(squall::Client& client, int n) {
   session.submit();
   session.waitAll();
   return n / seconds(start);
+}
+
+// The bench executor, which lives beside this program.
+std::string benchExecutor() {
+  return (std::filesystem::canonical("/proc/self/exe").parent_path() / "squall-bench-executor").string();
+}
+
+// The floor under a call task: N calls of bench/noop made one after another
+// straight to an executor process over its socket, as a governor makes
+// them, with no server, governor or task around them. What a call task
+// costs beyond this is squall's.
+double executorRoundTripsPerSecond(const std::string& executor, int n) {
+  int fds[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0) throw std::runtime_error("socketpair failed");
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 0);
+    execl(executor.c_str(), executor.c_str(), "--squall-executor-fd", "0", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
+  double perSecond = 0;
+  // A thread of its own: this one has the client's event loop.
+  std::thread([&]() {
+    auto io = kj::setupAsyncIo();
+    auto stream = io.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    capnp::TwoPartyClient rpc(*stream, 1);
+    auto cap = rpc.bootstrap().castAs<squall::wire::Executor>();
+    auto call = [&]() {
+      auto request = cap.callRequest();
+      request.setFunction("noop");
+      request.initOutputKinds(1).set(0, squall::wire::ObjectKind::BLOB);
+      request.setOutputDir("/nonexistent");
+      request.send().wait(io.waitScope);
+    };
+    call();  // the process is up
+    auto start = Clock::now();
+    for (int i = 0; i < n; i++) call();
+    perSecond = n / seconds(start);
+  }).join();
+  // The socket closed: the executor's serve() returns.
+  waitpid(pid, nullptr, 0);
+  return perSecond;
 }
 
 // N `true` programs through execute.
@@ -252,10 +302,8 @@ int main(int argc, char** argv) {
       options.cpus = cpus;
       options.governorArgs = governorArgs;
       if (functionsOnly) {
-        // The bench executor lives beside this program.
-        auto executor = std::filesystem::canonical("/proc/self/exe").parent_path() / "squall-bench-executor";
         options.governorArgs.push_back("--executor");
-        options.governorArgs.push_back("bench=" + executor.string());
+        options.governorArgs.push_back("bench=" + benchExecutor());
       }
       cluster = std::make_unique<squall::LocalCluster>(options);
       cluster->start();
@@ -290,6 +338,7 @@ int main(int argc, char** argv) {
       run("squall_trivial_tasks_per_s", [&]() { return trivialTasksPerSecond(client, n); });
       run("squall_function_tasks_per_s", [&]() { return functionTasksPerSecond(client, n); });
       run("squall_shell_cmds_per_s", [&]() { return programsPerSecond(client, programs); });
+      run("squall_executor_round_trips_per_s", [&]() { return executorRoundTripsPerSecond(benchExecutor(), n); });
       return 0;
     }
     if (inputsOnly) {
