@@ -7,10 +7,13 @@
 #include "governor-control.h"
 #include "input-isolation.h"
 #include "object-store.h"
+#include "resources.h"
 #include "result-batcher.h"
 #include "server-link.h"
 #include "stream-hub.h"
 #include "task-env.h"
+
+#include <algorithm>
 #include "task-queue.h"
 #include "uv-bridge.h"
 
@@ -51,12 +54,35 @@ struct Flags {
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::vector<std::string> executors;
+  std::vector<std::string> resources;
+  bool detect = false;
+  std::string procRoot = "/proc";
   std::string compressStreams = "auto";
   std::string inputIsolation = "auto";
   int lifelineFd = -1;
   // Bounds on dir objects (tree-walk.h); defaults there.
   TreeLimits treeLimits;
 };
+
+// What the governor offers besides cpus: what it detects, each pool
+// replaced by a --resource of the same name, and the --resource pools.
+std::vector<ResourcePool> offeredPools(const Flags& flags) {
+  auto pools = detectResources(flags.procRoot, [](const char* name) { return getenv(name); });
+  std::vector<ResourcePool> given;
+  for (auto& flag : flags.resources) {
+    auto pool = parseResourcePool(flag);
+    for (auto& other : given) {
+      if (other.name == pool.name) throw std::invalid_argument("--resource " + pool.name + " is given twice");
+    }
+    given.push_back(std::move(pool));
+  }
+  for (auto& pool : given) {
+    pools.erase(std::remove_if(pools.begin(), pools.end(), [&](auto& p) { return p.name == pool.name; }),
+                pools.end());
+    pools.push_back(pool);
+  }
+  return pools;
+}
 
 uint32_t detectCpus() {
   cpu_set_t set;
@@ -261,7 +287,7 @@ int run(const Flags& flags) {
 
     // Results wait in the batcher while no server connection is up.
     ResultBatcher batcher(timer, logger);
-    TaskQueue queue(env, fetcher, flags.cpus,
+    TaskQueue queue(env, fetcher, flags.cpus, offeredPools(flags),
                     [&batcher](TaskOutcome outcome) { batcher.report(kj::mv(outcome)); });
 
     // Data service.
@@ -394,6 +420,14 @@ int main(int argc, char** argv) {
                  "call tasks, as NAME=PROGRAM; repeatable. Started with the governor to learn its "
                  "functions and kept warm (docs/tasklib.md)")
       ->type_name("NAME=PROGRAM");
+  app.add_option("--resource", flags.resources,
+                 "a resource offered to tasks besides cpus: NAME=[ID,ID,...] (items with ids), NAME=COUNT "
+                 "(items 0..COUNT-1) or NAME=sum(AMOUNT) (an amount, e.g. sum(200G)); repeatable; replaces a "
+                 "detected pool of that name (docs/resources.md)")
+      ->type_name("NAME=VALUE");
+  app.add_flag("--detect", flags.detect, "print the resources this governor would offer and exit");
+  app.add_option("--proc", flags.procRoot, "where /proc is, for detecting memory and GPUs (tests)")
+      ->group("");
   app.add_option("--lifeline-fd", flags.lifelineFd,
                  "the read end of a pipe inherited from the process that starts the governor: "
                  "when it reaches end of file (that process has gone), the governor stops as on "
@@ -426,6 +460,25 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     app.exit(e);
     return 2;
+  }
+  std::vector<squall::ResourcePool> pools;
+  try {
+    pools = squall::offeredPools(flags);
+  } catch (const std::invalid_argument& e) {
+    squall::usageError(kj::str(e.what()));
+  }
+  if (flags.detect) {
+    printf("cpus: %u (ids 0..%u)\n", flags.cpus, flags.cpus - 1);
+    for (auto& pool : pools) {
+      if (pool.indexed) {
+        std::string ids;
+        for (auto& id : pool.ids) ids += (ids.empty() ? "" : ",") + id;
+        printf("%s: %zu (ids %s)\n", pool.name.c_str(), pool.ids.size(), ids.c_str());
+      } else {
+        printf("%s: %s\n", pool.name.c_str(), squall::formatAmount(pool.total).c_str());
+      }
+    }
+    return 0;
   }
   for (auto* address : {&flags.server, &flags.listen}) {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { squall::checkAddress(address->c_str()); })) {

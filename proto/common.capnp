@@ -31,6 +31,7 @@ enum ObjectKind {
 
 struct Resources {
   cpus @0 :UInt32 = 1;
+  # Unused (requests below carry every resource but cpus).
   memoryMb @1 :UInt64;
   gpus @2 :UInt32;
   custom @3 :List(Custom);
@@ -42,6 +43,27 @@ struct Resources {
   # streams (a pipe) that did not ask share one cpu between them, as a
   # shell's pipe does; those that asked hold what they asked for.
   cpusAsked @4 :Bool;
+  # What a task needs besides cpus, each resource once (docs/resources.md).
+  requests @5 :List(ResourceRequest);
+}
+
+# An amount of one resource pool. Amounts are fixed-point: 10000 is one
+# item of an indexed pool (a GPU) or one unit of a sum pool (a byte of
+# mem); 5000 gpus is half a GPU.
+struct ResourceRequest {
+  name @0 :Text;
+  amount @1 :UInt64;
+  # The whole pool (amount is ignored).
+  all @2 :Bool;
+}
+
+# A pool a governor offers: indexed (items with ids) or a sum.
+struct ResourcePool {
+  name @0 :Text;
+  indexed @1 :Bool;
+  ids @2 :List(Text);
+  # A sum pool's size, in the units above.
+  total @3 :UInt64;
 }
 
 struct ObjectSpec {

@@ -210,6 +210,9 @@ struct GovernorInfo {
   # The executors it keeps warm and their functions (tasklib): call tasks
   # are placed only where their function is.
   executors @5 :List(Common.ExecutorInfo);
+  # Its resource pools besides cpus (resources.cpus): detected and given
+  # with --resource.
+  pools @6 :List(Common.ResourcePool);
 }
 
 # Server -> governor. Calls are batched: one per scheduling pass.

@@ -111,6 +111,12 @@ struct LocalTask {
       Type::CONCAT;
   std::string name;
   std::optional<uint32_t> cpus;  // unset: the default (1), see Program::cpus
+  struct ResourceRequest {
+    std::string name;
+    uint64_t units = 0;  // RESOURCE_UNIT per item
+    bool all = false;
+  };
+  std::vector<ResourceRequest> resources;
   std::vector<Program::Input> inputs;
   std::vector<uint64_t> outputs;
   uint64_t sleepMs = 0;

@@ -3,9 +3,11 @@
 // Client.
 #include "client-impl.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <squall/proto/resource-amounts.h>
 #include <unistd.h>
 
 #include "tar.h"
@@ -188,6 +190,39 @@ Task& Task::name(std::string name) {
 
 Task& Task::cpus(uint32_t count) {
   session->pendingTask(n).cpus = count;
+  return *this;
+}
+
+namespace {
+void addResource(client::LocalTask& task, const std::string& name, uint64_t units, bool all) {
+  if (!isResourceName(name)) throw Error("resource '" + name + "': " + RESOURCE_NAME_RULE);
+  if (name == "cpus") throw Error("resource cpus: use Task::cpus");
+  for (auto& r : task.resources) {
+    if (r.name == name) throw Error("resource " + name + " is asked for twice");
+  }
+  if (!all && units == 0) throw Error("resource " + name + ": an amount of 0");
+  task.resources.push_back({name, units, all});
+}
+}  // namespace
+
+Task& Task::resource(const std::string& name, double amount) {
+  if (!(amount >= 0) || amount > 1e15) throw Error("resource " + name + ": amount " + std::to_string(amount));
+  addResource(session->pendingTask(n), name, static_cast<uint64_t>(std::llround(amount * RESOURCE_UNIT)), false);
+  return *this;
+}
+
+Task& Task::resource(const std::string& name, const std::string& amount) {
+  if (amount == "all") {
+    addResource(session->pendingTask(n), name, 0, true);
+    return *this;
+  }
+  uint64_t units;
+  try {
+    units = parseAmount(amount);
+  } catch (const std::invalid_argument& e) {
+    throw Error("resource " + name + ": " + e.what());
+  }
+  addResource(session->pendingTask(n), name, units, false);
   return *this;
 }
 

@@ -79,6 +79,12 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   auto resources = out.initResources();
   resources.setCpus(task.cpus.value_or(1));
   resources.setCpusAsked(task.cpus.has_value());
+  auto requests = resources.initRequests(task.resources.size());
+  for (size_t i = 0; i < task.resources.size(); i++) {
+    requests[i].setName(task.resources[i].name);
+    requests[i].setAmount(task.resources[i].units);
+    requests[i].setAll(task.resources[i].all);
+  }
   out.setAttributes(task.attributes);
   auto policy = out.initPolicy();
   policy.setRetries(task.retries);
@@ -199,6 +205,7 @@ void SessionImpl::submit() {
                  48 * (t.inputs.size() + t.outputs.size());
         for (auto& in : t.inputs) bytes += in.path.size() + in.label.size();
         for (auto& a : t.args) bytes += a.size() + 8;
+        for (auto& r : t.resources) bytes += r.name.size() + 32;
         for (auto& [name, value] : t.env) bytes += name.size() + value.size() + 16;
       }
       auto add = submission.addRequest();

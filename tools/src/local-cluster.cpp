@@ -286,6 +286,9 @@ size_t LocalCluster::addGovernor() {
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
   for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
   args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
+  if (index < options.governorArgsEach.size()) {
+    args.insert(args.end(), options.governorArgsEach[index].begin(), options.governorArgsEach[index].end());
+  }
   stopped = false;
   governorProcesses.push_back(std::make_unique<ChildProcess>(findProgram("squall-governor"), args,
                                                              std::vector<int>{lifelineRead}));

@@ -59,7 +59,7 @@ class DirTasksTest : public ::testing::Test {
 
   void SetUp() override {
     makeDirs(env.tasksDir);
-    members->queue = kj::heap<TaskQueue>(env, members->fetcher, 2, [this](TaskOutcome outcome) {
+    members->queue = kj::heap<TaskQueue>(env, members->fetcher, 2, std::vector<ResourcePool>{}, [this](TaskOutcome outcome) {
       Id id = outcome.id;
       members->results.emplace(id, kj::mv(outcome));
       KJ_IF_MAYBE(a, members->awaited) {

@@ -526,8 +526,12 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       }
       overridden.add(name);
     }
-    // Set by the governor: which run of the task this is (1 = the first).
+    // Set by the governor: which run of the task this is (1 = the first),
+    // and the resources it holds (a task cannot claim others').
     overridden.add("SQUALL_ATTEMPT");
+    kj::Vector<kj::String> resourceNames;
+    for (auto& var : control.resourceEnv()) resourceNames.add(kj::str(var.substr(0, var.find('=')).c_str()));
+    for (auto& name : resourceNames) overridden.add(name);
     for (auto& entry : env.baseEnv) {
       bool replaced = false;
       for (auto name : overridden) {
@@ -538,9 +542,12 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       if (!replaced) environment.add(kj::str(entry));
     }
     for (auto var : config.getEnv()) {
-      if (var.getName() != "SQUALL_ATTEMPT") environment.add(kj::str(var.getName(), "=", var.getValue()));
+      bool governorSets = var.getName() == "SQUALL_ATTEMPT";
+      for (auto& name : resourceNames) governorSets = governorSets || var.getName() == name;
+      if (!governorSets) environment.add(kj::str(var.getName(), "=", var.getValue()));
     }
     environment.add(kj::str("SQUALL_ATTEMPT=", kj::max(spec.getAttempt(), 1u)));
+    for (auto& var : control.resourceEnv()) environment.add(kj::str(var.c_str()));
   }
   SpawnOptions options;
   if (config.getShell()) {

@@ -9,6 +9,8 @@
 #include "uv-bridge.h"
 
 #include <atomic>
+#include <string>
+#include <vector>
 #include <kj/async.h>
 #include <kj/timer.h>
 #include <spdlog/logger.h>
@@ -81,6 +83,12 @@ class TaskControl {
   // While set, cancel() SIGKILLs the process group.
   void setProcess(kj::Maybe<ChildProcess&> child) { process = child; }
 
+  // NAME=VALUE variables that say which resources the task holds
+  // (SQUALL_RESOURCE_GPUS, CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS, ...):
+  // set when it starts, given to its program.
+  void setResourceEnv(std::vector<std::string> vars) { resourceVars = std::move(vars); }
+  const std::vector<std::string>& resourceEnv() const { return resourceVars; }
+
   // Work a runner leaves for after its outcome is reported (removing the
   // sandbox: detaching a mount waits out an RCU grace period, milliseconds
   // that no task needs to wait for). The queue takes it when the task ends
@@ -96,6 +104,7 @@ class TaskControl {
   kj::ForkedPromise<void> cancelledPromise;
   kj::Maybe<ChildProcess&> process;
   kj::Maybe<kj::Promise<void>> aftermath;
+  std::vector<std::string> resourceVars;
 };
 
 // The environment of the current process as NAME=VALUE strings.

@@ -35,8 +35,25 @@ void TaskQueue::ended(wire::Assignment::Reader assignment, TaskOutcome outcome) 
   report(kj::mv(outcome));
 }
 
-TaskQueue::TaskQueue(TaskEnv& env, DataFetcher& fetcher, uint32_t cpus, Reporter report)
-    : env(env), fetcher(fetcher), cpus(cpus), free(cpus), report(kj::mv(report)), work(*this) {}
+namespace {
+std::vector<ResourcePool> withCpus(uint32_t cpus, std::vector<ResourcePool> pools) {
+  pools.insert(pools.begin(), cpusPool(cpus));
+  return pools;
+}
+}  // namespace
+
+TaskQueue::TaskQueue(TaskEnv& env, DataFetcher& fetcher, uint32_t cpus, std::vector<ResourcePool> pools,
+                     Reporter report)
+    : env(env), fetcher(fetcher), cpus(cpus), allocator(withCpus(cpus, kj::mv(pools))), report(kj::mv(report)),
+      work(*this) {}
+
+std::vector<ResourcePool> TaskQueue::offeredPools() const {
+  std::vector<ResourcePool> pools;
+  for (auto& pool : allocator.pools()) {
+    if (pool.name != "cpus") pools.push_back(pool);
+  }
+  return pools;
+}
 
 TaskQueue::~TaskQueue() noexcept(false) {}
 
@@ -82,6 +99,15 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
                                                        env.governorName, " has only ", cpus)));
     return;
   }
+  std::vector<ResourceNeed> needs{{"cpus", uint64_t(needed) * RESOURCE_UNIT, false}};
+  for (auto request : spec.getResources().getRequests()) {
+    needs.push_back({request.getName().cStr(), request.getAmount(), request.getAll()});
+  }
+  if (auto why = allocator.impossible(needs)) {
+    ended(assignment, TaskOutcome::failure(id, kj::str("task cannot run on governor ", env.governorName, ": ",
+                                                       why->c_str())));
+    return;
+  }
 
   // Inputs not held yet: joining a transfer under way or fetching them.
   kj::Vector<kj::Promise<void>> waits;
@@ -109,7 +135,7 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
   task->id = id;
   task->serial = nextSerial++;
   task->spec = capnp::clone(assignment);
-  task->cpus = needed;
+  task->needs = std::move(needs);
   uint64_t serial = task->serial;
   tasks.emplace(id, kj::mv(task));
   env.logger.debug("event=task-assigned task={} cpus={} fetching={}", kj::str(id).cStr(), needed,
@@ -167,7 +193,8 @@ void TaskQueue::pump() {
         continue;
       }
       // Strict FIFO: a big task at the head is not overtaken (no starvation).
-      if (task->cpus > free) return;
+      task->grant = allocator.take(task->needs);
+      if (!task->grant) return;
       ready.pop_front();
       start(*task);
     } else {
@@ -178,13 +205,13 @@ void TaskQueue::pump() {
 
 void TaskQueue::start(Task& task) {
   task.state = State::RUNNING;
-  free -= task.cpus;
   running++;
+  task.control.setResourceEnv(allocator.environment(*task.grant));
   task.startWallUs = wallClockUs();
   task.startMonotonicUs = monotonicUs();
   Id id = task.id;
   uint64_t serial = task.serial;
-  env.logger.debug("event=task-started task={} cpus={} free={}", kj::str(id).cStr(), task.cpus, free);
+  env.logger.debug("event=task-started task={} free_cpus={}", kj::str(id).cStr(), freeCpus());
   uint64_t limitMs = task.spec->getTask().getPolicy().getTimeLimitMs();
   if (limitMs > 0) {
     task.deadline = env.timer.afterDelay(taskMilliseconds(limitMs))
@@ -231,7 +258,8 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
         outcome.error = kj::str("cancelled");
       }
     }
-    free += task->cpus;
+    allocator.give(*task->grant);
+    task->grant.reset();
     running--;
     KJ_IF_MAYBE(aftermath, task->control.takeAftermath()) {
       finishing++;

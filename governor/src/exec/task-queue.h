@@ -1,12 +1,14 @@
 // The governor's local queue: assigned tasks wait for their inputs (held,
 // arriving, or fetched from another governor; a live stream input does not
-// wait: it is read while its producer runs), then for free cpus in FIFO
-// order, run, and report their outcome. Stream outputs are announced to the
+// wait: it is read while its producer runs), then for their cpus and other
+// resources (resources.h: never over-committed; a task's items are in its
+// environment) in FIFO order, run, and report their outcome. Stream outputs are announced to the
 // StreamHub at assignment, and every outcome is passed to it before it is
 // reported. Loop thread only.
 #pragma once
 
 #include "data-service.h"
+#include "resources.h"
 #include "task-env.h"
 
 #include <deque>
@@ -21,7 +23,8 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   using Reporter = kj::Function<void(TaskOutcome)>;
 
   // `report` receives every outcome exactly once per assigned task.
-  TaskQueue(TaskEnv& env, DataFetcher& fetcher, uint32_t cpus, Reporter report);
+  // `pools`: the resources it offers besides its `cpus` (resources.h).
+  TaskQueue(TaskEnv& env, DataFetcher& fetcher, uint32_t cpus, std::vector<ResourcePool> pools, Reporter report);
   ~TaskQueue() noexcept(false);
   KJ_DISALLOW_COPY(TaskQueue);
 
@@ -38,7 +41,9 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   kj::Promise<void> shutdown();
 
   uint32_t totalCpus() const { return cpus; }
-  uint32_t freeCpus() const { return free; }
+  uint32_t freeCpus() const { return static_cast<uint32_t>(allocator.freeUnits("cpus") / RESOURCE_UNIT); }
+  // Its pools besides cpus, as announced to the server.
+  std::vector<ResourcePool> offeredPools() const;
   size_t waitingCount() const { return tasks.size() - running; }
   size_t runningCount() const { return running; }
   // Every task it holds (waiting for inputs, ready or running).
@@ -55,7 +60,9 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
     Id id;
     uint64_t serial;
     kj::Own<wire::Assignment::Reader> spec;
-    uint32_t cpus;
+    // Its cpus and other resources; what it holds while it runs.
+    std::vector<ResourceNeed> needs;
+    std::optional<ResourceGrant> grant;
     State state = State::WAITING_FOR_INPUTS;
     TaskControl control;
     uint64_t startWallUs = 0;
@@ -67,7 +74,7 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   TaskEnv& env;
   DataFetcher& fetcher;
   uint32_t cpus;
-  uint32_t free;
+  ResourceAllocator allocator;
   Reporter report;
   uint64_t nextSerial = 1;
   size_t running = 0;

@@ -44,6 +44,15 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
   info.setName(options.name);
   info.setDataAddress(options.dataAddress);
   info.initResources().setCpus(options.cpus);
+  auto pools = queue.offeredPools();
+  auto poolList = info.initPools(pools.size());
+  for (uint i = 0; i < pools.size(); i++) {
+    poolList[i].setName(pools[i].name);
+    poolList[i].setIndexed(pools[i].indexed);
+    auto ids = poolList[i].initIds(pools[i].ids.size());
+    for (uint j = 0; j < pools[i].ids.size(); j++) ids.set(j, pools[i].ids[j]);
+    poolList[i].setTotal(pools[i].total);
+  }
   KJ_IF_MAYBE(pool, options.executors) {
     auto& known = pool->executors();
     auto list = info.initExecutors(known.size());

@@ -44,7 +44,7 @@ struct TestGovernor {
     upstream = fake.get();
     batcher = kj::heap<ResultBatcher>(wire::GovernorUpstream::Client(kj::mv(fake)), io.provider->getTimer(),
                                       logger);
-    queue = kj::heap<TaskQueue>(env, fetcher, 8, [this](TaskOutcome o) { batcher->report(kj::mv(o)); });
+    queue = kj::heap<TaskQueue>(env, fetcher, 8, std::vector<ResourcePool>{}, [this](TaskOutcome o) { batcher->report(kj::mv(o)); });
     control = kj::heap<GovernorControlImpl>(store, *queue, *batcher, logger);
   }
 

@@ -2,6 +2,8 @@
 // data; owned and mutated only by SessionTable on the loop thread.
 #pragma once
 
+#include "resource-fit.h"
+
 #include <capnp/message.h>
 #include <cstdint>
 #include <kj/async.h>
@@ -88,6 +90,8 @@ struct TaskNode {
   // Set when the task reads or writes a stream live.
   StreamGroup* group = nullptr;
   uint32_t cpus = 1;
+  // What it needs besides cpus (resource-fit.h).
+  std::vector<ResourceAsk> resources;
   // "executor/function" of a call task (placed only where it is offered);
   // empty for other types.
   std::string function;

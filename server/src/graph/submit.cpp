@@ -1,5 +1,7 @@
 #include "submit.h"
 
+#include <squall/proto/resource-amounts.h>
+
 #include "json-nesting.h"
 
 #include <algorithm>
@@ -10,8 +12,10 @@
 #include <kj/debug.h>
 #include <kj/function.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/resource-amounts.h>
 #include <squall/proto/sandbox-path.h>
 #include <squall/proto/spec-names.h>
+#include <set>
 #include <unordered_set>
 #include <utility>
 #include <xxhash.h>
@@ -237,6 +241,52 @@ void PendingSubmit::checkBounds(kj::StringPtr label, wire::TaskSpec::Reader task
   }
 }
 
+std::vector<ResourceAsk> resourceAsks(wire::TaskSpec::Reader spec) {
+  std::vector<ResourceAsk> asks;
+  for (auto request : spec.getResources().getRequests()) {
+    asks.push_back({request.getName().cStr(), request.getAmount(), request.getAll()});
+  }
+  return asks;
+}
+
+namespace {
+
+// A task's resources besides cpus: well formed, and (when governors are
+// known) what one of them could give it, else refused naming the resource.
+void checkResources(kj::StringPtr label, wire::TaskSpec::Reader task, const ClusterCapacity& capacity) {
+  auto requests = task.getResources().getRequests();
+  std::vector<std::string> seen;
+  for (auto request : requests) {
+    std::string name = request.getName().cStr();
+    SQUALL_REQUIRE(isResourceName(name), label, ": resource '", request.getName(), "': ", RESOURCE_NAME_RULE);
+    SQUALL_REQUIRE(name != "cpus", label, ": cpus are asked with cpus, not as a resource request");
+    SQUALL_REQUIRE(std::find(seen.begin(), seen.end(), name) == seen.end(), label, " asks for ", name, " twice");
+    SQUALL_REQUIRE(request.getAll() || request.getAmount() > 0, label, " asks for 0 ", name);
+    seen.push_back(name);
+  }
+  if (requests.size() == 0 || capacity.governors == nullptr || capacity.governors->empty()) return;
+  auto asks = resourceAsks(task);
+  std::string closest;
+  for (auto& [cpus, pools] : *capacity.governors) {
+    auto why = neverFits(pools, asks);
+    if (!why && cpus >= task.getResources().getCpus()) return;
+    if (why && (closest.empty() || closest.rfind("no ", 0) == 0)) closest = *why;
+  }
+  std::set<std::string> offered;
+  for (auto& [cpus, pools] : *capacity.governors) {
+    for (auto& [name, pool] : pools) offered.insert(name);
+  }
+  std::string names;
+  for (auto& name : offered) names += (names.empty() ? "" : ", ") + name;
+  if (closest.empty()) {
+    SQUALL_FAIL(label, ": no governor has its resources and ", task.getResources().getCpus(), " cpus at once");
+  }
+  SQUALL_FAIL(label, ": no governor could ever run it: the best has ", closest.c_str(), " (resources offered: ",
+              names.empty() ? "none but cpus" : names.c_str(), ")");
+}
+
+}  // namespace
+
 std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity capacity, bool apply) {
   SQUALL_REQUIRE(target.state == Session::State::OPEN, "session ", target.id,
                  " is not open: ", target.failureMessage);
@@ -309,6 +359,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
                    " has ", task.getResources().getCpus(), " cpus without cpusAsked (the default is 1)");
     SQUALL_REQUIRE(task.getPolicy().getRetries() <= 100, label, ": at most 100 retries");
     checkBounds(label, task);
+    checkResources(label, task, capacity);
     for (auto input : inputs) {
       findObject(task, input.getObject());
     }
@@ -648,6 +699,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     task.id = Id{session, n};
     task.spec = spec;
     task.cpus = spec.getResources().getCpus();
+    task.resources = resourceAsks(spec);
     if (spec.getConfig().isCall()) task.function = callName(spec.getConfig().getCall()).cStr();
     target.counts[static_cast<int>(TaskNode::State::WAITING)]++;
     target.unfinishedTasks++;

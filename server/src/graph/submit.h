@@ -23,7 +23,12 @@ struct ClusterCapacity {
   // names); null when not known (no governor yet, a replay): call tasks are
   // then not checked against them.
   std::shared_ptr<const std::map<std::string, std::vector<std::string>>> functions;
+  // Each governor's cpus and pools; null when not known (as above).
+  std::shared_ptr<const std::vector<std::pair<uint32_t, Pools>>> governors;
 };
+
+// What a task spec asks for besides cpus.
+std::vector<ResourceAsk> resourceAsks(wire::TaskSpec::Reader spec);
 
 class PendingSubmit {
  public:

@@ -43,9 +43,17 @@ std::map<std::string, GovernorId> GovernorPool::takeExpected() {
   return out;
 }
 
-void GovernorPool::adopt(GovernorState& governor, Id task, uint32_t cpus) {
+void GovernorPool::adopt(GovernorState& governor, Id task, uint32_t cpus,
+                         const std::vector<ResourceAsk>& resources) {
   if (!governor.assigned.emplace(task, cpus).second) return;
   governor.load += cpus;
+  holdResources(governor, task, resources);
+}
+
+void GovernorPool::holdResources(GovernorState& governor, Id task, const std::vector<ResourceAsk>& resources) {
+  if (resources.empty()) return;
+  account(governor.pools, resources, 1);
+  governor.holding.emplace(task, resources);
 }
 
 kj::Maybe<GovernorState&> GovernorPool::find(GovernorId id) {
@@ -54,9 +62,11 @@ kj::Maybe<GovernorState&> GovernorPool::find(GovernorId id) {
   return it->second;
 }
 
-void GovernorPool::hold(GovernorState& governor, Id task, uint32_t cpus) {
+void GovernorPool::hold(GovernorState& governor, Id task, uint32_t cpus,
+                        const std::vector<ResourceAsk>& resources) {
   governor.assigned.emplace(task, cpus);
   governor.load += cpus;
+  holdResources(governor, task, resources);
   governor.toAssign.push_back(task);
 }
 
@@ -66,6 +76,11 @@ void GovernorPool::release(GovernorId id, Id task) {
     if (it == governor->assigned.end()) return;
     governor->load -= it->second;
     governor->assigned.erase(it);
+    auto held = governor->holding.find(task);
+    if (held != governor->holding.end()) {
+      account(governor->pools, held->second, -1);
+      governor->holding.erase(held);
+    }
   }
 }
 

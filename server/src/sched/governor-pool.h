@@ -21,6 +21,9 @@ struct GovernorState {
   // The functions its executors offer: "executor/function" -> output names.
   std::map<std::string, std::vector<std::string>> functions;
   std::unordered_map<Id, uint32_t, IdHash> assigned;
+  // Its pools besides cpus, with what the tasks assigned to it hold.
+  Pools pools;
+  std::unordered_map<Id, std::vector<ResourceAsk>, IdHash> holding;
   // The number of its last update applied, and of the last one a log
   // commit confirmed to it (resultsDurable); the next commit confirms the
   // ones between.
@@ -45,9 +48,9 @@ class GovernorPool {
   // Forgets the governor and returns the tasks it held.
   std::vector<Id> remove(GovernorId id);
   kj::Maybe<GovernorState&> find(GovernorId id);
-  void hold(GovernorState& governor, Id task, uint32_t cpus);
+  void hold(GovernorState& governor, Id task, uint32_t cpus, const std::vector<ResourceAsk>& resources = {});
   // A task it reported running when it (re)registered: held, not sent.
-  void adopt(GovernorState& governor, Id task, uint32_t cpus);
+  void adopt(GovernorState& governor, Id task, uint32_t cpus, const std::vector<ResourceAsk>& resources = {});
   // The id a governor named `name` has, or will get when it registers
   // (a governor the session log says the server had before a restart).
   GovernorId expect(const std::string& name);
@@ -59,6 +62,7 @@ class GovernorPool {
   std::map<GovernorId, GovernorState>& all() { return governors; }
 
  private:
+  void holdResources(GovernorState& governor, Id task, const std::vector<ResourceAsk>& resources);
   std::map<GovernorId, GovernorState> governors;
   std::map<std::string, GovernorId> expectedIds;
   GovernorId nextId = 1;

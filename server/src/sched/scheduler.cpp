@@ -5,9 +5,11 @@
 namespace squall {
 
 namespace {
-// Whether `g` can run `task` at all: a call needs its function there.
+// Whether `g` can run `task` now: a call needs its function there, and
+// resources besides cpus must be free there (they are not queued for:
+// tasks wait on the server for them, not in one governor's queue).
 bool offers(const GovernorState& g, const TaskNode& task) {
-  return task.function.empty() || g.functions.count(task.function) != 0;
+  return (task.function.empty() || g.functions.count(task.function) != 0) && fitsNow(g.pools, task.resources);
 }
 }  // namespace
 
@@ -49,7 +51,7 @@ bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorP
     }
   }
   for (auto& [member, governor] : plan) {
-    governors.hold(*governor, member->id, member->cpus);
+    governors.hold(*governor, member->id, member->cpus, member->resources);
     sessions.assigned(*member, governor->id);
   }
   return true;
@@ -115,7 +117,7 @@ void Scheduler::place(std::deque<Id>& ready, SessionTable& sessions, GovernorPoo
         waiting.push_back(id);
         continue;
       }
-      governors.hold(*best, id, task.cpus);
+      governors.hold(*best, id, task.cpus, task.resources);
       sessions.assigned(task, best->id);
       if (best->load >= best->cpus + depth) room = anyRoom();
     }

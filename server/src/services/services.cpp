@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/resource-amounts.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/spec-names.h>
 #include <squall/proto/token.h>
@@ -99,13 +100,18 @@ class SubmissionImpl final : public wire::Submission::Server {
   ClusterCapacity capacity() {
     ClusterCapacity capacity;
     auto functions = std::make_shared<std::map<std::string, std::vector<std::string>>>();
+    auto governors = std::make_shared<std::vector<std::pair<uint32_t, Pools>>>();
     for (auto& [gid, governor] : context.governors.all()) {
       capacity.totalCpus += governor.cpus;
       capacity.largestCpus = std::max(capacity.largestCpus, governor.cpus);
       for (auto& function : governor.functions) functions->insert(function);
+      governors->emplace_back(governor.cpus, governor.pools);
     }
     // With no governor, nothing is known yet (as for cpus).
-    if (!context.governors.all().empty()) capacity.functions = kj::mv(functions);
+    if (!context.governors.all().empty()) {
+      capacity.functions = kj::mv(functions);
+      capacity.governors = kj::mv(governors);
+    }
     return capacity;
   }
 
@@ -671,6 +677,12 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
     SQUALL_REQUIRE(info.getDataAddress().size() > 0, "a governor must give its data address");
     auto& governor = context.governors.add(info.getName().cStr(), info.getDataAddress().cStr(), cpus,
                                            params.getControl());
+    for (auto pool : info.getPools()) {
+      PoolState state;
+      state.indexed = pool.getIndexed();
+      state.capacity = pool.getIndexed() ? pool.getIds().size() * RESOURCE_UNIT : pool.getTotal();
+      governor.pools[pool.getName().cStr()] = state;
+    }
     for (auto executor : info.getExecutors()) {
       for (auto function : executor.getFunctions()) {
         auto& outputs = governor.functions[kj::str(executor.getName(), "/", function.getName()).cStr()];
@@ -686,7 +698,7 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
       // it still runs and holds.
       for (auto* task : context.sessions.governorReturned(governor.id, governor.name, info.getTasks(),
                                                           info.getInventory())) {
-        context.governors.adopt(governor, task->id, task->cpus);
+        context.governors.adopt(governor, task->id, task->cpus, task->resources);
       }
     }
     if (context.dispatcher.held() && context.governors.expectedCount() == 0) {

@@ -222,6 +222,14 @@ class Task {
   size_t outputCount() const;
   Task& name(std::string name);
   Task& cpus(uint32_t n);
+  // A resource besides cpus (docs/resources.md): `amount` of the pool
+  // `name` ("gpus", "mem", any a governor offers), fractional for a share
+  // of one item (0.5 gpus: two such tasks on one GPU), in the pool's units
+  // for a sum ("mem" in bytes: resource("mem", 2.0 * (1 << 30))); as text
+  // with K/M/G/T ("2G") or "all" for the whole pool. Once per name; the
+  // server refuses what no governor could give, naming the resource.
+  Task& resource(const std::string& name, double amount);
+  Task& resource(const std::string& name, const std::string& amount);
   // Failure policy (set before submit): extra attempts after a failure; a
   // failure that does not fail the session (dependents are skipped); a time
   // limit after which the governor kills the task.

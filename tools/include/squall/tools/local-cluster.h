@@ -75,6 +75,8 @@ struct ClusterOptions {
   std::string logLevel = "warn";
   std::vector<std::string> serverArgs;
   std::vector<std::string> governorArgs;
+  // More arguments for governor i alone (after governorArgs).
+  std::vector<std::vector<std::string>> governorArgsEach;
   // Executors every governor keeps warm (tasklib), as NAME=PROGRAM: each
   // governor gets `--executor NAME=PROGRAM`.
   std::vector<std::string> executors;

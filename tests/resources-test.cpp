@@ -1,0 +1,220 @@
+// Resources beyond cpus end to end (docs/resources.md): two governors with
+// different pools, tasks asking for amounts, shares and all of a pool,
+// learning their items from their environment; the governors never hand
+// out more than they have.
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <sstream>
+
+namespace squall {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ResourcesE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    // Nothing detected from this machine: an empty /proc and no GPUs in
+    // the environment, so the pools are exactly those given.
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    unsetenv("ROCR_VISIBLE_DEVICES");
+    procDir = fs::temp_directory_path() / ("squall-no-proc-" + std::to_string(getpid()));
+    fs::create_directories(procDir);
+    ClusterOptions options;
+    options.governors = 2;
+    options.cpus = 4;
+    options.governorArgs = {"--proc", procDir.string()};
+    options.governorArgsEach = {{"--resource", "gpus=[7,8]", "--resource", "scratch=sum(10G)"},
+                                {"--resource", "fpga=1"}};
+    cluster = new LocalCluster(options);
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+    fs::remove_all(procDir);
+  }
+  static inline LocalCluster* cluster = nullptr;
+  static inline fs::path procDir;
+};
+
+// Runs `line` in a shell as one task with `ask` applied; its stdout.
+template <typename Ask>
+std::string runShell(Client& client, const std::string& line, Ask&& ask) {
+  auto session = client.newSession("resources");
+  auto task = session.execute(Program::shell(line).stdoutOutput());
+  ask(task);
+  task.output().keep();
+  session.submit();
+  return task.output().fetch();
+}
+
+std::string submitFailure(Client& client, const std::function<void(Task&)>& ask) {
+  auto session = client.newSession("refused");
+  auto task = session.execute(Program({"true"}));
+  ask(task);
+  try {
+    session.submit();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST_F(ResourcesE2eTest, ATaskLearnsTheItemsItWasGivenFromItsEnvironment) {
+  Client client(cluster->serverAddress());
+  auto out = runShell(client, "echo $SQUALL_RESOURCE_GPUS/$CUDA_VISIBLE_DEVICES/$OMP_NUM_THREADS/$SQUALL_RESOURCE_CPUS",
+                      [](Task& t) { t.cpus(2).resource("gpus", 1.0); });
+  // One of the governor's two GPUs, by its id, and two of its four cpus.
+  std::vector<std::string> parts;
+  std::istringstream fields(out.substr(0, out.size() - 1));
+  for (std::string part; std::getline(fields, part, '/');) parts.push_back(part);
+  ASSERT_EQ(parts.size(), 4u) << out;
+  EXPECT_TRUE(parts[0] == "7" || parts[0] == "8") << out;
+  EXPECT_EQ(parts[1], parts[0]) << out;
+  EXPECT_EQ(parts[2], "2") << out;
+  EXPECT_EQ(parts[3].size(), 3u) << out;  // two of 0..3, "a,b"
+  // No GPU asked, on the governor with GPUs: it sees none (empty, not all);
+  // on the one without, the variable is left alone.
+  EXPECT_EQ(runShell(client, "echo \"[${CUDA_VISIBLE_DEVICES-unset}] $SQUALL_RESOURCE_SCRATCH\"",
+                     [](Task& t) { t.resource("scratch", "1G"); }),
+            "[] \n");
+  EXPECT_EQ(runShell(client, "echo \"[${CUDA_VISIBLE_DEVICES-unset}] $SQUALL_RESOURCE_FPGA\"",
+                     [](Task& t) { t.resource("fpga", 1.0); }),
+            "[unset] 0\n");
+  EXPECT_EQ(runShell(client, "echo $CUDA_VISIBLE_DEVICES", [](Task& t) { t.resource("gpus", "all"); }), "7,8\n");
+}
+
+TEST_F(ResourcesE2eTest, ImpossibleRequestsAreRefusedAtSubmitNamingTheResource) {
+  Client client(cluster->serverAddress());
+  auto message = submitFailure(client, [](Task& t) { t.resource("gpus", 3.0); });
+  EXPECT_NE(message.find("no governor could ever run it: the best has 2 gpus, not 3"), std::string::npos) << message;
+  message = submitFailure(client, [](Task& t) { t.resource("tpu", 1.0); });
+  EXPECT_NE(message.find("no tpu"), std::string::npos) << message;
+  EXPECT_NE(message.find("resources offered: fpga, gpus, scratch"), std::string::npos) << message;
+  message = submitFailure(client, [](Task& t) { t.resource("gpus", 1.5); });
+  EXPECT_NE(message.find("whole items only"), std::string::npos) << message;
+  message = submitFailure(client, [](Task& t) { t.resource("scratch", "11G"); });
+  EXPECT_NE(message.find("10737418240 scratch, not 11811160064"), std::string::npos) << message;
+  // Both exist, but never on one governor.
+  message = submitFailure(client, [](Task& t) { t.resource("gpus", 1.0).resource("fpga", 1.0); });
+  EXPECT_NE(message.find("no governor could ever run it"), std::string::npos) << message;
+  // The client refuses what is malformed before anything is sent.
+  auto session = client.newSession("malformed");
+  auto task = session.execute(Program({"true"}));
+  EXPECT_THROW(task.resource("GPUs", 1.0), Error);
+  EXPECT_THROW(task.resource("cpus", 1.0), Error);
+  EXPECT_THROW(task.resource("gpus", "lots"), Error);
+  task.resource("gpus", 0.5);
+  EXPECT_THROW(task.resource("gpus", 0.5), Error);
+}
+
+// Two halves of one GPU and a whole one run at once: the halves share an
+// item, the whole one gets the other. Each task waits (bounded) until all
+// three are running, so they pass only if they ran together.
+TEST_F(ResourcesE2eTest, FractionsShareOneGpuWhileAWholeOneGoesToAnother) {
+  Client client(cluster->serverAddress());
+  auto barrier = fs::path(cluster->workDir()) / "gpu-barrier";
+  fs::create_directories(barrier);
+  auto session = client.newSession("shares");
+  std::vector<Task> tasks;
+  for (double share : {0.5, 0.5, 1.0}) {
+    auto line = "touch " + barrier.string() + "/$$; n=0; while [ $(ls " + barrier.string() +
+                " | wc -l) -lt 3 ] && [ $n -lt 400 ]; do sleep 0.05; n=$((n+1)); done; "
+                "[ $n -lt 400 ] && echo $CUDA_VISIBLE_DEVICES";
+    auto task = session.execute(Program::shell(line).stdoutOutput());
+    task.resource("gpus", share);
+    task.output().keep();
+    tasks.push_back(task);
+  }
+  session.submit();
+  auto a = tasks[0].output().fetch();
+  auto b = tasks[1].output().fetch();
+  auto whole = tasks[2].output().fetch();
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, whole);
+  EXPECT_TRUE((a == "7\n" && whole == "8\n") || (a == "8\n" && whole == "7\n")) << a << whole;
+}
+
+// 1,000 tasks with mixed requests, each recording when it held which items:
+// at no moment do the shares of one GPU add up past one, nor the scratch
+// past 10G, nor the fpga past one.
+TEST_F(ResourcesE2eTest, NoOverCommitUnderAThousandMixedTasks) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("mixed");
+  std::mt19937 random(11);
+  struct Ask {
+    std::string name;
+    double amount;  // -1: all
+  };
+  std::vector<std::pair<Task, Ask>> tasks;
+  const std::string line =
+      "a=$(date +%s%N); sleep 0.0$((RANDOM % 3)); b=$(date +%s%N); echo $a $b ${SQUALL_RESOURCE_GPUS:--}";
+  for (int i = 0; i < 1000; i++) {
+    Ask ask;
+    switch (random() % 6) {
+      case 0: ask = {"gpus", 0.25}; break;
+      case 1: ask = {"gpus", 0.5}; break;
+      case 2: ask = {"gpus", 1.0}; break;
+      case 3: ask = {"gpus", -1}; break;
+      case 4: ask = {"scratch", double(1 + random() % 6)}; break;
+      default: ask = {"fpga", 1.0}; break;
+    }
+    auto task = session.execute(Program({"bash", "-c", line}).stdoutOutput());
+    if (ask.amount < 0) {
+      task.resource(ask.name, "all");
+    } else if (ask.name == "scratch") {
+      task.resource(ask.name, std::to_string(int(ask.amount)) + "G");
+    } else {
+      task.resource(ask.name, ask.amount);
+    }
+    task.output().keep();
+    tasks.emplace_back(task, ask);
+  }
+  session.submit();
+  session.waitAll();
+  // Events per item: +share at start, -share at end; ends before starts
+  // at the same instant.
+  std::map<std::string, std::vector<std::pair<uint64_t, double>>> events;
+  for (auto& [task, ask] : tasks) {
+    std::istringstream out(task.output().fetch());
+    uint64_t start = 0, end = 0;
+    std::string ids;
+    ASSERT_TRUE(out >> start >> end >> ids) << task.output().fetch();
+    std::vector<std::pair<std::string, double>> held;
+    if (ask.name == "gpus") {
+      std::istringstream list(ids);
+      for (std::string id; std::getline(list, id, ',');) {
+        held.emplace_back("gpu " + id, ask.amount < 0 || ask.amount >= 1 ? 1.0 : ask.amount);
+      }
+      EXPECT_EQ(held.size(), ask.amount < 0 ? 2u : 1u) << ids;
+    } else {
+      held.emplace_back(ask.name, ask.amount);
+    }
+    for (auto& [item, share] : held) {
+      events[item].emplace_back(start, share);
+      events[item].emplace_back(end, -share);
+    }
+  }
+  std::map<std::string, double> limit{{"gpu 7", 1.0}, {"gpu 8", 1.0}, {"scratch", 10.0}, {"fpga", 1.0}};
+  ASSERT_EQ(events.size(), 4u);
+  for (auto& [item, list] : events) {
+    std::sort(list.begin(), list.end());
+    double held = 0, peak = 0;
+    for (auto& [when, delta] : list) {
+      held += delta;
+      peak = std::max(peak, held);
+    }
+    EXPECT_LE(peak, limit[item] + 1e-9) << item << " over-committed";
+    EXPECT_GT(peak, 0) << item;
+  }
+}
+
+}  // namespace
+}  // namespace squall
