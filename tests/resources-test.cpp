@@ -2,12 +2,16 @@
 // different pools, tasks asking for amounts, shares and all of a pool,
 // learning their items from their environment; the governors never hand
 // out more than they have.
+#include "command-output.h"
+#include "http-get.h"
+
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -113,6 +117,73 @@ TEST_F(ResourcesE2eTest, ImpossibleRequestsAreRefusedAtSubmitNamingTheResource) 
   EXPECT_THROW(task.resource("gpus", "lots"), Error);
   task.resource("gpus", 0.5);
   EXPECT_THROW(task.resource("gpus", 0.5), Error);
+}
+
+// The status port shows each governor's pools and what is held of them.
+TEST_F(ResourcesE2eTest, TheStatusPortShowsPoolsAndTheirUse) {
+  auto governors = getJson(cluster->httpAddress(), "/api/governors");
+  ASSERT_EQ(governors.size(), 2u);
+  auto& first = governors[0]["name"] == "governor-0" ? governors[0] : governors[1];
+  auto& second = governors[0]["name"] == "governor-0" ? governors[1] : governors[0];
+  EXPECT_EQ(first["resources"]["gpus"]["capacity"], 2.0);
+  EXPECT_EQ(first["resources"]["gpus"]["indexed"], true);
+  EXPECT_EQ(first["resources"]["scratch"]["capacity"], 10.0 * (1ull << 30));
+  EXPECT_EQ(first["resources"]["gpus"]["used"], 0.0);
+  EXPECT_EQ(second["resources"]["fpga"]["capacity"], 1.0);
+  EXPECT_FALSE(second["resources"].contains("gpus"));
+  auto metrics = httpGet(cluster->httpAddress(), "/metrics").body;
+  EXPECT_NE(metrics.find("squall_governor_resource{governor=\"governor-0\",resource=\"gpus\"} 2"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("squall_governor_resource_used{governor=\"governor-1\",resource=\"fpga\"} 0"),
+            std::string::npos)
+      << metrics;
+}
+
+// The command line and pipeline files ask the same way.
+TEST_F(ResourcesE2eTest, SquallSubmitAndPipelineFilesAskForResources) {
+  auto squall = findProgram("squall");
+  auto server = " --server " + cluster->serverAddress();
+  auto [printed, status] = commandOutput(squall + " submit" + server +
+                                         " --resource gpus=0.5 --resource scratch=1G -- sh -c "
+                                         "'echo $SQUALL_RESOURCE_GPUS' 2>&1");
+  EXPECT_EQ(status, 0) << printed;
+  EXPECT_TRUE(printed == "7\n" || printed == "8\n") << printed;
+  std::tie(printed, status) = commandOutput(squall + " submit" + server + " --resource gpus=3 -- true 2>&1");
+  EXPECT_EQ(status, 1) << printed;
+  EXPECT_NE(printed.find("2 gpus, not 3"), std::string::npos) << printed;
+
+  auto dir = fs::path(cluster->workDir()) / "resources-pipeline";
+  fs::create_directories(dir);
+  std::ofstream(dir / "gpu.toml") << "[step.train]\n"
+                                     "shell = 'echo $CUDA_VISIBLE_DEVICES $SQUALL_RESOURCE_FPGA'\n"
+                                     "resources = { gpus = 1 }\n"
+                                     "stdout = true\n"
+                                     "collect = 'out.txt'\n"
+                                     "[step.program]\n"
+                                     "shell = 'echo $SQUALL_RESOURCE_FPGA'\n"
+                                     "resources = { fpga = \"all\" }\n"
+                                     "stdout = true\n"
+                                     "collect = 'fpga.txt'\n";
+  std::tie(printed, status) = commandOutput(squall + " run" + server + " --dry-run " + (dir / "gpu.toml").string());
+  EXPECT_EQ(status, 0) << printed;
+  EXPECT_NE(printed.find("gpus=1"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("fpga=all"), std::string::npos) << printed;
+  std::tie(printed, status) = commandOutput(squall + " run" + server + " " + (dir / "gpu.toml").string() + " 2>&1");
+  ASSERT_EQ(status, 0) << printed;
+  std::ifstream out(dir / "out.txt");
+  std::string gpu;
+  out >> gpu;
+  EXPECT_TRUE(gpu == "7" || gpu == "8") << gpu;
+  std::ifstream fpga(dir / "fpga.txt");
+  std::string item;
+  fpga >> item;
+  EXPECT_EQ(item, "0");
+  // A bad amount: the file is refused, naming the key.
+  std::ofstream(dir / "bad.toml") << "[step.x]\ncommand = ['true']\nresources = { gpus = 'lots' }\n";
+  std::tie(printed, status) = commandOutput(squall + " run" + server + " " + (dir / "bad.toml").string() + " 2>&1");
+  EXPECT_EQ(status, 2) << printed;
+  EXPECT_NE(printed.find("resources.gpus"), std::string::npos) << printed;
 }
 
 // Two halves of one GPU and a whole one run at once: the halves share an

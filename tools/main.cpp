@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
                   "PATH=FILE: the sandbox file PATH is written to FILE (PATH/=DIR: a directory, "
                   "unpacked into DIR); at an --input's PATH it is that input changed in place");
   sub->add_option("--cpus", submit.cpus, "cpus the task needs")->capture_default_str()->check(CLI::Range(1, 4096));
+  sub->add_option("--resource", submit.resources,
+                  "NAME=AMOUNT: a resource the task needs besides cpus (gpus=1, gpus=0.5, mem=2G, "
+                  "scratch=all); repeatable (docs/resources.md)")
+      ->type_name("NAME=AMOUNT");
   sub->add_option("--name", submit.name, "task name");
   sub->add_flag("--shell", submit.shell, "run the command line with /bin/sh -c");
   sub->add_option("--call", submit.call,

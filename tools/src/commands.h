@@ -21,6 +21,8 @@ struct SubmitOptions {
   std::vector<std::string> writableInputs;  // PATH=FILE, a copy the program may change
   std::vector<std::string> outputs;         // PATH=FILE; PATH/=DIR for a directory
   uint32_t cpus = 1;
+  // NAME=AMOUNT (or NAME=all): resources besides cpus (docs/resources.md).
+  std::vector<std::string> resources;
   std::string name;
   bool shell = false;
   std::vector<std::string> command;

@@ -84,6 +84,7 @@ BuiltPipeline PipelineBuilder::build(const PipelinePlan& plan) {
     auto& planned = plan.tasks[i];
     auto task = makeTask(planned, built);
     task.name(planned.name);
+    for (auto& [name, amount] : planned.resources) task.resource(name, amount);
     if (planned.retries) task.retries(planned.retries);
     if (planned.allowFailure || keepGoing) task.allowFailure(true);
     if (planned.timeLimit.count()) task.timeLimit(planned.timeLimit);

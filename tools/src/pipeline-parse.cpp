@@ -11,6 +11,7 @@
 #include <fstream>
 #include <glob.h>
 #include <set>
+#include <squall/proto/resource-amounts.h>
 #include <squall/proto/sandbox-path.h>
 #include <squall/proto/spec-names.h>
 #include <sstream>
@@ -239,7 +240,7 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
   static const std::vector<std::string> arrays = {"lines", "files", "range", "values"};
   static const std::vector<std::string> known = {
       "command", "shell", "call", "make_dir", "slice", "load", "store", "inputs", "stdin", "outputs",
-      "stdout", "config", "config_file", "collect", "env", "cpus", "retries", "allow_failure",
+      "stdout", "config", "config_file", "collect", "env", "cpus", "resources", "retries", "allow_failure",
       "time_limit", "lines", "files", "range", "values"};
   std::string action;
   std::string arrayKey;
@@ -285,7 +286,7 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       {"stdin", "; a function takes its inputs as inputs = [SOURCE, ...]"},
       {"stdout", "; a function names its outputs as outputs = [\"NAME\", ...]"},
       {"env", "; a function runs in its executor's process, which the governor started"}};
-  static const std::set<std::string> programOrCall = {"inputs", "outputs", "cpus"};
+  static const std::set<std::string> programOrCall = {"inputs", "outputs", "cpus", "resources"};
   static const std::set<std::string> callOnly = {"config", "config_file"};
   bool program = step.kind == Step::Kind::EXECUTE;
   bool call = step.kind == Step::Kind::CALL;
@@ -396,6 +397,34 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       }
     } else if (key == "cpus") {
       step.cpus = static_cast<uint32_t>(integer(*value, where, 1, 4096));
+    } else if (key == "resources") {
+      // { gpus = 1, gpus = 0.5, mem = "2G", scratch = "all" }
+      for (auto&& [resource, amountNode] : sortedByPosition(table(*value, where))) {
+        std::string name = resource;
+        auto what = where + "." + name;
+        auto pos = posOf(amountNode->source());
+        if (!isResourceName(name)) fail(pos, "'" + what + "': " + RESOURCE_NAME_RULE);
+        if (name == "cpus") fail(pos, "'" + what + "': cpus are asked with cpus = N");
+        std::string amount;
+        if (auto* n = amountNode->as_integer()) {
+          amount = std::to_string(n->get());
+        } else if (auto* f = amountNode->as_floating_point()) {
+          std::ostringstream text;
+          text.precision(12);
+          text << f->get();
+          amount = text.str();
+        } else {
+          amount = string(*amountNode, what);
+        }
+        if (amount != "all") {
+          try {
+            if (parseAmount(amount) == 0) fail(pos, "'" + what + "' is 0");
+          } catch (const std::invalid_argument& e) {
+            fail(pos, "'" + what + "': " + e.what() + ", or \"all\"");
+          }
+        }
+        step.resources.emplace_back(name, amount);
+      }
     } else if (key == "retries") {
       step.retries = static_cast<uint32_t>(integer(*value, where, 0, 100));
     } else if (key == "allow_failure") {

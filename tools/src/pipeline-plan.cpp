@@ -372,6 +372,7 @@ class PipelinePlanner {
       task.step = step.name;
       task.name = step.isArray ? step.name + "[" + std::to_string(i) + "]" : step.name;
       task.retries = step.retries;
+      task.resources = step.resources;
       task.allowFailure = step.allowFailure;
       task.timeLimit = step.timeLimit;
       for (auto& out : step.outputs) {
@@ -501,6 +502,7 @@ std::string describePlan(const PipelinePlan& plan) {
   for (auto& task : plan.tasks) {
     out << task.name << " (" << kindName(task.kind) << ")";
     if (task.cpus) out << " cpus=" << *task.cpus;
+    for (auto& [name, amount] : task.resources) out << " " << name << "=" << amount;
     if (task.retries) out << " retries=" << task.retries;
     if (task.allowFailure) out << " allow_failure";
     if (task.timeLimit.count()) out << " time_limit=" << formatDuration(task.timeLimit);

@@ -104,6 +104,9 @@ struct Step {
   // Unset: the default (1), shared with the rest of a pipe of streams
   // (execute and call).
   std::optional<uint32_t> cpus;
+  // resources = { NAME = AMOUNT, ... }: the amounts as written ("1", "0.5",
+  // "2G", "all"), in order (execute and call).
+  std::vector<std::pair<std::string, std::string>> resources;
 
   // call: "EXECUTOR/FUNCTION", and its config: the text (placeholders
   // allowed) or, with configIsFile, the local path of a file whose bytes
@@ -192,6 +195,7 @@ struct PlannedTask {
   bool shell = false;
   std::vector<std::pair<std::string, std::string>> env;
   std::optional<uint32_t> cpus;  // unset: the default, see Step::cpus
+  std::vector<std::pair<std::string, std::string>> resources;  // see Step::resources
   // call: "EXECUTOR/FUNCTION", its config bytes, and the local file they
   // were read from ("" for config text), for describePlan.
   std::string function;

@@ -17,6 +17,15 @@ namespace squall {
 
 namespace {
 
+// --resource NAME=AMOUNT, each.
+void askResources(Task& task, const std::vector<std::string>& resources) {
+  for (auto& resource : resources) {
+    auto eq = resource.find('=');
+    if (eq == std::string::npos || eq == 0) throw Error("--resource '" + resource + "' is not NAME=AMOUNT");
+    task.resource(resource.substr(0, eq), resource.substr(eq + 1));
+  }
+}
+
 std::string readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read '" + path + "': " + strerror(errno));
@@ -83,6 +92,7 @@ int runCall(const SubmitOptions& options) {
   auto config = options.configFile.empty() ? options.config : readFile(options.configFile);
   auto task = session.call(options.call, inputs, config, kinds);
   task.cpus(options.cpus);
+  askResources(task, options.resources);
   if (!options.name.empty()) task.name(options.name);
   if (auto failed = submitAndWait(session, task)) return *failed;
   if (printed) {
@@ -136,6 +146,7 @@ int runSubmit(const SubmitOptions& options) {
     }
     program.stdoutOutput();
     auto task = session.execute(program);
+    askResources(task, options.resources);
     if (auto failed = submitAndWait(session, task)) return *failed;
     for (size_t i = 0; i < destinations.size(); i++) {
       auto& [file, isDir] = destinations[i];

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <squall/proto/resource-amounts.h>
 #include <squall/proto/spec-names.h>
 #include <unordered_map>
 
@@ -229,6 +230,14 @@ Json StatusView::governorsJson() {
     auto h = held.count(id) ? held[id] : std::pair<uint64_t, uint64_t>{0, 0};
     Json functions = Json::array();
     for (auto& [name, outputs] : g.functions) functions.push_back(name);
+    // Pools besides cpus: capacity and what assigned tasks hold, in items
+    // (indexed) or units (sum: bytes of mem).
+    Json resources = Json::object();
+    for (auto& [name, pool] : g.pools) {
+      resources[name] = {{"indexed", pool.indexed},
+                         {"capacity", double(pool.capacity) / double(RESOURCE_UNIT)},
+                         {"used", double(pool.used) / double(RESOURCE_UNIT)}};
+    }
     out.push_back({{"id", id},
                    {"name", g.name},
                    {"dataAddress", g.dataAddress},
@@ -238,7 +247,8 @@ Json StatusView::governorsJson() {
                    {"tasks", g.assigned.size()},
                    {"objects", h.first},
                    {"bytesHeld", h.second},
-                   {"functions", std::move(functions)}});
+                   {"functions", std::move(functions)},
+                   {"resources", std::move(resources)}});
   }
   return out;
 }
@@ -731,6 +741,23 @@ std::string StatusView::metrics(size_t eventClients) {
   for (auto& [id, g] : all) {
     line("squall_governor_cpus_used{governor=\"" + label(g.name) + "\"} " +
          std::to_string(std::min(g.load, g.cpus)));
+  }
+  // Resources besides cpus, in items (indexed pools) or units (sum pools:
+  // bytes of mem).
+  auto amount = [](uint64_t units) { return std::to_string(double(units) / double(RESOURCE_UNIT)); };
+  header("squall_governor_resource", "gauge", "A resource pool a governor offers besides cpus.");
+  for (auto& [id, g] : all) {
+    for (auto& [name, pool] : g.pools) {
+      line("squall_governor_resource{governor=\"" + label(g.name) + "\",resource=\"" + label(name) + "\"} " +
+           amount(pool.capacity));
+    }
+  }
+  header("squall_governor_resource_used", "gauge", "What the tasks assigned to a governor hold of a pool.");
+  for (auto& [id, g] : all) {
+    for (auto& [name, pool] : g.pools) {
+      line("squall_governor_resource_used{governor=\"" + label(g.name) + "\",resource=\"" + label(name) +
+           "\"} " + amount(pool.used));
+    }
   }
   header("squall_governor_tasks", "gauge", "Tasks assigned to a governor (running or queued there).");
   for (auto& [id, g] : all) {
