@@ -148,7 +148,9 @@ class DocsCluster : public ::testing::Test {
     ClusterOptions options;
     options.governors = 2;
     options.cpus = 2;
-    options.governorArgs = {"--executor", std::string("text=") + GUIDE_BIN_DIR + "/guide-wordcount-executor"};
+    // GPUs and scratch space for docs/resources.md (bookkeeping only).
+    options.governorArgs = {"--executor", std::string("text=") + GUIDE_BIN_DIR + "/guide-wordcount-executor",
+                            "--resource", "gpus=[0,1]", "--resource", "scratch=sum(10G)"};
     cluster = new LocalCluster(options);
     cluster->start();
     setenv("SQUALL_SERVER", cluster->serverAddress().c_str(), 1);
