@@ -122,18 +122,9 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
   auto locations = spec.getInputs();
   for (uint i = 0; i < inputs.size(); i++) {
     if (i >= locations.size() || !locations[i].getLive()) continue;
-    Id inputId = Id::from(inputs[i].getObject());
-    if (env.streams == nullptr) {
-      return TaskOutcome::failure(taskId, kj::str("input ", inputId, " is a live stream; this governor reads "
-                                                  "no live streams"));
-    }
-    if (locations[i].getKind() != wire::ObjectKind::STREAM) {
-      return TaskOutcome::failure(taskId, kj::str("input ", inputId, " is to be read live, but it is not a "
-                                                  "stream"));
-    }
-    auto sources = locations[i].getSources();
-    liveInputs.add(LiveInputSpec{inputId, nullptr, inputs[i].getEarlyCloseIsError(),
-                                 sources.size() > 0 ? kj::Maybe<kj::String>(kj::str(sources[0])) : nullptr});
+    auto live = liveInputSpec(env.streams != nullptr, inputs[i], locations[i]);
+    KJ_IF_MAYBE(problem, live.tryGet<kj::String>()) { return TaskOutcome::failure(taskId, kj::mv(*problem)); }
+    liveInputs.add(kj::mv(live.get<LiveInputSpec>()));
   }
   for (uint i = 0; i < kinds.size(); i++) {
     if (kinds[i] != wire::ObjectKind::STREAM) continue;

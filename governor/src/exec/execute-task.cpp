@@ -466,18 +466,9 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
     Id inputId = Id::from(inputs[i].getObject());
     if (i < locations.size() && locations[i].getLive()) {
       // Read while its producer runs: a pipe on stdin, or a named pipe.
-      if (env.streams == nullptr) {
-        return fail(kj::str("input ", inputId, " is a live stream; this governor reads no live streams"));
-      }
-      if (locations[i].getKind() != wire::ObjectKind::STREAM) {
-        return fail(kj::str("input ", inputId, " is to be read live, but it is not a stream"));
-      }
-      if (inputs[i].getWritable()) {
-        return fail(kj::str("input ", inputId, " is a stream read live, so it cannot be writable"));
-      }
-      auto sources = locations[i].getSources();
-      LiveInputSpec live{inputId, nullptr, inputs[i].getEarlyCloseIsError(),
-                         sources.size() > 0 ? kj::Maybe<kj::String>(kj::str(sources[0])) : nullptr};
+      auto checked = liveInputSpec(env.streams != nullptr, inputs[i], locations[i]);
+      KJ_IF_MAYBE(problem, checked.tryGet<kj::String>()) { return fail(kj::mv(*problem)); }
+      auto live = kj::mv(checked.get<LiveInputSpec>());
       if (!isStdin) {
         KJ_IF_MAYBE(problem, relativePathProblem(path)) {
           return fail(kj::str("input path '", path, "' is not allowed: ", *problem));

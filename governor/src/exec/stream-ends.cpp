@@ -71,6 +71,19 @@ kj::Promise<kj::Array<StreamOutput::Result>> StreamEnds::finish(kj::Maybe<kj::St
   return kj::joinPromises(all.releaseAsArray()).attach(kj::mv(onCancel));
 }
 
+kj::OneOf<LiveInputSpec, kj::String> liveInputSpec(bool hasHub, wire::TaskInput::Reader input,
+                                                   wire::InputLocation::Reader location) {
+  Id id = Id::from(input.getObject());
+  if (!hasHub) return kj::str("input ", id, " is a live stream; this governor reads no live streams");
+  if (location.getKind() != wire::ObjectKind::STREAM) {
+    return kj::str("input ", id, " is to be read live, but it is not a stream");
+  }
+  if (input.getWritable()) return kj::str("input ", id, " is a stream read live, so it cannot be writable");
+  auto sources = location.getSources();
+  return LiveInputSpec{id, nullptr, input.getEarlyCloseIsError(),
+                       sources.size() > 0 ? kj::Maybe<kj::String>(kj::str(sources[0])) : nullptr};
+}
+
 kj::Own<StreamEnds> openStreamEnds(StreamHub& hub, kj::StringPtr sandbox, Id taskId,
                                    kj::ArrayPtr<const LiveInputSpec> inputs,
                                    kj::ArrayPtr<const StreamOutputSpec> outputs) {

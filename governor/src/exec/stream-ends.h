@@ -21,7 +21,9 @@
 #include "stream-hub.h"
 
 #include <kj/async.h>
+#include <kj/one-of.h>
 #include <kj/vector.h>
+#include <squall/wire/service.capnp.h>
 #include <squall/proto/ids.h>
 
 namespace squall {
@@ -82,6 +84,12 @@ struct StreamEnds {
   kj::Maybe<ChildProcess&> child;
   void inputFailed(kj::Exception&& e);
 };
+
+// Input `input` read live as the assignment's `location` says (no named
+// pipe yet), or why it cannot be: this governor has no hub (`hasHub`), it is
+// no stream, or it was asked to be writable.
+kj::OneOf<LiveInputSpec, kj::String> liveInputSpec(bool hasHub, wire::TaskInput::Reader input,
+                                                   wire::InputLocation::Reader location);
 
 // `sandbox` holds the named pipes (unused when none is named).
 kj::Own<StreamEnds> openStreamEnds(StreamHub& hub, kj::StringPtr sandbox, Id taskId,
