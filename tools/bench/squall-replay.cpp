@@ -183,9 +183,12 @@ int main(int argc, char** argv) {
   app.add_option("--token", token, "the server's shared secret (default $SQUALL_TOKEN)");
   app.add_option("--governors", governors, "governors of the local cluster")->check(CLI::Range(1, 64));
   app.add_option("--cpus", cpus, "cpus of each governor of the local cluster")->check(CLI::Range(1u, 256u));
-  app.add_option("--server-arg", serverArgs, "a flag for the local cluster's server (repeatable), "
-                                             "e.g. --server-arg=--scheduler --server-arg=random");
-  app.add_option("--governor-arg", governorArgs, "a flag for the local cluster's governors (repeatable)");
+  // One word each, so that the graphs after them stay graphs.
+  app.add_option("--server-arg", serverArgs, "a word of the local cluster's server's flags (repeatable), "
+                                             "e.g. --server-arg=--scheduler --server-arg=random")
+      ->allow_extra_args(false);
+  app.add_option("--governor-arg", governorArgs, "a word of the local cluster's governors' flags (repeatable)")
+      ->allow_extra_args(false);
   app.add_option("--time-scale", options.timeScale, "durations x this (ESTEE's are seconds)")
       ->check(CLI::PositiveNumber);
   app.add_option("--size-scale", options.sizeScale, "sizes (MiB) x this")->check(CLI::NonNegativeNumber);

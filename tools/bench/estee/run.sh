@@ -20,8 +20,11 @@
 #   --systems S,..      of squall, random, dask (SYSTEMS; default all three)
 #   --reps N            runs of each graph, median printed (REPS, 1)
 #   --keep DIR          keep graphs, logs and results in DIR (else a temp dir, removed)
+#   --server-arg WORD   a word of squall-server's flags, for both squall runs
+#                       (repeatable), e.g. --server-arg --queue-depth --server-arg 0
 # Governors x cpus: GOVERNORS (4), CPUS (4). Build tree: SQUALL_BUILD
-# (./build). Details and every process's stderr go to stderr / DIR.
+# (./build). NETNS_SH: another tools/netns.sh. Details and every process's
+# stderr go to stderr / DIR.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../../.." && pwd)
@@ -36,7 +39,9 @@ REPS=${REPS:-1}
 GOVERNORS=${GOVERNORS:-4}
 CPUS=${CPUS:-4}
 NETNS=""
+NETNS_SH=${NETNS_SH:-$root/tools/netns.sh}
 keep=""
+serverArgs=()
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while (($#)); do
@@ -49,6 +54,7 @@ while (($#)); do
     --systems) SYSTEMS=${2:?}; shift 2 ;;
     --reps) REPS=${2:?}; shift 2 ;;
     --keep) keep=${2:?}; shift 2 ;;
+    --server-arg) serverArgs+=("${2:?}"); shift 2 ;;
     -h | --help) usage ;;
     *) echo "run.sh: unknown argument '$1'" >&2; usage ;;
   esac
@@ -77,7 +83,7 @@ cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   pids=()
-  [[ -n $nsprefix ]] && "$root/tools/netns.sh" down "$nsprefix" || true
+  [[ -n $nsprefix ]] && "$NETNS_SH" down "$nsprefix" || true
   [[ -z $keep ]] && rm -rf "$work"
   return 0
 }
@@ -93,6 +99,8 @@ for f in $("$here/estee-gen.py" --list | cut -d' ' -f1); do
 done
 mostOutputs=$("$here/estee-gen.py" --info "${graphs[@]}" | sed 's/.*max_outputs=//' | sort -n | tail -1)
 scales=(--time-scale "$TIME_SCALE" --size-scale "$SIZE_SCALE" --reps "$REPS")
+replayServerArgs=()
+for word in "${serverArgs[@]}"; do replayServerArgs+=("--server-arg=$word"); done
 echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg); ${#graphs[@]} graphs, seed $SEED," \
   "time scale $TIME_SCALE, size scale $SIZE_SCALE, ${GOVERNORS}x$CPUS cpus, network: ${NETNS:-loopback}" >&2
 
@@ -142,11 +150,11 @@ runLoopback() {
   case $system in
     squall)
       measure squall "$replay" --prefix squall --check --governors "$GOVERNORS" --cpus "$CPUS" \
-        "${scales[@]}" "${graphs[@]}" ;;
+        "${replayServerArgs[@]}" "${scales[@]}" "${graphs[@]}" ;;
     random)
       measure squall_random "$replay" --prefix squall_random --check --governors "$GOVERNORS" --cpus "$CPUS" \
         --server-arg=--scheduler --server-arg=random --server-arg=--scheduler-seed --server-arg="$SEED" \
-        "${scales[@]}" "${graphs[@]}" ;;
+        "${replayServerArgs[@]}" "${scales[@]}" "${graphs[@]}" ;;
     dask)
       measure dask "$PY" "$here/dask-replay.py" --prefix dask --check --workers "$GOVERNORS" --threads "$CPUS" \
         "${scales[@]}" "${graphs[@]}" ;;
@@ -157,7 +165,7 @@ runLoopback() {
 # 1..GOVERNORS, each link limited to RATE; the client here (not limited) -----
 addr=()
 netnsUp() {
-  [[ -x $root/tools/netns.sh ]] || {
+  [[ -x $NETNS_SH ]] || {
     echo "run.sh: --netns needs tools/netns.sh (not in this tree yet)" >&2
     exit 1
   }
@@ -166,16 +174,19 @@ netnsUp() {
   local name address
   while read -r name address; do
     addr+=("$address")
-  done < <("$root/tools/netns.sh" up "$nsprefix" $((GOVERNORS + 1)) "$NETNS")
+  done < <("$NETNS_SH" up "$nsprefix" $((GOVERNORS + 1)) "$NETNS")
   ((${#addr[@]} == GOVERNORS + 1)) || { echo "run.sh: tools/netns.sh up gave ${#addr[@]} addresses" >&2; exit 1; }
   echo "# namespaces $nsprefix-0..$GOVERNORS: ${addr[*]}, links $NETNS" >&2
 }
 
+# Starts a server in namespace 0 and the governors in 1..GOVERNORS (here,
+# not in a subshell, so that cleanup knows their pids); sets $server.
+server=""
 squallClusterUp() {
-  local name=$1 server i
+  local name=$1 i
   shift
-  background "$name-server" ip netns exec "$nsprefix-0" "$build/server/squall-server" --listen "${addr[0]}:0" --http "${addr[0]}:0" \
-    --log "$work/$name-server.sqlite" --log-level warn "$@"
+  background "$name-server" ip netns exec "$nsprefix-0" "$build/server/squall-server" \
+    --listen "${addr[0]}:0" --http "${addr[0]}:0" --log "$work/$name-server.sqlite" --log-level warn "$@"
   server=$(awaitLine "$work/$name-server.out" "listening address=")
   for ((i = 1; i <= GOVERNORS; i++)); do
     SQUALL_BENCH_ESTEE_MAX_OUTPUTS=$mostOutputs background "$name-governor-$i" ip netns exec "$nsprefix-$i" \
@@ -185,11 +196,10 @@ squallClusterUp() {
   for ((i = 1; i <= GOVERNORS; i++)); do
     awaitLine "$work/$name-governor-$i.out" "registered governor=" >/dev/null
   done
-  echo "$server"
 }
 
 runNetns() {
-  local system=$1 server
+  local system=$1
   case $system in
     squall | random)
       local name=squall extra=()
@@ -197,17 +207,17 @@ runNetns() {
         name=squall_random
         extra=(--scheduler random --scheduler-seed "$SEED")
       fi
-      server=$(squallClusterUp "$name" "${extra[@]}")
+      squallClusterUp "$name" "${extra[@]}" "${serverArgs[@]}"
       measure "$name" "$replay" --prefix "$name" --check --server "$server" "${scales[@]}" "${graphs[@]}"
       stopBackground ;;
     dask)
       local i
-      background dask-scheduler ip netns exec "$nsprefix-0" "$PY" -m distributed.cli.dask_scheduler --host "${addr[0]}" --port 8786 \
-        --no-dashboard
+      background dask-scheduler ip netns exec "$nsprefix-0" "$PY" -m distributed.cli.dask_scheduler \
+        --host "${addr[0]}" --port 8786 --no-dashboard
       for ((i = 1; i <= GOVERNORS; i++)); do
-        background "dask-worker-$i" ip netns exec "$nsprefix-$i" "$PY" -m distributed.cli.dask_worker "tcp://${addr[0]}:8786" \
-          --host "${addr[i]}" --nthreads "$CPUS" --nworkers 1 --resources "cpus=$CPUS" --no-nanny \
-          --no-dashboard --name "worker-$i"
+        background "dask-worker-$i" ip netns exec "$nsprefix-$i" "$PY" -m distributed.cli.dask_worker \
+          "tcp://${addr[0]}:8786" --host "${addr[i]}" --nthreads "$CPUS" --nworkers 1 --resources "cpus=$CPUS" \
+          --no-nanny --no-dashboard --name "worker-$i"
       done
       measure dask "$PY" "$here/dask-replay.py" --prefix dask --check --scheduler "tcp://${addr[0]}:8786" \
         --wait-workers "$GOVERNORS" "${scales[@]}" "${graphs[@]}"
