@@ -171,6 +171,9 @@ struct TaskPolicy {
   allowFailure @1 :Bool;
   # The governor kills the task after this long (0: no limit).
   timeLimitMs @2 :UInt64;
+  # How long the task is expected to run (0: unknown), a hint for the
+  # scheduler's critical-path priority; never enforced.
+  expectedMs @3 :UInt64;
 }
 
 struct SleepConfig {

@@ -227,6 +227,11 @@ interface GovernorControl {
   # The server's heartbeat: a governor that does not answer within the
   # server's --governor-timeout is given up (its work is done elsewhere).
   ping @4 () -> ();
+  # Takes back tasks it has not started (queued, or fetching their inputs),
+  # so that the server can place them on a governor with free capacity
+  # (work stealing). `retracted`: those it dropped; it never reports them.
+  # The others were started (or are unknown) and run as assigned.
+  retract @5 (tasks :List(Id)) -> (retracted :List(Id));
 }
 
 struct Assignment {

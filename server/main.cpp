@@ -39,7 +39,8 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:" + std::to_string(squall::SERVER_PORT);
   std::string http = "127.0.0.1:" + std::to_string(squall::STATUS_HTTP_PORT);
   std::string token, tokenFile, logLevel = "info";
-  uint32_t queueDepth = squall::SchedulerOptions{}.queueDepth;
+  squall::SchedulerOptions schedulerOptions;
+  std::string placement = "blevel";
   std::string logPath = defaultLogPath();
   uint64_t logMaxMb = 0;
   squall::HistoryLimits history;
@@ -53,9 +54,18 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--token", token, "shared secret peers must present (or $SQUALL_TOKEN)");
   app.add_option("--token-file", tokenFile, "file holding the shared secret");
-  app.add_option("--queue-depth", queueDepth,
+  app.add_option("--queue-depth", schedulerOptions.queueDepth,
                  "cpus' worth of tasks queued on a governor beyond its cpus")
       ->capture_default_str();
+  app.add_option("--scheduler", placement,
+                 "blevel: critical path first, where the fewest bytes move, with work stealing; "
+                 "random: a governor with room at random (a baseline for benchmarks)")
+      ->check(CLI::IsMember({"blevel", "random"}))
+      ->capture_default_str();
+  app.add_option("--scheduler-seed", schedulerOptions.seed, "seed of the random scheduler's draws")
+      ->capture_default_str();
+  bool noSteal = false;
+  app.add_flag("--no-steal", noSteal, "idle governors do not take queued tasks from loaded ones");
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--log", logPath,
@@ -144,7 +154,9 @@ int main(int argc, char** argv) {
   sessions.onClose = [&sessionHistory, &statusView, &wallMs](const squall::Session& session) {
     sessionHistory.keep(session, wallMs(), statusView.sessionClosed(session));
   };
-  squall::Scheduler scheduler(squall::SchedulerOptions{queueDepth});
+  schedulerOptions.placement = placement == "random" ? squall::Placement::RANDOM : squall::Placement::BLEVEL;
+  schedulerOptions.steal = !noSteal;
+  squall::Scheduler scheduler(schedulerOptions);
   squall::Dispatcher dispatcher(sessions, governors, scheduler, io.provider->getTimer(), *logger);
   squall::ServerContext context{sessions, sessionHistory, governors, dispatcher, *logger, secret, {}};
   context.limits = limits;

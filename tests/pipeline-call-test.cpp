@@ -110,7 +110,7 @@ TEST(PipelineCallPlanTest, InputsKeepTheirOrderLabelsAndTheConfigBytes) {
                        "inputs = [\"@halves.tail\", { from = \"@gen\", label = \"numbers\" }, \"data/chapters\", "
                        "{ from = \"@halves.head\" }]\n"
                        "config_file = \"config.bin\"\noutputs = [\"text\", \"tree/\"]\ncpus = 3\nretries = 2\n"
-                       "time_limit = \"5s\"\nallow_failure = true\n"
+                       "time_limit = \"5s\"\nexpected = \"2m\"\nallow_failure = true\n"
                        "[step.plain]\ncall = \"testfn/wordcount\"\ninputs = [\"@mix.text\"]\nconfig = \"a b\"\n"
                        "collect = \"out/count.txt\"\n"
                        "[step.none]\ncall = \"testfn/pid\"\n");
@@ -155,7 +155,7 @@ TEST(PipelineCallPlanTest, InputsKeepTheirOrderLabelsAndTheConfigBytes) {
   EXPECT_EQ(none.config, "");
 
   auto text = describePlan(plan);
-  EXPECT_NE(text.find("mix (call) cpus=3 retries=2 allow_failure time_limit=5s\n"
+  EXPECT_NE(text.find("mix (call) cpus=3 retries=2 allow_failure time_limit=5s expected=2m\n"
                       "  call    testfn/echo\n"
                       "  config  10 bytes from local file " + (ws.dir / "config.bin").string() + "\n"
                       "  input   0 <- halves.tail\n"

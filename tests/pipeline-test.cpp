@@ -90,6 +90,7 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
       {"[step.a]\nshell = \"true\"\nstdout = true\n[step.b]\nslice = \"@a/x.txt\"\n",
        "p.toml:5:9: '@a/x.txt' takes a path inside output 'a.stdout', which is a file, not a directory"},
       {"[step.a]\nshell = \"true\"\ntime_limit = \"soon\"\n", "p.toml:3:14: 'step.a.time_limit' must be a duration"},
+      {"[step.a]\nshell = \"true\"\nexpected = \"soon\"\n", "p.toml:3:12: 'step.a.expected' must be a duration"},
       {"[step.a]\nshell = \"true\"\ntime_limit = \"1e300s\"\n", "p.toml:3:14: 'step.a.time_limit' must be at most 365 days"},
       {"[step.a]\nshell = \"true\"\ntime_limit = \"infh\"\n", "p.toml:3:14: 'step.a.time_limit' must be at most 365 days"},
       {"[step.a]\nshell = \"true\"\ntime_limit = 31536001\n", "p.toml:3:14: 'step.a.time_limit' must be between 1 and 31536000"},

@@ -130,6 +130,7 @@ struct LocalTask {
   uint32_t retries = 0;
   bool allowFailure = false;
   uint64_t timeLimitMs = 0;
+  uint64_t expectedMs = 0;
   std::string attributes;
   bool strictPipes = false;  // execute: earlyCloseIsError on its inputs
   // call: "executor/function" split, and its config bytes.

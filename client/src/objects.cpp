@@ -236,6 +236,11 @@ Task& Task::allowFailure(bool allow) {
   return *this;
 }
 
+Task& Task::expectedDuration(std::chrono::milliseconds expected) {
+  session->pendingTask(n).expectedMs = expected.count() > 0 ? expected.count() : 0;
+  return *this;
+}
+
 Task& Task::timeLimit(std::chrono::milliseconds limit) {
   session->pendingTask(n).timeLimitMs = limit.count() > 0 ? limit.count() : 0;
   return *this;

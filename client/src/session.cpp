@@ -90,6 +90,7 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   policy.setRetries(task.retries);
   policy.setAllowFailure(task.allowFailure);
   policy.setTimeLimitMs(task.timeLimitMs);
+  policy.setExpectedMs(task.expectedMs);
   auto inputs = out.initInputs(task.inputs.size());
   for (size_t i = 0; i < task.inputs.size(); i++) {
     setId(inputs[i].initObject(), session, task.inputs[i].object);

@@ -84,11 +84,12 @@ async function main() {
   const gate = path.join(work, 'gate');
   const gate2 = path.join(work, 'gate2');
   const pipeline = path.join(work, 'browser-test.toml');
-  // The failing step comes first: governors run tasks in the order given,
-  // and the held ones would otherwise fill their cpus.
+  // The failing step is said to be long, so the scheduler starts it first
+  // (critical path first): the held ones would otherwise fill the cpus.
   fs.writeFileSync(pipeline, `name = "browser-test"
 [step.broken]
 shell = "echo 'broken: cannot open input.csv' >&2; exit 3"
+expected = "1h"
 
 [step.work]
 range = "1-12"

@@ -88,6 +88,7 @@ BuiltPipeline PipelineBuilder::build(const PipelinePlan& plan) {
     if (planned.retries) task.retries(planned.retries);
     if (planned.allowFailure || keepGoing) task.allowFailure(true);
     if (planned.timeLimit.count()) task.timeLimit(planned.timeLimit);
+    if (planned.expected.count()) task.expectedDuration(planned.expected);
     for (size_t o = 0; o < planned.outputs.size(); o++) {
       if (planned.outputs[o].collect.empty()) continue;
       auto object = task.output(o);

@@ -241,7 +241,7 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
   static const std::vector<std::string> known = {
       "command", "shell", "call", "make_dir", "slice", "load", "store", "inputs", "stdin", "outputs",
       "stdout", "config", "config_file", "collect", "env", "cpus", "resources", "retries", "allow_failure",
-      "time_limit", "lines", "files", "range", "values"};
+      "time_limit", "expected", "lines", "files", "range", "values"};
   std::string action;
   std::string arrayKey;
   std::string configKey;
@@ -431,6 +431,8 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       step.allowFailure = boolean(*value, where);
     } else if (key == "time_limit") {
       step.timeLimit = parseDuration(*value, where);
+    } else if (key == "expected") {
+      step.expected = parseDuration(*value, where);
     } else {  // an array key
       step.isArray = true;
       step.arrayPos = valuePos;

@@ -375,6 +375,7 @@ class PipelinePlanner {
       task.resources = step.resources;
       task.allowFailure = step.allowFailure;
       task.timeLimit = step.timeLimit;
+      task.expected = step.expected;
       for (auto& out : step.outputs) {
         task.outputs.push_back({out.name, expand(out.path, step, item, i, out.pos, "output path"),
                                 out.kind, ""});
@@ -506,6 +507,7 @@ std::string describePlan(const PipelinePlan& plan) {
     if (task.retries) out << " retries=" << task.retries;
     if (task.allowFailure) out << " allow_failure";
     if (task.timeLimit.count()) out << " time_limit=" << formatDuration(task.timeLimit);
+    if (task.expected.count()) out << " expected=" << formatDuration(task.expected);
     out << "\n";
     if (task.kind == PlannedTask::Kind::EXECUTE) {
       out << "  run    ";

@@ -129,6 +129,8 @@ struct Step {
   uint32_t retries = 0;
   bool allowFailure = false;
   std::chrono::milliseconds timeLimit{0};
+  // The scheduler's hint: how long a task is expected to run (0: unknown).
+  std::chrono::milliseconds expected{0};
 
   // An array step has items (possibly after expansion from a file, a
   // directory, a glob or a range); a plain step has none.
@@ -210,6 +212,8 @@ struct PlannedTask {
   uint32_t retries = 0;
   bool allowFailure = false;
   std::chrono::milliseconds timeLimit{0};
+  // The scheduler's hint: how long a task is expected to run (0: unknown).
+  std::chrono::milliseconds expected{0};
 };
 
 struct PipelinePlan {

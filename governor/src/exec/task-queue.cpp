@@ -308,6 +308,23 @@ void TaskQueue::cancel(Id id) {
   }
 }
 
+bool TaskQueue::retract(Id id) {
+  auto it = tasks.find(id);
+  if (it == tasks.end() || it->second->state == State::RUNNING) return false;
+  auto& spec = *it->second->spec;
+  for (auto kind : spec.getOutputKinds()) {
+    if (kind == wire::ObjectKind::STREAM) return false;
+  }
+  for (auto input : spec.getInputs()) {
+    if (input.getLive()) return false;
+  }
+  // A fetch under way goes on (its object may serve a later task); its
+  // continuation finds the task gone by its serial.
+  tasks.erase(it);
+  env.logger.debug("event=task-retracted task={}", kj::str(id).cStr());
+  return true;
+}
+
 kj::Promise<void> TaskQueue::shutdown() {
   shuttingDown = true;
   kj::Vector<Id> ids;

@@ -36,6 +36,12 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   // failed with "cancelled". Unknown (e.g. already finished) ids are ignored.
   void cancel(Id id);
 
+  // Drops a task that has not started (queued, or fetching its inputs) as
+  // if it had never been assigned: nothing is reported. False when it runs
+  // already, is unknown, or reads or writes a stream live (its group was
+  // placed together and its readers may have attached).
+  bool retract(Id id);
+
   // Cancels everything; resolves once no task runs (every child is reaped
   // and every sandbox removed). Later assignments are refused.
   kj::Promise<void> shutdown();

@@ -305,6 +305,36 @@ TEST_F(GovernorControlTest, CancelKillsTheProcessGroupAndDropsQueuedTasks) {
   EXPECT_TRUE(sandboxesGone());
 }
 
+TEST_F(GovernorControlTest, RetractDropsTasksNotStartedAndLeavesRunningOnes) {
+  auto request = control.assignRequest();
+  auto tasks = request.initTasks(2);
+  fillExec(tasks[0], {.id = {4, 1}, .args = {"sleep", "30"}, .cpus = 2});
+  fillExec(tasks[1], {.id = {4, 2}, .args = {"true"}, .cpus = 1});  // waits for cpus
+  waitWithTimeout(io, request.send());
+  EXPECT_EQ(queue->runningCount(), 1u);
+  EXPECT_EQ(queue->waitingCount(), 1u);
+
+  auto retract = control.retractRequest();
+  auto ids = retract.initTasks(3);
+  Id{4, 1}.to(ids[0]);
+  Id{4, 2}.to(ids[1]);
+  Id{9, 9}.to(ids[2]);  // unknown
+  auto reply = waitWithTimeout(io, retract.send());
+  ASSERT_EQ(reply.getRetracted().size(), 1u);
+  EXPECT_EQ(Id::from(reply.getRetracted()[0]), (Id{4, 2}));
+  EXPECT_EQ(queue->waitingCount(), 0u);
+  EXPECT_EQ(queue->runningCount(), 1u);
+
+  // Once the running one ends, the retracted one neither runs nor reports.
+  auto cancel = control.cancelTasksRequest();
+  Id{4, 1}.to(cancel.initTasks(1)[0]);
+  waitWithTimeout(io, cancel.send());
+  waitWithTimeout(io, upstream->waitFor(1));
+  EXPECT_EQ(queue->runningCount(), 0u);
+  EXPECT_EQ(upstream->results.count({4, 2}), 0u);
+  EXPECT_EQ(queue->freeCpus(), 2u);
+}
+
 TEST_F(GovernorControlTest, TasksBeyondFreeCpusWaitInFifoOrder) {
   auto request = control.assignRequest();
   auto tasks = request.initTasks(4);

@@ -38,6 +38,18 @@ kj::Promise<void> GovernorControlImpl::cancelTasks(CancelTasksContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> GovernorControlImpl::retract(RetractContext context) {
+  auto ids = context.getParams().getTasks();
+  std::vector<Id> dropped;
+  for (auto id : ids) {
+    if (queue.retract(Id::from(id))) dropped.push_back(Id::from(id));
+  }
+  logger.debug("event=retract asked={} retracted={}", ids.size(), dropped.size());
+  auto list = context.getResults().initRetracted(dropped.size());
+  for (uint i = 0; i < list.size(); i++) dropped[i].to(list[i]);
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> GovernorControlImpl::ping(PingContext) { return kj::READY_NOW; }
 
 kj::Promise<void> GovernorControlImpl::resultsDurable(ResultsDurableContext context) {

@@ -22,6 +22,7 @@ class GovernorControlImpl final : public wire::GovernorControl::Server {
   kj::Promise<void> assign(AssignContext context) override;
   kj::Promise<void> removeObjects(RemoveObjectsContext context) override;
   kj::Promise<void> cancelTasks(CancelTasksContext context) override;
+  kj::Promise<void> retract(RetractContext context) override;
   kj::Promise<void> resultsDurable(ResultsDurableContext context) override;
   kj::Promise<void> ping(PingContext context) override;
 

@@ -97,6 +97,18 @@ struct TaskNode {
   std::string function;
   // The governor whose capacity the task holds while assigned (0 = none).
   GovernorId governor = 0;
+  // Its expected run time in ms (or a stand-in, see b-level.h), and the
+  // longest expected path from its start to the end of the graph: its
+  // priority while it waits to be placed.
+  double cost = 1;
+  double bLevel = 1;
+  bool costKnown = false;
+  // When it was last assigned (the pass's serial): a governor's most
+  // recently assigned tasks are the last in its queue, the ones taken
+  // back first when another governor is idle (work stealing).
+  uint64_t assignedAt = 0;
+  // Its governor is being asked to give it back (retract).
+  bool retracting = false;
   // 1 for the first run; counts up with retries.
   uint32_t attempt = 1;
   // Times it was placed again because an input's source went away.

@@ -1,7 +1,6 @@
 #include "session-table.h"
 
-#include "scheduler.h"
-#include "test-graph.h"
+#include "session-table-fixture.h"
 
 #include <gtest/gtest.h>
 #include <kj/async.h>
@@ -10,41 +9,8 @@
 namespace squall {
 namespace {
 
+using testing::SessionTableTest;
 using testing::TestGraph;
-
-class SessionTableTest : public ::testing::Test {
- protected:
-  // Held by pointer: their destructors may throw, gtest's must not.
-  std::unique_ptr<kj::EventLoop> loopHolder = std::make_unique<kj::EventLoop>();
-  std::unique_ptr<kj::WaitScope> scopeHolder = std::make_unique<kj::WaitScope>(*loopHolder);
-  kj::WaitScope& waitScope = *scopeHolder;
-  std::shared_ptr<spdlog::logger> logger =
-      std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::null_sink_mt>());
-  SessionTable table{*logger};
-
-  Session& submit(TestGraph& graph, Session* existing = nullptr) {
-    auto& session = existing ? *existing : table.open("s", this);
-    PendingSubmit pending(session.id, Limits{});
-    pending.add(graph.build());
-    table.submitted(session, pending.commit(session));
-    return session;
-  }
-
-  void report(Id task, bool ok, GovernorId from, std::vector<uint64_t> outputs = {},
-              std::string error = "") {
-    capnp::MallocMessageBuilder message;
-    auto result = message.initRoot<wire::TaskResult>();
-    task.to(result.initId());
-    result.setOk(ok);
-    result.setError(error);
-    auto infos = result.initOutputs(outputs.size());
-    for (size_t i = 0; i < outputs.size(); i++) {
-      Id{task.session, outputs[i]}.to(infos[i].initId());
-      infos[i].setSize(5);
-    }
-    table.taskResult(result.asReader(), from, "governor");
-  }
-};
 
 TEST_F(SessionTableTest, FinishedChainReleasesConsumersAndRemovesIntermediates) {
   TestGraph g(1);
@@ -312,106 +278,6 @@ TEST_F(SessionTableTest, ClosingOwnedSessionsLeavesOthers) {
   table.closeOwnedBy(this);
   EXPECT_TRUE(table.find(mineId) == nullptr);
   EXPECT_TRUE(table.find(theirs.id) != nullptr);
-}
-
-TEST_F(SessionTableTest, SchedulerPrefersInputBytesThenLoad) {
-  GovernorPool pool;
-  auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
-  auto& b = pool.add("b", "127.0.0.1:2", 2, nullptr);
-  TestGraph g(1);
-  g.output(1).output(2).output(3).task({10, {}, {1}}).task({11, {1}, {2}}).task({12, {}, {3}});
-  auto& s = submit(g);
-  Scheduler scheduler(SchedulerOptions{0});
-  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
-  table.effects().ready.clear();
-  scheduler.place(ready, table, pool);
-  EXPECT_TRUE(ready.empty());
-  // Two independent tasks spread over both governors.
-  EXPECT_NE(s.tasks.at(10).governor, s.tasks.at(12).governor);
-  auto where10 = s.tasks.at(10).governor;
-  pool.release(where10, {1, 10});
-  report({1, 10}, true, where10, {1});
-  ready.assign(table.effects().ready.begin(), table.effects().ready.end());
-  scheduler.place(ready, table, pool);
-  // The consumer follows its input even though both have room.
-  EXPECT_EQ(s.tasks.at(11).governor, where10);
-  EXPECT_EQ(a.load + b.load, 2u);
-}
-
-TEST_F(SessionTableTest, SchedulerLeavesTasksThatDoNotFitInOrder) {
-  GovernorPool pool;
-  pool.add("a", "127.0.0.1:1", 1, nullptr);
-  TestGraph g(1);
-  testing::TestTask big{10, {}, {1}};
-  big.cpus = 4;
-  g.output(1).output(2).output(3).task(big).task({11, {}, {2}}).task({12, {}, {3}});
-  submit(g);
-  Scheduler scheduler(SchedulerOptions{0});
-  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
-  scheduler.place(ready, table, pool);
-  // 11 runs; 12 waits for the cpu; 10 waits for a governor big enough.
-  ASSERT_EQ(ready.size(), 2u);
-  EXPECT_EQ(ready[0], (Id{1, 10}));
-  EXPECT_EQ(ready[1], (Id{1, 12}));
-}
-
-TEST_F(SessionTableTest, StreamGroupsArePlacedWholeOntoFreeCpus) {
-  GovernorPool pool;
-  auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
-  auto& b = pool.add("b", "127.0.0.1:2", 2, nullptr);
-  TestGraph g(1);
-  g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2).output(3);
-  // Each asks for a cpu of its own: the group needs 3.
-  testing::TestTask seq{10, {}, {1}, {"seq"}}, cat{11, {1}, {2}, {"cat"}}, wc{12, {1}, {3}, {"wc"}};
-  seq.cpus = cat.cpus = wc.cpus = 1;
-  g.task(seq).task(cat).task(wc);
-  auto& s = submit(g);
-  // 1 cpu taken on each governor: the 3-task group must be spread.
-  pool.hold(a, {9, 1}, 1);
-  pool.hold(b, {9, 2}, 1);
-  Scheduler scheduler(SchedulerOptions{16});
-  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
-  table.effects().ready.clear();
-  scheduler.place(ready, table, pool);
-  // Only 2 free cpus for 3 tasks: nothing of the group is placed.
-  EXPECT_EQ(ready.size(), 1u);
-  for (uint64_t n : {10, 11, 12}) EXPECT_EQ(s.tasks.at(n).state, TaskNode::State::READY) << n;
-  pool.release(a.id, {9, 1});
-  scheduler.place(ready, table, pool);
-  EXPECT_TRUE(ready.empty());
-  for (uint64_t n : {10, 11, 12}) EXPECT_EQ(s.tasks.at(n).state, TaskNode::State::ASSIGNED) << n;
-  EXPECT_EQ(a.load, 2u);
-  EXPECT_EQ(b.load, 2u);
-
-  // Producer finishes: the unstored stream is finished but held nowhere.
-  auto where = s.tasks.at(10).governor;
-  pool.release(where, {1, 10});
-  report({1, 10}, true, where, {1});
-  EXPECT_EQ(s.objects.at(1).state, ObjectNode::State::FINISHED);
-  EXPECT_TRUE(s.objects.at(1).locations.empty());
-}
-
-TEST_F(SessionTableTest, AWaitingStreamGroupDrainsQueuesInsteadOfStarving) {
-  GovernorPool pool;
-  auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
-  TestGraph g(1);
-  g.object({1, "", false, false, wire::ObjectKind::STREAM}).output(2).output(3);
-  // Each asks for its own cpu: the group needs 2.
-  testing::TestTask producer{10, {}, {1}, {"seq"}}, reader{11, {1}, {2}, {"cat"}};
-  producer.cpus = 1;
-  reader.cpus = 1;
-  g.task(producer).task(reader).task({12, {}, {3}});
-  submit(g);
-  pool.hold(a, {9, 1}, 1);
-  Scheduler scheduler(SchedulerOptions{16});
-  std::deque<Id> ready(table.effects().ready.begin(), table.effects().ready.end());
-  table.effects().ready.clear();
-  scheduler.place(ready, table, pool);
-  // The group (2 cpus) waits for the busy cpu; the plain task 12 may take
-  // the free cpu but is not queued beyond it.
-  EXPECT_EQ(a.load, 2u);
-  ASSERT_EQ(ready.size(), 1u);
-  EXPECT_EQ(ready[0].n, 10u);
 }
 
 TEST_F(SessionTableTest, AnAllowedFailureSkipsTheWholeStreamGroup) {

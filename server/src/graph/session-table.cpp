@@ -172,6 +172,13 @@ void SessionTable::assigned(TaskNode& task, GovernorId governor) {
   task.governor = governor;
 }
 
+void SessionTable::retracted(TaskNode& task) {
+  auto& session = sessions.at(task.id.session);
+  task.governor = 0;
+  session.setTaskState(task, TaskNode::State::WAITING);
+  requeue(session, task);
+}
+
 void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
                               kj::StringPtr fromName) {
   auto id = Id::from(result.getId());

@@ -67,6 +67,9 @@ class SessionTable {
   void submitted(Session& session, std::vector<TaskNode*> ready);
 
   void assigned(TaskNode& task, GovernorId governor);
+  // Its governor gave it back before starting it (work stealing): it is
+  // placed again.
+  void retracted(TaskNode& task);
   // A governor reported a task's outcome. Results for tasks that are no
   // longer assigned (cancelled, session closed) are dropped, and any outputs
   // they made are queued for removal.

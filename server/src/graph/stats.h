@@ -13,6 +13,8 @@ struct ServerStats {
   uint64_t tasksFailed = 0;
   // Failed attempts that were retried.
   uint64_t taskRetries = 0;
+  // Queued tasks governors gave back for idle ones (work stealing).
+  uint64_t tasksStolen = 0;
   // Sizes of the objects tasks made.
   uint64_t bytesProduced = 0;
   // Input bytes a governor fetched from another governor to run a task

@@ -1,7 +1,6 @@
 #include "submit.h"
 
-#include <squall/proto/resource-amounts.h>
-
+#include "b-level.h"
 #include "json-nesting.h"
 
 #include <algorithm>
@@ -533,7 +532,9 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     }
   }
 
-  // ---- cycles (only new tasks can form one; old objects are all made)
+  // ---- cycles (only new tasks can form one; old objects are all made);
+  // `topological`: the new tasks, producers first
+  std::vector<uint64_t> topological;
   {
     std::unordered_map<uint64_t, uint32_t> indegree;
     std::unordered_map<uint64_t, std::vector<uint64_t>> next;
@@ -556,6 +557,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       auto n = queue.front();
       queue.pop_front();
       seen++;
+      topological.push_back(n);
       for (auto m : next[n]) {
         if (--indegree[m] == 0) queue.push_back(m);
       }
@@ -750,6 +752,12 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       group->members.push_back(&task);
       group->cpus += task.cpus;
     }
+  }
+  {
+    std::vector<TaskNode*> added;
+    added.reserve(topological.size());
+    for (auto n : topological) added.push_back(&target.tasks.at(n));
+    updateBLevels(added);
   }
   for (auto spec : taskOrder) {
     auto& task = target.tasks.at(spec.getId().getN());

@@ -37,6 +37,7 @@ struct TestTask {
   std::vector<bool> writable = {};
   // Execute: the input fed on stdin (-1: none).
   int32_t stdinInput = -1;
+  uint64_t expectedMs = 0;  // the scheduler's hint (0: unknown)
 };
 
 // An execute task running `program` with inputs and outputs at paths.
@@ -89,6 +90,7 @@ class TestGraph {
       ts[i].getResources().setCpusAsked(t.cpus.has_value());
       ts[i].initPolicy().setRetries(t.retries);
       ts[i].getPolicy().setAllowFailure(t.allowFailure);
+      ts[i].getPolicy().setExpectedMs(t.expectedMs);
       auto in = ts[i].initInputs(t.inputs.size());
       for (size_t k = 0; k < t.inputs.size(); k++) {
         in[k].initObject().setSession(t.inputSession ? t.inputSession : session);

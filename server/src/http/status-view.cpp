@@ -731,6 +731,8 @@ std::string StatusView::metrics(size_t eventClients) {
   line("squall_tasks_failed_total " + std::to_string(stats.tasksFailed));
   header("squall_task_retries_total", "counter", "Failed attempts that were retried.");
   line("squall_task_retries_total " + std::to_string(stats.taskRetries));
+  header("squall_tasks_stolen_total", "counter", "Queued tasks governors gave back for idle ones (work stealing).");
+  line("squall_tasks_stolen_total " + std::to_string(stats.tasksStolen));
 
   auto& all = governors.all();
   header("squall_governors", "gauge", "Governors connected.");

@@ -57,7 +57,7 @@ void Dispatcher::resume() {
   holding = false;
   for (auto& f : waitingForPlacing) f->fulfill();
   waitingForPlacing.clear();
-  logger.info("event=placement-resumed ready={}", ready.size());
+  logger.info("event=placement-resumed ready={}", scheduler.readyCount());
   kick();
 }
 
@@ -126,11 +126,11 @@ void Dispatcher::pass() {
   auto started = std::chrono::steady_clock::now();
   passCount++;
   auto& effects = sessions.effects();
-  ready.insert(ready.end(), effects.ready.begin(), effects.ready.end());
+  scheduler.enqueue(effects.ready, sessions);
   effects.ready.clear();
   if (!effects.readyLater.empty()) {
     rpcs.add(timer.afterDelay(INPUT_RETRY_DELAY).then([this, later = kj::mv(effects.readyLater)]() {
-      ready.insert(ready.end(), later.begin(), later.end());
+      scheduler.enqueue(later, sessions);
       kick();
     }));
     effects.readyLater.clear();
@@ -144,7 +144,10 @@ void Dispatcher::pass() {
   }
   effects.remove.clear();
 
-  if (!holding) scheduler.place(ready, sessions, governors);
+  if (!holding) {
+    scheduler.place(sessions, governors);
+    for (auto& retraction : scheduler.steal(sessions, governors)) retract(kj::mv(retraction));
+  }
   if (sessions.sessionLog() == nullptr) {
     send(cutAll());
   } else {
@@ -384,6 +387,53 @@ void Dispatcher::assignFailed(GovernorId gid, const std::vector<Id>& sent, const
                               e.getDescription()));
       governors.release(gid, id);
       sessions.taskResult(result.asReader(), gid, name.c_str());
+    }
+  }
+  kick();
+}
+
+void Dispatcher::retract(Retraction retraction) {
+  KJ_IF_MAYBE(governor, governors.find(retraction.from)) {
+    logger.debug("event=steal from={} to={} tasks={}", retraction.from, retraction.to, retraction.tasks.size());
+    auto req = governor->control.retractRequest();
+    auto list = req.initTasks(retraction.tasks.size());
+    for (uint i = 0; i < list.size(); i++) retraction.tasks[i].to(list[i]);
+    auto shared = kj::heap<Retraction>(kj::mv(retraction));
+    auto& r = *shared;
+    rpcs.add(req.send()
+                 .then(
+                     [this, &r](capnp::Response<wire::GovernorControl::RetractResults>&& reply) {
+                       std::vector<Id> back;
+                       for (auto id : reply.getRetracted()) back.push_back(Id::from(id));
+                       retracted(r, back);
+                     },
+                     [this, &r](kj::Exception&&) {
+                       // A dropped connection: governorLost() re-places its tasks.
+                       retracted(r, {});
+                     })
+                 .attach(kj::mv(shared)));
+  }
+}
+
+void Dispatcher::retracted(const Retraction& retraction, const std::vector<Id>& back) {
+  scheduler.retractionSettled(retraction);
+  sessions.stats().tasksStolen += back.size();
+  for (auto& id : retraction.tasks) {
+    KJ_IF_MAYBE(session, sessions.find(id.session)) {
+      auto it = session->tasks.find(id.n);
+      if (it != session->tasks.end()) it->second.retracting = false;
+    }
+  }
+  for (auto& id : back) {
+    // The governor dropped it and never reports it: its capacity is free
+    // whatever became of the task meanwhile (a cancel finds it gone).
+    governors.release(retraction.from, id);
+    KJ_IF_MAYBE(session, sessions.find(id.session)) {
+      auto it = session->tasks.find(id.n);
+      if (it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
+          it->second.governor == retraction.from) {
+        sessions.retracted(it->second);
+      }
     }
   }
   kick();

@@ -57,7 +57,7 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   // are gone (what is still needed is made again).
   void expectedGone(const std::map<std::string, GovernorId>& missing);
 
-  size_t readyCount() const { return ready.size(); }
+  size_t readyCount() const { return scheduler.readyCount(); }
   uint64_t passes() const { return passCount; }
 
  private:
@@ -66,7 +66,6 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   Scheduler& scheduler;
   kj::Timer& timer;
   spdlog::logger& logger;
-  std::deque<Id> ready;
   bool pending = false;
   bool holding = false;
   uint64_t passCount = 0;
@@ -106,6 +105,9 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
                   const std::vector<size_t>& which, const std::vector<ObjectNode*>& constants);
   void assignFailed(GovernorId governor, const std::vector<Id>& sent, const std::vector<Id>& constants,
                     kj::Exception&& e);
+  // Asks the governor for the tasks back; those it gives are queued again.
+  void retract(Retraction retraction);
+  void retracted(const Retraction& retraction, const std::vector<Id>& back);
   void taskFailed(kj::Exception&& exception) override;
 };
 

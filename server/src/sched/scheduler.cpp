@@ -11,14 +11,58 @@ namespace {
 bool offers(const GovernorState& g, const TaskNode& task) {
   return (task.function.empty() || g.functions.count(task.function) != 0) && fitsNow(g.pools, task.resources);
 }
+
+uint32_t freeCpus(const GovernorState& g) { return g.load >= g.cpus ? 0u : g.cpus - g.load; }
+
+// Room for `cpus` more within its cpus plus `depth` queued.
+bool hasRoom(const GovernorState& g, uint32_t cpus, uint32_t depth) {
+  return cpus <= g.cpus && g.load + cpus <= g.cpus + depth;
+}
+
+// The task's input bytes already on `g` (each input counts 1 more, so
+// that empty inputs count too): the more, the fewer to move.
+uint64_t localBytes(const TaskNode& task, GovernorId g) {
+  uint64_t local = 0;
+  for (auto* input : task.inputs) {
+    for (auto where : input->locations) {
+      if (where == g) local += input->size + 1;
+    }
+  }
+  return local;
+}
+
+kj::Maybe<TaskNode&> findTask(SessionTable& sessions, Id id) {
+  KJ_IF_MAYBE(session, sessions.find(id.session)) {
+    auto it = session->tasks.find(id.n);
+    if (it != session->tasks.end()) return it->second;
+  }
+  return nullptr;
+}
 }  // namespace
+
+void Scheduler::enqueue(const std::vector<Id>& ids, SessionTable& sessions) {
+  for (auto& id : ids) {
+    KJ_IF_MAYBE(task, findTask(sessions, id)) { ready.push(id, task->bLevel); }
+  }
+}
+
+std::vector<Id> Scheduler::queued() const {
+  std::vector<Id> ids;
+  for (auto& entry : ready.inOrder()) ids.push_back(entry.id);
+  return ids;
+}
+
+void Scheduler::assign(TaskNode& task, GovernorState& governor, SessionTable& sessions, GovernorPool& governors) {
+  governors.hold(governor, task.id, task.cpus, task.resources);
+  sessions.assigned(task, governor.id);
+  task.assignedAt = passes;
+}
 
 bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors) {
   for (auto* member : group.members) {
     if (member->state != TaskNode::State::READY) return false;
   }
   auto& all = governors.all();
-  auto freeCpus = [](const GovernorState& g) { return g.load >= g.cpus ? 0u : g.cpus - g.load; };
   // One governor with room for all: the least loaded of those.
   GovernorState* single = nullptr;
   for (auto& [gid, g] : all) {
@@ -50,15 +94,46 @@ bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorP
       plan.emplace_back(member, best);
     }
   }
-  for (auto& [member, governor] : plan) {
-    governors.hold(*governor, member->id, member->cpus, member->resources);
-    sessions.assigned(*member, governor->id);
-  }
+  for (auto& [member, governor] : plan) assign(*member, *governor, sessions, governors);
   return true;
 }
 
-void Scheduler::place(std::deque<Id>& ready, SessionTable& sessions, GovernorPool& governors) {
-  std::deque<Id> waiting;
+GovernorState* Scheduler::choose(const TaskNode& task, GovernorPool& governors, uint32_t depth) {
+  auto& all = governors.all();
+  if (options.placement == Placement::RANDOM) {
+    std::vector<GovernorState*> fit;
+    for (auto& [gid, g] : all) {
+      if (hasRoom(g, task.cpus, depth) && offers(g, task)) fit.push_back(&g);
+    }
+    if (fit.empty()) return nullptr;
+    return fit[std::uniform_int_distribution<size_t>(0, fit.size() - 1)(random)];
+  }
+  // Where it starts now beats where it would queue; then fewest bytes to
+  // move; then least loaded.
+  GovernorState* best = nullptr;
+  bool bestNow = false;
+  uint64_t bestLocal = 0;
+  double bestLoad = 0;
+  for (auto& [gid, g] : all) {
+    if (!hasRoom(g, task.cpus, depth) || !offers(g, task)) continue;
+    bool now = freeCpus(g) >= task.cpus;
+    uint64_t local = localBytes(task, gid);
+    double load = double(g.load) / double(g.cpus);
+    bool better = best == nullptr || (now && !bestNow) ||
+                  (now == bestNow && (local > bestLocal || (local == bestLocal && load < bestLoad)));
+    if (better) {
+      best = &g;
+      bestNow = now;
+      bestLocal = local;
+      bestLoad = load;
+    }
+  }
+  return best;
+}
+
+void Scheduler::place(SessionTable& sessions, GovernorPool& governors) {
+  passes++;
+  std::vector<ReadyQueue::Entry> waiting;
   auto& all = governors.all();
   uint32_t depth = options.queueDepth;
   auto anyRoom = [&]() {
@@ -72,58 +147,118 @@ void Scheduler::place(std::deque<Id>& ready, SessionTable& sessions, GovernorPoo
   // dropped (the first stays queued and brings the group back).
   std::vector<const StreamGroup*> tried;
   while (!ready.empty() && room) {
-    Id id = ready.front();
-    ready.pop_front();
-    KJ_IF_MAYBE(session, sessions.find(id.session)) {
-      auto it = session->tasks.find(id.n);
-      if (it == session->tasks.end() || it->second.state != TaskNode::State::READY) continue;
-      auto& task = it->second;
-      if (task.group != nullptr) {
+    auto entry = ready.pop();
+    KJ_IF_MAYBE(task, findTask(sessions, entry.id)) {
+      if (task->state != TaskNode::State::READY) continue;
+      if (task->group != nullptr) {
         bool allReady = true;
-        for (auto* member : task.group->members) {
+        for (auto* member : task->group->members) {
           allReady = allReady && member->state == TaskNode::State::READY;
         }
         // The last member to become READY brings the group here again.
         if (!allReady) continue;
-        if (std::find(tried.begin(), tried.end(), task.group) != tried.end()) continue;
-        if (!placeGroup(*task.group, sessions, governors)) {
-          tried.push_back(task.group);
-          waiting.push_back(id);
+        if (std::find(tried.begin(), tried.end(), task->group) != tried.end()) continue;
+        if (!placeGroup(*task->group, sessions, governors)) {
+          tried.push_back(task->group);
+          waiting.push_back(entry);
           depth = 0;
         }
         room = anyRoom();
         continue;
       }
-      GovernorState* best = nullptr;
-      uint64_t bestLocal = 0;
-      double bestLoad = 0;
-      for (auto& [gid, g] : all) {
-        if (!hasRoom(g, task.cpus, depth)) continue;
-        if (!offers(g, task)) continue;
-        uint64_t local = 0;
-        for (auto* input : task.inputs) {
-          for (auto where : input->locations) {
-            if (where == gid) local += input->size + 1;
-          }
-        }
-        double load = double(g.load) / double(g.cpus);
-        if (best == nullptr || local > bestLocal || (local == bestLocal && load < bestLoad)) {
-          best = &g;
-          bestLocal = local;
-          bestLoad = load;
-        }
-      }
+      GovernorState* best = choose(*task, governors, depth);
       if (best == nullptr) {
-        waiting.push_back(id);
+        waiting.push_back(entry);
         continue;
       }
-      governors.hold(*best, id, task.cpus, task.resources);
-      sessions.assigned(task, best->id);
+      assign(*task, *best, sessions, governors);
       if (best->load >= best->cpus + depth) room = anyRoom();
     }
   }
-  // Unplaced tasks go back in front, in their order.
-  ready.insert(ready.begin(), waiting.begin(), waiting.end());
+  // Unplaced tasks keep their place in the queue.
+  for (auto& entry : waiting) ready.putBack(entry);
+}
+
+std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& governors) {
+  std::vector<Retraction> out;
+  if (options.placement != Placement::BLEVEL || !options.steal) return out;
+  auto& all = governors.all();
+  // What each governor holds queued beyond its cpus and is not already
+  // giving back.
+  std::map<GovernorId, int64_t> surplus;
+  for (auto& [gid, g] : all) {
+    int64_t queued = int64_t(g.load) - int64_t(g.cpus);
+    for (auto& [id, cpus] : g.assigned) {
+      KJ_IF_MAYBE(task, findTask(sessions, id)) {
+        if (task->retracting) queued -= cpus;
+      }
+    }
+    surplus[gid] = queued;
+  }
+  std::map<std::pair<GovernorId, GovernorId>, size_t> retractionOf;
+  for (auto& [tid, thief] : all) {
+    int64_t room = int64_t(freeCpus(thief)) - incoming[tid];
+    while (room > 0) {
+      // The governor with the most queued.
+      GovernorState* victim = nullptr;
+      for (auto& [vid, g] : all) {
+        if (vid != tid && surplus[vid] > 0 && (victim == nullptr || surplus[vid] > surplus[victim->id])) {
+          victim = &g;
+        }
+      }
+      if (victim == nullptr) break;
+      // Its tasks the thief could run, assigned latest first; not those
+      // still in its outbox (never sent) nor stream group members.
+      std::vector<TaskNode*> candidates;
+      for (auto& [id, cpus] : victim->assigned) {
+        KJ_IF_MAYBE(task, findTask(sessions, id)) {
+          if (task->retracting || task->group != nullptr || task->state != TaskNode::State::ASSIGNED ||
+              task->cpus == 0 || task->cpus > room || !offers(thief, *task)) {
+            continue;
+          }
+          candidates.push_back(task);
+        }
+      }
+      for (auto& id : victim->toAssign) {
+        KJ_IF_MAYBE(task, findTask(sessions, id)) {
+          candidates.erase(std::remove(candidates.begin(), candidates.end(), task), candidates.end());
+        }
+      }
+      if (candidates.empty()) {
+        surplus[victim->id] = 0;  // nothing of it for this thief
+        continue;
+      }
+      std::sort(candidates.begin(), candidates.end(), [](const TaskNode* a, const TaskNode* b) {
+        if (a->assignedAt != b->assignedAt) return a->assignedAt > b->assignedAt;
+        return a->bLevel < b->bLevel;
+      });
+      auto [it, fresh] = retractionOf.emplace(std::make_pair(victim->id, tid), out.size());
+      if (fresh) out.push_back(Retraction{victim->id, tid, {}, 0});
+      auto& retraction = out[it->second];
+      for (auto* task : candidates) {
+        if (room <= 0 || surplus[victim->id] <= 0) break;
+        if (task->cpus > room) continue;
+        task->retracting = true;
+        room -= task->cpus;
+        surplus[victim->id] -= task->cpus;
+        retraction.tasks.push_back(task->id);
+        retraction.cpus += task->cpus;
+        incoming[tid] += task->cpus;
+      }
+    }
+  }
+  // Surpluses of victims a thief could not use were zeroed above; the
+  // empty retractions they left are dropped.
+  out.erase(std::remove_if(out.begin(), out.end(), [](const Retraction& r) { return r.tasks.empty(); }),
+            out.end());
+  return out;
+}
+
+void Scheduler::retractionSettled(const Retraction& retraction) {
+  auto it = incoming.find(retraction.to);
+  if (it == incoming.end()) return;
+  it->second -= retraction.cpus;
+  if (it->second <= 0) incoming.erase(it);
 }
 
 }  // namespace squall

@@ -1,30 +1,60 @@
 // Placement of ready tasks on governors. Pure decisions over the state of
-// SessionTable and GovernorPool; loop thread only.
+// SessionTable and GovernorPool; loop thread only. See docs/scheduling.md.
 #pragma once
 
 #include "governor-pool.h"
+#include "ready-queue.h"
 #include "session-table.h"
 
-#include <deque>
+#include <random>
 
 namespace squall {
+
+enum class Placement {
+  // Critical path first (b-level), onto the governor that can start the
+  // task now with the fewest input bytes to move; work stealing.
+  BLEVEL,
+  // A governor with room drawn at random (seeded): the floor any
+  // scheduler must beat (ESTEE), for benchmarks.
+  RANDOM,
+};
 
 struct SchedulerOptions {
   // Cpus' worth of tasks a governor may hold beyond its own cpus, queued on
   // the governor so it never idles waiting for the server's next batch.
-  // Deeper queues raise throughput for tiny tasks; shallower ones keep
-  // placement decisions later (better locality and balance for long tasks).
+  // Deeper queues raise throughput for tiny tasks; work stealing takes
+  // queued tasks back when another governor idles, so they cost little
+  // balance for long tasks.
   uint32_t queueDepth = 16;
+  Placement placement = Placement::BLEVEL;
+  // Seeds RANDOM's draws: the same graph on the same governors is placed
+  // the same way.
+  uint64_t seed = 1;
+  // Whether idle governors take queued tasks from loaded ones (BLEVEL).
+  bool steal = true;
+};
+
+// Queued tasks to take back from one governor (GovernorControl.retract)
+// for another with free cpus.
+struct Retraction {
+  GovernorId from;
+  GovernorId to;
+  std::vector<Id> tasks;
+  uint32_t cpus;
 };
 
 class Scheduler {
  public:
-  explicit Scheduler(SchedulerOptions options) : options(options) {}
+  explicit Scheduler(SchedulerOptions options) : options(options), random(options.seed) {}
 
-  // Places tasks from the front of `ready` while some governor has room;
-  // those placed (and those no longer READY) leave the queue, the rest stay
-  // in order. A task goes where most of its input bytes already are, then
-  // to the least loaded governor.
+  // Tasks that became READY join the queue at their b-level.
+  void enqueue(const std::vector<Id>& ids, SessionTable& sessions);
+
+  // Places queued tasks, highest b-level first, while some governor has
+  // room; the rest stay queued in their order. A task goes to a governor
+  // that can start it now (free cpus and resources) if there is one, else
+  // into the queue of one with room; among those, where the fewest input
+  // bytes must be moved, then the least loaded.
   //
   // A task joined to others by live streams goes only with its whole group,
   // once every member is READY, and only onto free cpus (not queue depth):
@@ -32,17 +62,37 @@ class Scheduler {
   // has room (pipes stay local), else spread over several. While a group
   // waits for room, other tasks are placed without queue depth, so queues
   // drain and the group is not starved.
-  void place(std::deque<Id>& ready, SessionTable& sessions, GovernorPool& governors);
+  void place(SessionTable& sessions, GovernorPool& governors);
+
+  // Work stealing, after place(): governors with free cpus that no queued
+  // task could use take tasks that loaded governors hold queued beyond
+  // their cpus, the most recently assigned first (the last in those
+  // queues). The tasks chosen are marked `retracting`; the caller asks
+  // their governors to give them back and returns those given back to the
+  // queue (SessionTable::retracted).
+  std::vector<Retraction> steal(SessionTable& sessions, GovernorPool& governors);
+  // The governor answered (or the call failed): the thief no longer waits
+  // for those cpus' worth (the tasks given back are queued again).
+  void retractionSettled(const Retraction& retraction);
+
+  size_t readyCount() const { return ready.size(); }
+  // The queue in placement order (tests, `squall explain`).
+  std::vector<Id> queued() const;
+  const SchedulerOptions& settings() const { return options; }
 
  private:
   SchedulerOptions options;
+  ReadyQueue ready;
+  std::mt19937_64 random;
+  // Counts place() calls: TaskNode::assignedAt.
+  uint64_t passes = 0;
+  // Cpus' worth of tasks being taken back for each thief.
+  std::map<GovernorId, int64_t> incoming;
 
   // Places every member of `group` or none; false when they do not fit now.
   bool placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors);
-
-  bool hasRoom(const GovernorState& governor, uint32_t cpus, uint32_t depth) const {
-    return cpus <= governor.cpus && governor.load + cpus <= governor.cpus + depth;
-  }
+  GovernorState* choose(const TaskNode& task, GovernorPool& governors, uint32_t depth);
+  void assign(TaskNode& task, GovernorState& governor, SessionTable& sessions, GovernorPool& governors);
 };
 
 }  // namespace squall

@@ -236,6 +236,10 @@ class Task {
   Task& retries(uint32_t n);
   Task& allowFailure(bool allow = true);
   Task& timeLimit(std::chrono::milliseconds limit);
+  // How long the task is expected to run: a hint for the scheduler, which
+  // starts the longest expected chains of work first (docs/scheduling.md).
+  // Never enforced; unknown by default.
+  Task& expectedDuration(std::chrono::milliseconds expected);
   // Free-form user attributes, JSON text, shown with the task.
   Task& attributes(std::string json);
   // The label of input `index` (in the order the task was given its

@@ -1,0 +1,150 @@
+// The scheduler end to end (docs/scheduling.md): critical path first, and
+// work stealing taking queued tasks to a governor that has room, against a
+// server with stealing off as the control.
+#include "http-get.h"
+
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace squall {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Gated {
+  fs::path dir;
+  fs::path gate() const { return dir / "gate"; }
+  // A shell line that marks that task `name` started, then waits for the
+  // gate to open.
+  std::string line(const std::string& name) const {
+    return "touch '" + (dir / ("started-" + name)).string() + "'; while [ ! -e '" + gate().string() +
+           "' ]; do sleep 0.02; done";
+  }
+  size_t started() const {
+    size_t n = 0;
+    for (auto& entry : fs::directory_iterator(dir)) {
+      n += entry.path().filename().string().rfind("started-", 0) == 0;
+    }
+    return n;
+  }
+};
+
+// One governor of one cpu takes six gated tasks (one runs, five wait in its
+// queue); a second governor joins. Returns, per task, the governor that
+// ran it.
+std::vector<std::string> runGatedThenAddGovernor(bool steal) {
+  auto dir =
+      fs::temp_directory_path() / ("squall-steal-" + std::to_string(getpid()) + (steal ? "-on" : "-off"));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Gated gated{dir};
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  if (!steal) options.serverArgs = {"--no-steal"};
+  LocalCluster cluster(options);
+  cluster.start();
+  std::vector<std::string> where;
+  {
+    Client client(cluster.serverAddress());
+    auto session = client.newSession("steal");
+    std::vector<Task> tasks;
+    for (int i = 0; i < 6; i++) {
+      tasks.push_back(session.execute(Program::shell(gated.line(std::to_string(i)))));
+    }
+    session.submit();
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    // The first one runs on governor-0 (its start proves all six went there:
+    // they were placed in one pass).
+    while (gated.started() < 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(gated.started(), 1u);
+    cluster.addGovernor();
+    if (steal) {
+      // Stealing: governor-1 takes one of the queued tasks and starts it.
+      while (gated.started() < 2 && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      EXPECT_EQ(gated.started(), 2u) << "no task went to the governor that joined";
+    }
+    std::ofstream(gated.gate()).put('\n');
+    session.waitAll();
+    for (auto& info : session.tasks()) where.push_back(info.governor);
+    auto metrics = httpGet(cluster.httpAddress(), "/metrics").body;
+    auto stolen = metrics.find("\nsquall_tasks_stolen_total ");
+    EXPECT_NE(stolen, std::string::npos);
+    bool none = metrics.compare(stolen + 27, 2, "0\n") == 0;
+    EXPECT_EQ(none, !steal) << metrics.substr(stolen, 40);
+  }  // the client goes before the cluster (else it would try to reconnect)
+  EXPECT_EQ(cluster.stop(), "");
+  fs::remove_all(dir);
+  return where;
+}
+
+TEST(SchedulingE2eTest, AGovernorThatJoinsTakesQueuedTasksFromALoadedOne) {
+  auto where = runGatedThenAddGovernor(true);
+  ASSERT_EQ(where.size(), 6u);
+  auto onSecond = std::count(where.begin(), where.end(), "governor-1");
+  EXPECT_GE(onSecond, 1) << "every task ran on governor-0";
+  EXPECT_GE(std::count(where.begin(), where.end(), "governor-0"), 1);
+}
+
+TEST(SchedulingE2eTest, WithoutStealingQueuedTasksStayWhereTheyWerePlaced) {
+  auto where = runGatedThenAddGovernor(false);
+  ASSERT_EQ(where.size(), 6u);
+  EXPECT_EQ(std::count(where.begin(), where.end(), "governor-0"), 6);
+}
+
+// Four independent tasks submitted before a chain of three: on one cpu the
+// chain's head runs first (the longest path to the end of the graph), with
+// no hints (hops) and with durations that say the independent ones are
+// short.
+TEST(SchedulingE2eTest, TheHeadOfTheLongestChainRunsFirst) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  LocalCluster cluster(options);
+  cluster.start();
+  auto dir = fs::temp_directory_path() / ("squall-blevel-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto order = (dir / "order").string();
+  {
+    Client client(cluster.serverAddress());
+    for (bool hints : {false, true}) {
+      fs::remove(order);
+      auto session = client.newSession(hints ? "blevel-hints" : "blevel-hops");
+      auto step = [&](const std::string& name, std::vector<DataObject> inputs) {
+        auto program = Program::shell("echo " + name + " >> '" + order + "'").stdoutOutput();
+        for (size_t i = 0; i < inputs.size(); i++) program.input(inputs[i], "in" + std::to_string(i));
+        auto task = session.execute(program);
+        task.name(name);
+        if (hints) task.expectedDuration(std::chrono::milliseconds(name.rfind("chain", 0) == 0 ? 2000 : 10));
+        return task;
+      };
+      for (int i = 0; i < 4; i++) step("single" + std::to_string(i), {});
+      auto head = step("chain0", {});
+      auto middle = step("chain1", {head.output()});
+      step("chain2", {middle.output()});
+      session.submit();
+      session.waitAll();
+      std::ifstream in(order);
+      std::string first;
+      std::getline(in, first);
+      EXPECT_EQ(first, "chain0") << (hints ? "with hints" : "by hops");
+    }
+  }
+  EXPECT_EQ(cluster.stop(), "");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace squall
