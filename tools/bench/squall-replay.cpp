@@ -43,18 +43,6 @@ struct Options {
   bool check = false;
 };
 
-// TODO(merge): call task.expectedDuration(d) directly once main's client
-// has Task::expectedDuration; until then this sets it only when it exists.
-template <typename T>
-auto setExpectedDuration(T& task, std::chrono::milliseconds d, int) -> decltype(task.expectedDuration(d), bool()) {
-  task.expectedDuration(d);
-  return true;
-}
-template <typename T>
-bool setExpectedDuration(T&, std::chrono::milliseconds, long) {
-  return false;
-}
-
 uint64_t bytesOf(double mib, double sizeScale) { return uint64_t(std::llround(mib * 1048576.0 * sizeScale)); }
 
 // "graphs/merge_neighbours.json" -> "merge_neighbours"
@@ -71,7 +59,7 @@ struct Run {
 };
 
 Run replay(squall::Client& client, const squall::bench::EsteeGraph& graph, const std::string& family,
-           const Options& options, bool* expectedSet) {
+           const Options& options) {
   auto session = client.newSession("estee-" + family);
   // outputs[i][j]: output j of graph task i, once made.
   std::vector<std::vector<squall::DataObject>> outputs(graph.tasks.size());
@@ -90,8 +78,7 @@ Run replay(squall::Client& client, const squall::bench::EsteeGraph& graph, const
                              std::vector<squall::ObjectKind>(t.outputs.size(), squall::ObjectKind::BLOB));
     task.cpus(t.cpus).name("t" + std::to_string(i));
     if (options.expectedDurations && t.expectedDuration) {
-      auto ms = std::chrono::milliseconds(std::llround(*t.expectedDuration * options.timeScale * 1e3));
-      *expectedSet = setExpectedDuration(task, ms, 0);
+      task.expectedDuration(std::chrono::milliseconds(std::llround(*t.expectedDuration * options.timeScale * 1e3)));
     }
     for (size_t j = 0; j < t.outputs.size(); j++) outputs[i].push_back(task.output(j));
     ids[i] = task.id();
@@ -247,14 +234,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "# %u cpus, time scale %g, size scale %g\n", totalCpus, options.timeScale, options.sizeScale);
 
     bool failed = false;
-    bool expectedSet = false;
     for (size_t g = 0; g < graphs.size(); g++) {
       auto family = familyOf(graphs[g]);
       auto bound = squall::bench::lowerBound(loaded[g], totalCpus, options.timeScale);
       std::vector<double> makespans;
       std::string details;
       for (int r = 0; r < reps; r++) {
-        auto run = replay(client, loaded[g], family, options, &expectedSet);
+        auto run = replay(client, loaded[g], family, options);
         makespans.push_back(run.makespan);
         char line[160];
         snprintf(line, sizeof line, " run%d=%.3fs", r + 1, run.makespan);
@@ -280,9 +266,6 @@ int main(int argc, char** argv) {
       printf("%s_estee_%s_over_bound %.3f\n", options.prefix.c_str(), family.c_str(),
              bound.bound > 0 ? makespan / bound.bound : 0.0);
       fflush(stdout);
-    }
-    if (options.expectedDurations && !expectedSet) {
-      fprintf(stderr, "# expected durations not passed: this client has no Task::expectedDuration\n");
     }
     if (cluster) {
       auto problems = cluster->stop();

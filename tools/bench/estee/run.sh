@@ -10,7 +10,7 @@
 #   tools/bench/estee/run.sh --netns 100mbit      # each process in a namespace, links tbf-limited
 #   tools/bench/estee/run.sh --families grid,fern --systems squall,dask
 #
-# Options (or the environment variable in brackets):
+# Options (and the environment variables that set them too):
 #   --netns RATE        server/scheduler in namespace 0, each governor/worker in
 #                       its own, links limited to RATE (tools/netns.sh; root)
 #   --time-scale X      durations x X (TIME_SCALE, 0.01)
@@ -114,7 +114,7 @@ measure() {
 }
 
 # Starts a program in the background (its output in $work/NAME.{out,log});
-# $! is the program itself (ip netns exec execs it), which cleanup kills.
+# $! is the program itself (nsenter execs it), which cleanup kills.
 background() {
   local name=$1
   shift
@@ -162,7 +162,9 @@ runLoopback() {
 }
 
 # --- netns: the server / scheduler in namespace 0, governors / workers in
-# 1..GOVERNORS, each link limited to RATE; the client here (not limited) -----
+# 1..GOVERNORS, each link limited to RATE; the client here (not limited).
+# Programs enter a namespace with nsenter --net, as tools/netns.sh's users
+# do (ip netns exec also remounts / and /sys) ------------------------------
 addr=()
 netnsUp() {
   [[ -x $NETNS_SH ]] || {
@@ -185,12 +187,12 @@ server=""
 squallClusterUp() {
   local name=$1 i
   shift
-  background "$name-server" ip netns exec "$nsprefix-0" "$build/server/squall-server" \
+  background "$name-server" nsenter --net="/run/netns/$nsprefix-0" "$build/server/squall-server" \
     --listen "${addr[0]}:0" --http "${addr[0]}:0" --log "$work/$name-server.sqlite" --log-level warn "$@"
   server=$(awaitLine "$work/$name-server.out" "listening address=")
   for ((i = 1; i <= GOVERNORS; i++)); do
-    SQUALL_BENCH_ESTEE_MAX_OUTPUTS=$mostOutputs background "$name-governor-$i" ip netns exec "$nsprefix-$i" \
-      "$build/governor/squall-governor" --server "$server" --listen "${addr[i]}:0" --cpus "$CPUS" \
+    SQUALL_BENCH_ESTEE_MAX_OUTPUTS=$mostOutputs background "$name-governor-$i" \
+      nsenter --net="/run/netns/$nsprefix-$i" "$build/governor/squall-governor" --server "$server" --listen "${addr[i]}:0" --cpus "$CPUS" \
       --name "governor-$i" --work-dir "$work/$name-governor-$i" --executor "bench=$executor" --log-level warn
   done
   for ((i = 1; i <= GOVERNORS; i++)); do
@@ -212,10 +214,10 @@ runNetns() {
       stopBackground ;;
     dask)
       local i
-      background dask-scheduler ip netns exec "$nsprefix-0" "$PY" -m distributed.cli.dask_scheduler \
+      background dask-scheduler nsenter --net="/run/netns/$nsprefix-0" "$PY" -m distributed.cli.dask_scheduler \
         --host "${addr[0]}" --port 8786 --no-dashboard
       for ((i = 1; i <= GOVERNORS; i++)); do
-        background "dask-worker-$i" ip netns exec "$nsprefix-$i" "$PY" -m distributed.cli.dask_worker \
+        background "dask-worker-$i" nsenter --net="/run/netns/$nsprefix-$i" "$PY" -m distributed.cli.dask_worker \
           "tcp://${addr[0]}:8786" --host "${addr[i]}" --nthreads "$CPUS" --nworkers 1 --resources "cpus=$CPUS" \
           --no-nanny --no-dashboard --name "worker-$i"
       done
