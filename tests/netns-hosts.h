@@ -47,13 +47,16 @@ class NetnsHosts {
   const std::optional<std::string>& refused() const { return why; }
   const std::string& name(size_t i) const { return hosts.at(i).name; }
   const std::string& address(size_t i) const { return hosts.at(i).address; }
-  // The command prefix that runs a program on host i (it execs the
-  // program: see ClusterOptions::serverWrap).
-  std::vector<std::string> exec(size_t i) const { return {"ip", "netns", "exec", name(i)}; }
-  // Runs `ip -n NAME args` on host i (e.g. "link set eth0 down" cuts it off).
+  // The command prefix that runs a program on host i: it enters the
+  // host's network namespace and execs the program (see
+  // ClusterOptions::serverWrap). nsenter rather than `ip netns exec`, which
+  // also makes / a slave mount and so fails in a chroot (fresh-debian).
+  std::vector<std::string> exec(size_t i) const { return {"nsenter", "--net=/run/netns/" + name(i)}; }
+  // Runs `ip args` on host i (e.g. "link set eth0 down" cuts it off).
   void ip(size_t i, const std::string& args) const {
-    auto [output, status] = commandOutput("ip -n " + name(i) + " " + args + " 2>&1");
-    if (status != 0) throw std::runtime_error("ip -n " + name(i) + " " + args + ": " + output);
+    auto command = "nsenter --net=/run/netns/" + name(i) + " ip " + args;
+    auto [output, status] = commandOutput(command + " 2>&1");
+    if (status != 0) throw std::runtime_error(command + ": " + output);
   }
 
   // A prefix of this process's own, `mh` and its pid in hex (8 characters

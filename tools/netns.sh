@@ -4,7 +4,8 @@
 #
 # Hosts on one machine, for the multi-host tests (tests/multihost-test.cpp),
 # the scheduler benchmark and manual experiments (docs/testing.md,
-# "Many hosts"). Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2.
+# "Many hosts"). Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN), iproute2
+# and nsenter (util-linux). Works in a chroot as well.
 #
 # `up` makes the namespaces PREFIX-0 .. PREFIX-(N-1), each with loopback up
 # and an interface eth0 holding ADDRESS/24, a veth whose other end is a port
@@ -39,6 +40,8 @@
 # namespace keep it alive, without its link, until they exit.
 set -euo pipefail
 export PATH="$PATH:/usr/sbin:/sbin"
+# Where `ip netns` keeps its names (iproute2's NETNS_RUN_DIR).
+NETNS_DIR=/run/netns
 
 usage() {
   echo "usage: tools/netns.sh up PREFIX N [RATE] | down PREFIX" >&2
@@ -52,12 +55,34 @@ checkPrefix() {
   }
 }
 
+# One `up` or `down` at a time on this machine (in this root): a subnet is
+# picked and taken, and $NETNS_DIR mounted or unmounted, with no other in
+# between.
+lockHosts() {
+  local dir=/run/lock file
+  [[ -d $dir && -w $dir ]] || dir=${TMPDIR:-/tmp}
+  MOUNT_MARK=$dir/squall-netns.mounted
+  file=$dir/squall-netns.lock
+  [[ -e $file ]] || (umask 000 && : >"$file") 2>/dev/null || true
+  # Read-only is enough for flock, and works for whoever made the file.
+  if [[ -r $file ]]; then
+    exec {lockFd}<"$file"
+    flock "$lockFd"
+  fi
+}
+
 down() {
   local prefix=$1 ns
   ip link del "$prefix-h" 2>/dev/null || true
   for ns in $(ip netns list 2>/dev/null | cut -d' ' -f1); do
     if [[ $ns =~ ^$prefix-([0-9]+|sw)$ ]]; then ip netns del "$ns" 2>/dev/null || true; fi
   done
+  # `ip netns add` makes $NETNS_DIR a mount point the first time; the last
+  # `down` of hosts we made undoes that (a chroot holding it cannot be
+  # removed).
+  if [[ -f $MOUNT_MARK ]] && mountpoint -q "$NETNS_DIR" && [[ -z $(ls -A "$NETNS_DIR") ]]; then
+    umount "$NETNS_DIR" 2>/dev/null && rm -f "$MOUNT_MARK" || true
+  fi
 }
 
 # Bytes a second in a tc rate (bit, kbit, mbit, gbit, tbit, bps, kbps, mbps,
@@ -107,6 +132,15 @@ pickSubnet() {
   return 1
 }
 
+# Runs a command in the network namespace `ns`. nsenter, not `ip -n` or
+# `ip netns exec`: those also enter a mount namespace of their own and make
+# / a slave mount, which fails in a chroot (tools/fresh-debian).
+inside() {
+  local ns=$1
+  shift
+  nsenter --net="$NETNS_DIR/$ns" "$@"
+}
+
 # Runs a command of `up`; on failure removes what up made and exits 1
 # naming it.
 run() {
@@ -120,7 +154,7 @@ run() {
 
 up() {
   prefix=$1
-  local n=$2 rate=${3:-} tbf=() i ns subnet out lock
+  local n=$2 rate=${3:-} tbf=() i ns subnet out
   [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 250)) || {
     echo "netns.sh: bad N '$n': 1 to 250 namespaces" >&2
     exit 2
@@ -135,13 +169,15 @@ up() {
     burst=$((bytes / 100 > 65536 ? bytes / 100 : 65536))
     tbf=(root tbf rate "$rate" burst "$burst" latency 50ms)
   fi
-  for tool in ip tc; do
+  for tool in ip tc nsenter; do
     command -v "$tool" >/dev/null || {
-      echo "netns.sh: $tool is missing (Debian: apt-get install iproute2)" >&2
+      echo "netns.sh: $tool is missing (Debian: apt-get install iproute2 util-linux)" >&2
       exit 1
     }
   done
   down "$prefix"
+  local mounted=0
+  mountpoint -q "$NETNS_DIR" 2>/dev/null && mounted=1
   if ! out=$(ip netns add "$prefix-sw" 2>&1); then
     if [[ $out == *"not permitted"* || $out == *"Permission denied"* ]]; then
       echo "netns.sh: network namespaces are refused here (uid $EUID): $out" >&2
@@ -150,16 +186,11 @@ up() {
     echo "netns.sh: up $prefix: 'ip netns add $prefix-sw' failed: $out" >&2
     exit 1
   fi
-  run ip -n "$prefix-sw" link set lo up
-  run ip -n "$prefix-sw" link add br0 type bridge forward_delay 0
-  run ip -n "$prefix-sw" link set br0 up
+  ((mounted)) || touch "$MOUNT_MARK"
+  run inside "$prefix-sw" ip link set lo up
+  run inside "$prefix-sw" ip link add br0 type bridge forward_delay 0
+  run inside "$prefix-sw" ip link set br0 up
 
-  # Picking the subnet and taking it (its address on PREFIX-h) under one
-  # lock: a parallel `up` then sees it in use.
-  lock=/run/lock
-  [[ -d $lock && -w $lock ]] || lock=${TMPDIR:-/tmp}
-  exec {lockFd}>"$lock/squall-netns.lock"
-  flock "$lockFd"
   subnet=$(pickSubnet "$prefix") || {
     echo "netns.sh: up $prefix: no free 10.64-127.x.0/24 left" >&2
     down "$prefix"
@@ -168,20 +199,19 @@ up() {
   run ip link add name "$prefix-h" type veth peer name ph netns "$prefix-sw"
   run ip addr add "$subnet.1/24" dev "$prefix-h"
   run ip link set "$prefix-h" up
-  flock -u "$lockFd"
-  run ip -n "$prefix-sw" link set ph master br0 up
+  run inside "$prefix-sw" ip link set ph master br0 up
 
   for ((i = 0; i < n; i++)); do
     ns=$prefix-$i
     run ip netns add "$ns"
-    run ip -n "$ns" link set lo up
+    run inside "$ns" ip link set lo up
     run ip link add name eth0 netns "$ns" type veth peer name "p$i" netns "$prefix-sw"
-    run ip -n "$prefix-sw" link set "p$i" master br0 up
-    run ip -n "$ns" addr add "$subnet.$((i + 2))/24" dev eth0
-    run ip -n "$ns" link set eth0 up
+    run inside "$prefix-sw" ip link set "p$i" master br0 up
+    run inside "$ns" ip addr add "$subnet.$((i + 2))/24" dev eth0
+    run inside "$ns" ip link set eth0 up
     if ((${#tbf[@]})); then
-      run tc -n "$ns" qdisc add dev eth0 "${tbf[@]}"
-      run tc -n "$prefix-sw" qdisc add dev "p$i" "${tbf[@]}"
+      run inside "$ns" tc qdisc add dev eth0 "${tbf[@]}"
+      run inside "$prefix-sw" tc qdisc add dev "p$i" "${tbf[@]}"
     fi
   done
   for ((i = 0; i < n; i++)); do echo "$prefix-$i $subnet.$((i + 2))"; done
@@ -191,11 +221,13 @@ case ${1:-} in
   up)
     [[ $# -eq 3 || $# -eq 4 ]] || usage
     checkPrefix "$2"
+    lockHosts
     up "$2" "$3" "${4:-}"
     ;;
   down)
     [[ $# -eq 2 ]] || usage
     checkPrefix "$2"
+    lockHosts
     down "$2"
     ;;
   *) usage ;;
