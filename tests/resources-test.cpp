@@ -237,6 +237,13 @@ TEST_F(ResourcesE2eTest, ExplainSaysWhatATaskWaitsForAndBehindWhom) {
   text = explain(std::to_string(holder.id()));
   EXPECT_NE(text.find("(running): assigned to governor-0"), std::string::npos) << text;
   text = explain("nobody", 1);
+  // The task page's JSON shows what each asked for.
+  auto base = "/api/sessions/" + std::to_string(session.id()) + "/tasks/";
+  auto waiterJson = getJson(cluster->httpAddress(), base + std::to_string(waiter.id()));
+  EXPECT_EQ(waiterJson["resources"]["requests"], Json::parse(R"([{"name": "gpus", "amount": "1"}])")) << waiterJson;
+  auto holderJson = getJson(cluster->httpAddress(), base + std::to_string(holder.id()));
+  EXPECT_EQ(holderJson["resources"]["requests"][0]["amount"], "all");
+  EXPECT_EQ(holderJson["policy"]["expectedMs"], 3600000);
   EXPECT_NE(text.find("no task 'nobody'"), std::string::npos) << text;
 
   std::ofstream(gate).put('\n');
