@@ -74,6 +74,11 @@ interface ClientService {
   # connection goes (unless persistent). A client that lost its connection
   # (or whose server restarted) re-attaches its sessions with it.
   adoptSession @14 (session :UInt64);
+  # Why a task of an open session is where it is (`squall explain`): for
+  # one not running yet, what it waits for (inputs, resources and who holds
+  # them, room on governors, its place in the queue); for one that ended,
+  # how. `summary` is one line, `details` the facts behind it.
+  explain @15 (session :UInt64, task :UInt64) -> (summary :Text, details :List(Text));
 }
 
 # What the server knows of a data object.

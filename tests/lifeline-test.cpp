@@ -154,6 +154,40 @@ TEST(LifelineTest, TaskProgramsDoNotInheritIt) {
   EXPECT_EQ(cluster.stop(), "");
 }
 
+// A process started under a wrap (ClusterOptions::serverWrap; `ip netns
+// exec` for the multi-host tests, `env` here, as it needs no root) is the
+// program itself: the pid the cluster holds is the program's, it holds the
+// lifeline under the number it was told, and SIGTERM stops it cleanly.
+TEST(LifelineTest, AWrappedProcessIsTheProgramAndHoldsTheLifeline) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  options.http = "off";
+  options.serverWrap = {"env", "SQUALL_WRAPPED=1"};
+  options.governorWrapEach = {{"env", "SQUALL_WRAPPED=1"}};
+  LocalCluster cluster(options);
+  cluster.start();
+  struct stat st;
+  ASSERT_EQ(fstat(cluster.lifelineFd(), &st), 0);
+  auto lifeline = "pipe:[" + std::to_string(st.st_ino) + "]";
+  std::pair<pid_t, const char*> processes[] = {{cluster.server().pid(), "squall-server"},
+                                               {cluster.governor(0).pid(), "squall-governor"}};
+  for (auto [pid, program] : processes) {
+    auto proc = fs::path("/proc") / std::to_string(pid);
+    EXPECT_EQ(fs::read_symlink(proc / "exe").filename(), program);
+    EXPECT_EQ(fs::read_symlink(proc / "fd" / std::to_string(cluster.lifelineFd())).string(), lifeline)
+        << program;
+  }
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("wrapped");
+  auto task = session.execute(Program::shell("echo $SQUALL_WRAPPED").stdoutOutput());
+  task.output().keep();
+  session.submit();
+  EXPECT_EQ(task.output().fetch(), "1\n");
+  session.close();
+  EXPECT_EQ(cluster.stop(), "");
+}
+
 TEST(LifelineTest, ABadDescriptorIsAClearError) {
   // 900: no descriptor of a test process is open under that number.
   std::pair<const char*, const char*> runs[] = {

@@ -10,11 +10,13 @@
 #include <squall/tools/local-cluster.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 namespace squall {
 namespace {
@@ -189,6 +191,68 @@ TEST_F(ResourcesE2eTest, SquallSubmitAndPipelineFilesAskForResources) {
 // Two halves of one GPU and a whole one run at once: the halves share an
 // item, the whole one gets the other. Each task waits (bounded) until all
 // three are running, so they pass only if they ran together.
+// `squall explain`: a task waiting for GPUs names the task holding them;
+// one waiting for an input names the task making it; one that ended, how.
+TEST_F(ResourcesE2eTest, ExplainSaysWhatATaskWaitsForAndBehindWhom) {
+  auto dir = fs::temp_directory_path() / ("squall-explain-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto started = (dir / "started").string(), gate = (dir / "gate").string();
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("explain");
+  auto holder = session.execute(
+      Program::shell("touch '" + started + "'; while [ ! -e '" + gate + "' ]; do sleep 0.02; done"));
+  // Said to be long, so it is placed first (critical path first) and takes the GPUs.
+  holder.name("holder").resource("gpus", "all").expectedDuration(std::chrono::hours(1));
+  auto waiter = session.execute(Program::shell("echo done").stdoutOutput());
+  waiter.name("waiter").resource("gpus", 1);
+  auto after = session.execute(Program::shell("cat in").input(waiter.output(), "in").stdoutOutput());
+  after.name("after");
+  session.submit();
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(started) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(fs::exists(started));
+
+  auto squall = findProgram("squall");
+  auto explain = [&](const std::string& task, int expectedStatus = 0) {
+    auto [printed, status] = commandOutput(squall + " explain --server " + cluster->serverAddress() + " " +
+                                           std::to_string(session.id()) + " " + task + " 2>&1");
+    EXPECT_EQ(status, expectedStatus) << printed;
+    return printed;
+  };
+  auto text = explain("waiter");
+  EXPECT_NE(text.find("(ready): waiting for resources to be free: gpus"), std::string::npos) << text;
+  EXPECT_NE(text.find("governor-0: gpus: 0 of 2 free, the task asks 1; held by task " +
+                      std::to_string(holder.id()) + " 'holder'"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("governor-1: offers no 'gpus'"), std::string::npos) << text;
+  text = explain("after");
+  EXPECT_NE(text.find("(waiting): waiting for 1 input not made yet"), std::string::npos) << text;
+  EXPECT_NE(text.find("made by task " + std::to_string(waiter.id()) + " 'waiter', which is ready, not placed yet"),
+            std::string::npos)
+      << text;
+  text = explain(std::to_string(holder.id()));
+  EXPECT_NE(text.find("(running): assigned to governor-0"), std::string::npos) << text;
+  text = explain("nobody", 1);
+  // The task page's JSON shows what each asked for.
+  auto base = "/api/sessions/" + std::to_string(session.id()) + "/tasks/";
+  auto waiterJson = getJson(cluster->httpAddress(), base + std::to_string(waiter.id()));
+  EXPECT_EQ(waiterJson["resources"]["requests"], Json::parse(R"([{"name": "gpus", "amount": "1"}])")) << waiterJson;
+  auto holderJson = getJson(cluster->httpAddress(), base + std::to_string(holder.id()));
+  EXPECT_EQ(holderJson["resources"]["requests"][0]["amount"], "all");
+  EXPECT_EQ(holderJson["policy"]["expectedMs"], 3600000);
+  EXPECT_NE(text.find("no task 'nobody'"), std::string::npos) << text;
+
+  std::ofstream(gate).put('\n');
+  session.waitAll();
+  text = explain("waiter");
+  EXPECT_NE(text.find("(finished): finished on governor-0 in "), std::string::npos) << text;
+  fs::remove_all(dir);
+}
+
 TEST_F(ResourcesE2eTest, FractionsShareOneGpuWhileAWholeOneGoesToAnother) {
   Client client(cluster->serverAddress());
   auto barrier = fs::path(cluster->workDir()) / "gpu-barrier";

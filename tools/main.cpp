@@ -98,7 +98,7 @@ int main(int argc, char** argv) {
   outputFile->needs(commandLine);
   stageCpus->needs(commandLine);
 
-  // status / wait / fetch / cancel / logs share their connection flags.
+  // status / wait / fetch / cancel / logs / explain share their connection flags.
   squall::SessionCommandOptions sessionOptions;
   auto addSessionCommand = [&](const char* name, const char* help, bool sessionRequired) {
     auto* command = app.add_subcommand(name, help);
@@ -116,6 +116,9 @@ int main(int argc, char** argv) {
   auto* cancel = addSessionCommand("cancel", "cancel a session's unfinished tasks (the session fails)", true);
   auto* logs = addSessionCommand("logs", "show a task's error, exit status and stdout/stderr tails", true);
   logs->add_option("task", sessionOptions.task, "TASK: an id or a name")->required();
+  auto* explain = addSessionCommand(
+      "explain", "say why a task is not running yet (inputs, resources, queue) or how it ended", true);
+  explain->add_option("task", sessionOptions.task, "TASK: an id or a name")->required();
 
   // Everything after submit's first `--` is the program's, whatever came
   // before: CLI11 (2.1) lets a list option such as --input end at `--` and
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
   if (*fetch) return squall::runFetch(sessionOptions);
   if (*cancel) return squall::runCancel(sessionOptions);
   if (*logs) return squall::runLogs(sessionOptions);
+  if (*explain) return squall::runExplain(sessionOptions);
   if (*start) return squall::runStart(cluster);
   if (*demo) return squall::runDemo(demoCluster);
   if (*sub) return squall::runSubmit(submit);

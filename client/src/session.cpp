@@ -643,6 +643,20 @@ std::vector<TaskInfo> Session::tasks(const std::vector<uint64_t>& ids,
   return impl->taskInfos(ids, states, limit);
 }
 
+TaskExplanation Session::explain(uint64_t task) {
+  TaskExplanation out;
+  impl->client.retrying([&]() {
+    auto req = impl->client.svc().explainRequest();
+    req.setSession(impl->id);
+    req.setTask(task);
+    auto reply = req.send().wait(impl->client.waitScope());
+    out.summary = reply.getSummary();
+    out.details.clear();
+    for (auto line : reply.getDetails()) out.details.emplace_back(line);
+  });
+  return out;
+}
+
 void Session::close() {
   if (impl->closed) return;
   impl->closed = true;

@@ -73,7 +73,8 @@ async function main() {
   const http = `http://${server.found['http address=']}`;
   for (const i of [0, 1]) {
     // governor-1 keeps the tests' executor warm: its functions are listed.
-    const executor = i === 1 ? ['--executor', `testfn=${EXECUTOR}`] : [];
+    // governor-0 offers two GPUs: its resources column shows them.
+    const executor = i === 1 ? ['--executor', `testfn=${EXECUTOR}`] : ['--resource', 'gpus=[0,1]'];
     await start(GOVERNOR, ['--server', rpc, '--work-dir', path.join(work, `governor-${i}`), '--name', `governor-${i}`,
       '--cpus', '2', '--log-level', 'warn', ...executor], ['registered governor=']);
   }
@@ -121,7 +122,9 @@ stdout = true
     const offered = await page.locator('[data-testid=governor-functions]').nth(1).getAttribute('title');
     check(offered.split('\n').includes('testfn/upper'), `functions in the title: ${offered}`);
     await page.locator('#live[data-state=live]').waitFor();
-    console.log('ok: overview lists governor-0 and governor-1 (its functions too), live');
+    const pools = await page.locator('[data-testid=governor-resources]').allTextContents();
+    check(/(^|, )gpus 0\/2(,|$)/.test(pools[0]) && !/gpus/.test(pools[1]), `resources listed: ${pools}`);
+    console.log('ok: overview lists governor-0 and governor-1 (its functions and resources too), live');
 
     const run = spawn(SQUALL, ['run', '--keep-going', pipeline], {
       stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, SQUALL_SERVER: rpc },

@@ -80,6 +80,8 @@ int runWait(const SessionCommandOptions& options);
 int runFetch(const SessionCommandOptions& options);
 int runCancel(const SessionCommandOptions& options);
 int runLogs(const SessionCommandOptions& options);
+// Why a task is not running yet (or how it ended).
+int runExplain(const SessionCommandOptions& options);
 
 // Starts a server with one governor, runs a small sample pipeline, prints
 // what it made, and stops.

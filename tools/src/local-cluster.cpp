@@ -82,7 +82,7 @@ std::string findProgram(const std::string& name) {
 }
 
 ChildProcess::ChildProcess(const std::string& program, const std::vector<std::string>& args,
-                           const std::vector<int>& inheritFds)
+                           const std::vector<int>& inheritFds, const std::vector<std::string>& wrap)
     : name(fs::path(program).filename()) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw systemError("pipe");
@@ -106,17 +106,20 @@ ChildProcess::ChildProcess(const std::string& program, const std::vector<std::st
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   std::vector<char*> argv;
+  for (auto& w : wrap) argv.push_back(const_cast<char*>(w.c_str()));
   argv.push_back(const_cast<char*>(program.c_str()));
   for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  int rc = posix_spawn(&childPid, program.c_str(), &actions, &attr, argv.data(), environ);
+  // posix_spawnp looks a bare name up on PATH; findProgram's paths are
+  // absolute and used as they are.
+  int rc = posix_spawnp(&childPid, argv[0], &actions, &attr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
     errno = rc;
-    throw systemError("cannot start " + program);
+    throw systemError("cannot start " + std::string(argv[0]));
   }
   stdoutFd = fds[0];
   pidFd = pidfd_open(childPid, 0);
@@ -254,7 +257,7 @@ void LocalCluster::startServer(const std::string& listen) {
   args.insert(args.end(), options.serverArgs.begin(), options.serverArgs.end());
   stopped = false;
   serverProcess = std::make_unique<ChildProcess>(findProgram("squall-server"), args,
-                                                 std::vector<int>{lifelineRead});
+                                                 std::vector<int>{lifelineRead}, options.serverWrap);
   auto line = serverProcess->expectLine("listening address=", options.startTimeout);
   address = line.substr(std::string("listening address=").size());
   if (options.http != "off") {
@@ -286,12 +289,17 @@ size_t LocalCluster::addGovernor() {
   if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
   for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
   args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
+  if (index < options.governorListenEach.size() && !options.governorListenEach[index].empty()) {
+    args.insert(args.end(), {"--listen", options.governorListenEach[index]});
+  }
   if (index < options.governorArgsEach.size()) {
     args.insert(args.end(), options.governorArgsEach[index].begin(), options.governorArgsEach[index].end());
   }
+  std::vector<std::string> wrap;
+  if (index < options.governorWrapEach.size()) wrap = options.governorWrapEach[index];
   stopped = false;
   governorProcesses.push_back(std::make_unique<ChildProcess>(findProgram("squall-governor"), args,
-                                                             std::vector<int>{lifelineRead}));
+                                                             std::vector<int>{lifelineRead}, wrap));
   governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
   return index;
 }

@@ -97,6 +97,20 @@ std::string describe(const ObjectInfo& o) {
   return text;
 }
 
+// The tasks `options.task` names: an id, or every task with that name.
+std::vector<TaskInfo> findTasks(Session& session, const SessionCommandOptions& options) {
+  std::vector<TaskInfo> found;
+  if (allDigits(options.task)) {
+    found = session.tasks({std::stoull(options.task)});
+  } else {
+    for (auto& info : session.tasks({}, {}, 1000000)) {
+      if (info.name == options.task) found.push_back(info);
+    }
+  }
+  if (found.empty()) throw Error("no task '" + options.task + "' in session " + options.session);
+  return found;
+}
+
 // Runs `body`, turning client errors into a message and exit status 1.
 template <typename Body>
 int guarded(const char* command, Body&& body) {
@@ -211,16 +225,7 @@ int runLogs(const SessionCommandOptions& options) {
   return guarded("logs", [&]() {
     Client client(options.server, options.token);
     auto session = attachSession(client, options.session);
-    std::vector<TaskInfo> found;
-    if (allDigits(options.task)) {
-      found = session.tasks({std::stoull(options.task)});
-    } else {
-      for (auto& info : session.tasks({}, {}, 1000000)) {
-        if (info.name == options.task) found.push_back(info);
-      }
-    }
-    if (found.empty()) throw Error("no task '" + options.task + "' in session " + options.session);
-    for (auto& info : found) {
+    for (auto& info : findTasks(session, options)) {
       printf("task %llu %s (%s): %s\n", static_cast<unsigned long long>(info.id), info.name.c_str(),
              info.type.c_str(), info.state.c_str());
       if (!info.governor.empty()) printf("governor: %s\n", info.governor.c_str());
@@ -243,6 +248,26 @@ int runLogs(const SessionCommandOptions& options) {
         printf("--- stderr (tail) ---\n");
         printIndented(info.stderrTail, "");
       }
+    }
+    return 0;
+  });
+}
+
+int runExplain(const SessionCommandOptions& options) {
+  return guarded("explain", [&]() {
+    Client client(options.server, options.token);
+    auto session = attachSession(client, options.session);
+    auto found = findTasks(session, options);
+    // An array step's name: its first tasks only.
+    constexpr size_t MAX_EXPLAINED = 20;
+    for (size_t i = 0; i < found.size() && i < MAX_EXPLAINED; i++) {
+      auto why = session.explain(found[i].id);
+      printf("task %llu %s (%s): %s\n", static_cast<unsigned long long>(found[i].id), found[i].name.c_str(),
+             found[i].state.c_str(), why.summary.c_str());
+      for (auto& line : why.details) printf("  %s\n", line.c_str());
+    }
+    if (found.size() > MAX_EXPLAINED) {
+      printf("(%zu more tasks named '%s')\n", found.size() - MAX_EXPLAINED, options.task.c_str());
     }
     return 0;
   });

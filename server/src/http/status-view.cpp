@@ -560,17 +560,18 @@ Json StatusView::task(uint64_t id, uint64_t n) {
     } else {
       out["attributes"] = nullptr;
     }
+    // What it asked for besides cpus, as written: "2", "0.5", "2G", "all".
     auto resources = spec.getResources();
-    Json custom = Json::array();
-    for (auto c : resources.getCustom()) custom.push_back({{"name", c.getName().cStr()}, {"amount", c.getAmount()}});
-    out["resources"] = {{"cpus", resources.getCpus()},
-                        {"memoryMb", resources.getMemoryMb()},
-                        {"gpus", resources.getGpus()},
-                        {"custom", custom}};
+    Json requests = Json::array();
+    for (auto r : resources.getRequests()) {
+      requests.push_back({{"name", r.getName().cStr()}, {"amount", r.getAll() ? "all" : formatAmount(r.getAmount())}});
+    }
+    out["resources"] = {{"cpus", resources.getCpus()}, {"requests", std::move(requests)}};
     auto policy = spec.getPolicy();
     out["policy"] = {{"retries", policy.getRetries()},
                      {"allowFailure", policy.getAllowFailure()},
-                     {"timeLimitMs", policy.getTimeLimitMs()}};
+                     {"timeLimitMs", policy.getTimeLimitMs()},
+                     {"expectedMs", policy.getExpectedMs()}};
     out["config"] = configJson(spec);
     Json inputs = Json::array();
     auto specInputs = spec.getInputs();

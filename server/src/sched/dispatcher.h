@@ -58,6 +58,7 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   void expectedGone(const std::map<std::string, GovernorId>& missing);
 
   size_t readyCount() const { return scheduler.readyCount(); }
+  const Scheduler& placement() const { return scheduler; }
   uint64_t passes() const { return passCount; }
 
  private:

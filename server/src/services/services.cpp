@@ -1,5 +1,7 @@
 #include "services.h"
 
+#include "explain.h"
+
 #include <algorithm>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
@@ -439,6 +441,24 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     if (found == 0) found = context.history.findByName(std::string_view(name.begin(), name.size()));
     SQUALL_REQUIRE(found != 0, "no session is named '", name, "'");
     call.getResults().setSession(found);
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> explain(ExplainContext call) override {
+    auto params = call.getParams();
+    auto id = params.getSession();
+    SQUALL_REQUIRE(context.sessions.find(id) != nullptr || context.history.find(id) == nullptr,
+                   "session ", id, " is closed: explain answers for open sessions (`squall logs` shows how its "
+                   "tasks ended)");
+    auto& session = context.sessions.get(id);
+    auto it = session.tasks.find(params.getTask());
+    SQUALL_REQUIRE(it != session.tasks.end(), "unknown task ", params.getTask(), " in session ", id);
+    auto why = explainTask(session, it->second, context.dispatcher.placement(), context.governors,
+                           context.dispatcher.held());
+    auto results = call.getResults();
+    results.setSummary(why.summary);
+    auto details = results.initDetails(why.details.size());
+    for (uint i = 0; i < details.size(); i++) details.set(i, why.details[i]);
     return kj::READY_NOW;
   }
 

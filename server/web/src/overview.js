@@ -41,13 +41,22 @@ function functionsSummary(functions) {
   return [...byExecutor].map(([e, n]) => `${e} (${n})`).join(', ');
 }
 
+// A governor's pools besides cpus: "gpus 1/2, mem 2 GB/16 GB" (in use /
+// capacity; sums of mem in bytes).
+function resourcesSummary(resources) {
+  const names = Object.keys(resources || {}).sort();
+  if (!names.length) return '—';
+  const amount = (name, value) => (name === 'mem' ? formatBytes(value) : `${Math.round(value * 10000) / 10000}`);
+  return names.map((n) => `${n} ${amount(n, resources[n].used)}/${amount(n, resources[n].capacity)}`).join(', ');
+}
+
 function governorsTable(governors) {
   if (!governors.length) {
     return h('p', { class: 'empty' }, 'No governor is connected. Start one with ',
       h('code', {}, 'squall-governor --server HOST:PORT'), ' or use ', h('code', {}, 'squall start'), '.');
   }
   return h('table', { class: 'grid', 'data-testid': 'governors' },
-    h('thead', {}, h('tr', {}, ['governor', 'cpus in use', 'tasks', 'queued', 'objects', 'data held', 'functions', 'data address']
+    h('thead', {}, h('tr', {}, ['governor', 'cpus in use', 'tasks', 'queued', 'resources in use', 'objects', 'data held', 'functions', 'data address']
       .map((c) => h('th', {}, c)))),
     h('tbody', {}, governors.map((g) => h('tr', { 'data-testid': 'governor-row', 'data-name': g.name },
       h('td', { class: 'name' }, g.name),
@@ -56,6 +65,7 @@ function governorsTable(governors) {
       h('span', { class: 'meter-text' }, `${g.cpusUsed} / ${g.cpus}`)),
       h('td', { class: 'num' }, formatCount(g.tasks)),
       h('td', { class: 'num' }, formatCount(g.cpusQueued)),
+      h('td', { 'data-testid': 'governor-resources' }, resourcesSummary(g.resources)),
       h('td', { class: 'num' }, formatCount(g.objects)),
       h('td', { class: 'num' }, formatBytes(g.bytesHeld)),
       h('td', { 'data-testid': 'governor-functions', title: (g.functions || []).join('\n') },

@@ -215,6 +215,11 @@ struct TaskInfo {
   std::vector<ObjectInfo> outputs;
 };
 
+struct TaskExplanation {
+  std::string summary;               // one line
+  std::vector<std::string> details;  // the facts behind it
+};
+
 class Task {
  public:
   uint64_t id() const { return n; }
@@ -348,6 +353,10 @@ class Session {
   // any), failures first.
   std::vector<TaskInfo> tasks(const std::vector<uint64_t>& ids = {},
                               const std::vector<std::string>& states = {}, uint32_t limit = 1000);
+  // Why a task is where it is (`squall explain`): for one not running yet,
+  // what it waits for (inputs, resources and who holds them, room on the
+  // governors, its place in the queue); for one that ended, how.
+  TaskExplanation explain(uint64_t task);
   // Removes everything of the session on the server; later calls throw.
   void close();
   // Leave the session open on the server when this object goes (for

@@ -17,9 +17,12 @@ namespace squall {
 class ChildProcess {
  public:
   // `inheritFds`: descriptors of ours the child gets under the same numbers
-  // (everything else of ours is close-on-exec and stays here).
+  // (everything else of ours is close-on-exec and stays here). `wrap`: a
+  // command (looked up on PATH) that `program` is run under, which must
+  // exec it, e.g. {"ip", "netns", "exec", NAME}: the pid, the signals and
+  // the inherited descriptors are then the program's.
   ChildProcess(const std::string& program, const std::vector<std::string>& args,
-               const std::vector<int>& inheritFds = {});
+               const std::vector<int>& inheritFds = {}, const std::vector<std::string>& wrap = {});
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -80,6 +83,19 @@ struct ClusterOptions {
   // Executors every governor keeps warm (tasklib), as NAME=PROGRAM: each
   // governor gets `--executor NAME=PROGRAM`.
   std::vector<std::string> executors;
+  // Many hosts on one machine (tools/netns.sh, tests/multihost-test.cpp):
+  // a command each process is started under, which must exec it (see
+  // ChildProcess), e.g. {"ip", "netns", "exec", "mh1a2b-0"} to run it in a
+  // network namespace; the lifeline survives the exec. Empty: started as
+  // it is. `listen` and `http` then name an address of that namespace.
+  std::vector<std::string> serverWrap;
+  // governorWrapEach[i]: governor i's (none past the end).
+  std::vector<std::vector<std::string>> governorWrapEach;
+  // governorListenEach[i]: where governor i's data service listens, which
+  // is also the address it announces to the server and its peers (its
+  // --listen, HOST:PORT; port 0: a free one). Empty or past the end: the
+  // governor's default, 127.0.0.1:0.
+  std::vector<std::string> governorListenEach;
   std::chrono::milliseconds startTimeout = std::chrono::seconds(30);
 };
 
