@@ -64,6 +64,9 @@ void writeOutput(squall::Output& out, uint64_t size) {
   close(fd);
 }
 
+// Where the inputs' bytes are summed to, so that the reads stay.
+volatile unsigned readSink;
+
 void esteeTask(squall::Call& call) {
   auto task = squall::bench::EsteeTask::parse(call.config());
   if (call.outputCount() != task.outputSizes.size()) {
@@ -83,9 +86,7 @@ void esteeTask(squall::Call& call) {
     }
     for (size_t at = 0; at < bytes.size(); at += 4096) sum += static_cast<unsigned char>(bytes[at]);
   }
-  // Keeps the reads.
-  static volatile unsigned sink;
-  sink = sum;
+  readSink = sum;
   std::this_thread::sleep_for(task.duration);
   for (size_t i = 0; i < call.outputCount(); i++) writeOutput(call.output(i), task.outputSizes[i]);
 }
