@@ -64,8 +64,8 @@ void writeOutput(squall::Output& out, uint64_t size) {
   close(fd);
 }
 
-// Where the bytes read go, so the reads are not optimised away.
-volatile unsigned readSink = 0;
+// Where the inputs' bytes are summed to, so that the reads stay.
+volatile unsigned readSink;
 
 void esteeTask(squall::Call& call) {
   auto task = squall::bench::EsteeTask::parse(call.config());
@@ -86,7 +86,7 @@ void esteeTask(squall::Call& call) {
     }
     for (size_t at = 0; at < bytes.size(); at += 4096) sum += static_cast<unsigned char>(bytes[at]);
   }
-  readSink = readSink + sum;  // keeps the reads
+  readSink = sum;
   std::this_thread::sleep_for(task.duration);
   for (size_t i = 0; i < call.outputCount(); i++) writeOutput(call.output(i), task.outputSizes[i]);
 }

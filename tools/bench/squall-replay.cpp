@@ -41,6 +41,8 @@ struct Options {
   std::string prefix = "squall";
   bool expectedDurations = true;
   bool check = false;
+  // Where --trace writes each run's tasks (empty: nowhere); implies check.
+  std::string traceDir;
 };
 
 uint64_t bytesOf(double mib, double sizeScale) { return uint64_t(std::llround(mib * 1048576.0 * sizeScale)); }
@@ -56,6 +58,8 @@ struct Run {
   double movedMiB = 0;
   std::map<std::string, size_t> tasksPerGovernor;
   std::vector<std::string> problems;
+  // With --trace: "task,governor,start_s,end_s" lines, times from submit.
+  std::string trace;
 };
 
 Run replay(squall::Client& client, const squall::bench::EsteeGraph& graph, const std::string& family,
@@ -85,6 +89,7 @@ Run replay(squall::Client& client, const squall::bench::EsteeGraph& graph, const
   }
   Run run;
   auto start = Clock::now();
+  double submitted = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   session.submit();
   session.waitAll();
   run.makespan = std::chrono::duration<double>(Clock::now() - start).count();
@@ -116,6 +121,13 @@ Run replay(squall::Client& client, const squall::bench::EsteeGraph& graph, const
         run.problems.push_back("task " + std::to_string(i) + " is " + info.state + ": " + info.error);
       }
       run.tasksPerGovernor[info.governor]++;
+      if (!options.traceDir.empty()) {
+        char line[256];
+        double begin = info.startTimeUs / 1e6 - submitted;
+        snprintf(line, sizeof line, "%zu,%s,%.6f,%.6f\n", i, info.governor.c_str(), begin,
+                 begin + info.durationUs / 1e6);
+        run.trace += line;
+      }
       const auto& t = graph.tasks[i];
       if (info.outputs.size() != t.outputs.size()) {
         run.problems.push_back("task " + std::to_string(i) + " made " + std::to_string(info.outputs.size()) +
@@ -184,9 +196,16 @@ int main(int argc, char** argv) {
   app.add_flag("--check", options.check,
                "check that every task finished and made outputs of the right sizes (exit 1 if not); "
                "also report bytes moved between governors");
+  app.add_option("--trace", options.traceDir,
+                 "write DIR/<family>-<run>.csv: per task (its index in the graph) the governor, start and end "
+                 "in seconds from submit (implies --check)");
   app.add_flag("--no-expected-durations", noExpected, "do not tell the scheduler the tasks' expected durations");
   CLI11_PARSE(app, argc, argv);
   options.expectedDurations = !noExpected;
+  if (!options.traceDir.empty()) {
+    options.check = true;
+    fs::create_directories(options.traceDir);
+  }
 
   try {
     std::vector<squall::bench::EsteeGraph> loaded;
@@ -253,6 +272,13 @@ int main(int argc, char** argv) {
             details += sep + std::to_string(count);
             sep = ",";
           }
+        }
+        if (!options.traceDir.empty()) {
+          auto path = fs::path(options.traceDir) / (family + "-" + std::to_string(r + 1) + ".csv");
+          FILE* file = fopen(path.c_str(), "w");
+          if (file == nullptr) throw std::runtime_error("cannot write " + path.string());
+          fprintf(file, "task,governor,start_s,end_s\n%s", run.trace.c_str());
+          fclose(file);
         }
         for (auto& problem : run.problems) {
           fprintf(stderr, "# %s: %s\n", family.c_str(), problem.c_str());

@@ -19,7 +19,9 @@
 #   --families A,B      some families only (FAMILIES; default all)
 #   --systems S,..      of squall, random, dask (SYSTEMS; default all three)
 #   --reps N            runs of each graph, median printed (REPS, 1)
-#   --keep DIR          keep graphs, logs and results in DIR (else a temp dir, removed)
+#   --keep DIR          keep graphs, logs, results and squall's task traces
+#                       (DIR/trace-<system>/, squall-replay --trace) in DIR
+#                       (else a temp dir, removed)
 #   --server-arg WORD   a word of squall-server's flags, for both squall runs
 #                       (repeatable), e.g. --server-arg --queue-depth --server-arg 0
 # Governors x cpus: GOVERNORS (4), CPUS (4). Build tree: SQUALL_BUILD
@@ -99,6 +101,14 @@ for f in $("$here/estee-gen.py" --list | cut -d' ' -f1); do
 done
 mostOutputs=$("$here/estee-gen.py" --info "${graphs[@]}" | sed 's/.*max_outputs=//' | sort -n | tail -1)
 scales=(--time-scale "$TIME_SCALE" --size-scale "$SIZE_SCALE" --reps "$REPS")
+# Sets check to squall-replay's --check, or with --keep to --trace (which
+# checks too) into $work/trace-NAME.
+check=()
+checkArgs() {
+  check=(--check)
+  [[ -n $keep ]] && check=(--trace "$work/trace-$1")
+  return 0
+}
 replayServerArgs=()
 for word in "${serverArgs[@]}"; do replayServerArgs+=("--server-arg=$word"); done
 echo "# load average: $(cut -d' ' -f1-3 /proc/loadavg); ${#graphs[@]} graphs, seed $SEED," \
@@ -149,10 +159,12 @@ runLoopback() {
   local system=$1
   case $system in
     squall)
-      measure squall "$replay" --prefix squall --check --governors "$GOVERNORS" --cpus "$CPUS" \
+      checkArgs squall
+      measure squall "$replay" --prefix squall "${check[@]}" --governors "$GOVERNORS" --cpus "$CPUS" \
         "${replayServerArgs[@]}" "${scales[@]}" "${graphs[@]}" ;;
     random)
-      measure squall_random "$replay" --prefix squall_random --check --governors "$GOVERNORS" --cpus "$CPUS" \
+      checkArgs squall_random
+      measure squall_random "$replay" --prefix squall_random "${check[@]}" --governors "$GOVERNORS" --cpus "$CPUS" \
         --server-arg=--scheduler --server-arg=random --server-arg=--scheduler-seed --server-arg="$SEED" \
         "${replayServerArgs[@]}" "${scales[@]}" "${graphs[@]}" ;;
     dask)
@@ -168,7 +180,7 @@ runLoopback() {
 addr=()
 netnsUp() {
   [[ -x $NETNS_SH ]] || {
-    echo "run.sh: --netns needs tools/netns.sh (not in this tree yet)" >&2
+    echo "run.sh: --netns needs $NETNS_SH" >&2
     exit 1
   }
   nsprefix=sqe$$
@@ -210,7 +222,8 @@ runNetns() {
         extra=(--scheduler random --scheduler-seed "$SEED")
       fi
       squallClusterUp "$name" "${extra[@]}" "${serverArgs[@]}"
-      measure "$name" "$replay" --prefix "$name" --check --server "$server" "${scales[@]}" "${graphs[@]}"
+      checkArgs "$name"
+      measure "$name" "$replay" --prefix "$name" "${check[@]}" --server "$server" "${scales[@]}" "${graphs[@]}"
       stopBackground ;;
     dask)
       local i
