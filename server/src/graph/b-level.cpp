@@ -25,8 +25,7 @@ void forEachSuccessor(const TaskNode& task, Visit&& visit) {
 void updateBLevels(const std::vector<TaskNode*>& added) {
   for (auto* task : added) {
     uint64_t ms = expectedMs(task->spec);
-    task->costKnown = ms > 0;
-    task->cost = task->costKnown ? double(ms) : 1.0;
+    task->cost = ms > 0 ? double(ms) : 1.0;
   }
   // Consumers first: every successor of a new task is new (the graph only
   // grows downstream), so one reverse sweep settles the new tasks.

@@ -102,7 +102,6 @@ struct TaskNode {
   // priority while it waits to be placed.
   double cost = 1;
   double bLevel = 1;
-  bool costKnown = false;
   // When it was last assigned (the pass's serial): a governor's most
   // recently assigned tasks are the last in its queue, the ones taken
   // back first when another governor is idle (work stealing).

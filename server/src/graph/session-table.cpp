@@ -172,6 +172,14 @@ void SessionTable::assigned(TaskNode& task, GovernorId governor) {
   task.governor = governor;
 }
 
+kj::Maybe<TaskNode&> SessionTable::findTask(Id id) {
+  KJ_IF_MAYBE(session, find(id.session)) {
+    auto it = session->tasks.find(id.n);
+    if (it != session->tasks.end()) return it->second;
+  }
+  return nullptr;
+}
+
 void SessionTable::retracted(TaskNode& task) {
   auto& session = sessions.at(task.id.session);
   task.governor = 0;

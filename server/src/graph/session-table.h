@@ -57,6 +57,8 @@ class SessionTable {
   // Throws FAILED "unknown session" for ids never opened or already closed.
   Session& get(uint64_t id);
   kj::Maybe<Session&> find(uint64_t id);
+  // A task of an open session, or nullptr.
+  kj::Maybe<TaskNode&> findTask(Id id);
   void close(uint64_t id);
   void closeOwnedBy(const void* owner);
   // Drops a session from memory only (one that could not be restored: its

@@ -10,6 +10,15 @@ namespace {
 constexpr size_t MAX_TASKS_PER_ASSIGN = 16384;
 constexpr uint64_t MAX_TASK_BYTES_PER_ASSIGN = 16 << 20;
 constexpr uint64_t MAX_CONSTANT_BYTES_PER_ASSIGN = 16 << 20;
+
+// Task `id` while it is assigned to `governor` (not cancelled, closed or
+// placed elsewhere since).
+kj::Maybe<TaskNode&> assignedTo(SessionTable& sessions, Id id, GovernorId governor) {
+  KJ_IF_MAYBE(task, sessions.findTask(id)) {
+    if (task->state == TaskNode::State::ASSIGNED && task->governor == governor) return *task;
+  }
+  return nullptr;
+}
 }  // namespace
 
 void Dispatcher::kick() {
@@ -203,13 +212,7 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
   // closed, since is not sent, and its place on the governor is free again.
   std::vector<Id> assign;
   for (auto& id : take(governor.toAssign, cut.assign)) {
-    bool current = false;
-    KJ_IF_MAYBE(session, sessions.find(id.session)) {
-      auto it = session->tasks.find(id.n);
-      current = it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
-                it->second.governor == governor.id;
-    }
-    if (current) {
+    if (assignedTo(sessions, id, governor.id) != nullptr) {
       assign.push_back(id);
     } else {
       governors.release(governor.id, id);
@@ -373,12 +376,7 @@ void Dispatcher::assignFailed(GovernorId gid, const std::vector<Id>& sent, const
     }
   }
   for (auto& id : sent) {
-    KJ_IF_MAYBE(session, sessions.find(id.session)) {
-      auto it = session->tasks.find(id.n);
-      if (it == session->tasks.end() || it->second.state != TaskNode::State::ASSIGNED ||
-          it->second.governor != gid) {
-        continue;
-      }
+    if (assignedTo(sessions, id, gid) != nullptr) {
       capnp::MallocMessageBuilder message;
       auto result = message.initRoot<wire::TaskResult>();
       id.to(result.initId());
@@ -419,22 +417,13 @@ void Dispatcher::retracted(const Retraction& retraction, const std::vector<Id>& 
   scheduler.retractionSettled(retraction);
   sessions.stats().tasksStolen += back.size();
   for (auto& id : retraction.tasks) {
-    KJ_IF_MAYBE(session, sessions.find(id.session)) {
-      auto it = session->tasks.find(id.n);
-      if (it != session->tasks.end()) it->second.retracting = false;
-    }
+    KJ_IF_MAYBE(task, sessions.findTask(id)) { task->retracting = false; }
   }
   for (auto& id : back) {
     // The governor dropped it and never reports it: its capacity is free
     // whatever became of the task meanwhile (a cancel finds it gone).
     governors.release(retraction.from, id);
-    KJ_IF_MAYBE(session, sessions.find(id.session)) {
-      auto it = session->tasks.find(id.n);
-      if (it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
-          it->second.governor == retraction.from) {
-        sessions.retracted(it->second);
-      }
-    }
+    KJ_IF_MAYBE(task, assignedTo(sessions, id, retraction.from)) { sessions.retracted(*task); }
   }
   kick();
 }

@@ -3,7 +3,6 @@
 #include <squall/proto/resource-amounts.h>
 
 #include <algorithm>
-#include <unordered_set>
 
 namespace squall {
 
@@ -73,11 +72,7 @@ std::string refusal(const GovernorState& g, const TaskNode& task, uint32_t depth
     if (want > state.capacity) {
       return "has " + formatAmount(state.capacity) + " " + ask.name + " in all, the task asks " + formatAmount(want);
     }
-    bool fits = want <= free;
-    if (fits && state.indexed && !ask.all && ask.units % RESOURCE_UNIT != 0) {
-      fits = fitsNow(g.pools, {ask});  // a share must come from one item
-    }
-    if (!fits) {
+    if (!fitsNow(g.pools, {ask})) {
       if (resource.empty()) resource = ask.name;
       auto holders = holdersOf(g, ask.name, session);
       return ask.name + ": " + formatAmount(free) + " of " + formatAmount(state.capacity) +

@@ -12,6 +12,11 @@ bool offers(const GovernorState& g, const TaskNode& task) {
   return (task.function.empty() || g.functions.count(task.function) != 0) && fitsNow(g.pools, task.resources);
 }
 
+int64_t countOf(const std::map<GovernorId, int64_t>& counts, GovernorId id) {
+  auto it = counts.find(id);
+  return it == counts.end() ? 0 : it->second;
+}
+
 uint32_t freeCpus(const GovernorState& g) { return g.load >= g.cpus ? 0u : g.cpus - g.load; }
 
 // Room for `cpus` more within its cpus plus `depth` queued.
@@ -30,19 +35,11 @@ uint64_t localBytes(const TaskNode& task, GovernorId g) {
   }
   return local;
 }
-
-kj::Maybe<TaskNode&> findTask(SessionTable& sessions, Id id) {
-  KJ_IF_MAYBE(session, sessions.find(id.session)) {
-    auto it = session->tasks.find(id.n);
-    if (it != session->tasks.end()) return it->second;
-  }
-  return nullptr;
-}
 }  // namespace
 
 void Scheduler::enqueue(const std::vector<Id>& ids, SessionTable& sessions) {
   for (auto& id : ids) {
-    KJ_IF_MAYBE(task, findTask(sessions, id)) { ready.push(id, task->bLevel); }
+    KJ_IF_MAYBE(task, sessions.findTask(id)) { ready.push(id, task->bLevel); }
   }
 }
 
@@ -148,7 +145,7 @@ void Scheduler::place(SessionTable& sessions, GovernorPool& governors) {
   std::vector<const StreamGroup*> tried;
   while (!ready.empty() && room) {
     auto entry = ready.pop();
-    KJ_IF_MAYBE(task, findTask(sessions, entry.id)) {
+    KJ_IF_MAYBE(task, sessions.findTask(entry.id)) {
       if (task->state != TaskNode::State::READY) continue;
       if (task->group != nullptr) {
         bool allReady = true;
@@ -183,22 +180,17 @@ std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& g
   std::vector<Retraction> out;
   if (options.placement != Placement::BLEVEL || !options.steal) return out;
   auto& all = governors.all();
+  auto room = [&](const GovernorState& g) { return int64_t(freeCpus(g)) - countOf(incoming, g.id); };
+  // Mostly every governor is busy: nothing to do, and nothing looked at.
+  if (std::none_of(all.begin(), all.end(), [&](auto& entry) { return room(entry.second) > 0; })) return out;
   // What each governor holds queued beyond its cpus and is not already
   // giving back.
   std::map<GovernorId, int64_t> surplus;
-  for (auto& [gid, g] : all) {
-    int64_t queued = int64_t(g.load) - int64_t(g.cpus);
-    for (auto& [id, cpus] : g.assigned) {
-      KJ_IF_MAYBE(task, findTask(sessions, id)) {
-        if (task->retracting) queued -= cpus;
-      }
-    }
-    surplus[gid] = queued;
-  }
+  for (auto& [gid, g] : all) surplus[gid] = int64_t(g.load) - int64_t(g.cpus) - countOf(outgoing, gid);
   std::map<std::pair<GovernorId, GovernorId>, size_t> retractionOf;
   for (auto& [tid, thief] : all) {
-    int64_t room = int64_t(freeCpus(thief)) - incoming[tid];
-    while (room > 0) {
+    int64_t left = room(thief);
+    while (left > 0) {
       // The governor with the most queued.
       GovernorState* victim = nullptr;
       for (auto& [vid, g] : all) {
@@ -211,16 +203,16 @@ std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& g
       // still in its outbox (never sent) nor stream group members.
       std::vector<TaskNode*> candidates;
       for (auto& [id, cpus] : victim->assigned) {
-        KJ_IF_MAYBE(task, findTask(sessions, id)) {
+        KJ_IF_MAYBE(task, sessions.findTask(id)) {
           if (task->retracting || task->group != nullptr || task->state != TaskNode::State::ASSIGNED ||
-              task->cpus == 0 || task->cpus > room || !offers(thief, *task)) {
+              task->cpus == 0 || task->cpus > left || !offers(thief, *task)) {
             continue;
           }
           candidates.push_back(task);
         }
       }
       for (auto& id : victim->toAssign) {
-        KJ_IF_MAYBE(task, findTask(sessions, id)) {
+        KJ_IF_MAYBE(task, sessions.findTask(id)) {
           candidates.erase(std::remove(candidates.begin(), candidates.end(), task), candidates.end());
         }
       }
@@ -236,14 +228,15 @@ std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& g
       if (fresh) out.push_back(Retraction{victim->id, tid, {}, 0});
       auto& retraction = out[it->second];
       for (auto* task : candidates) {
-        if (room <= 0 || surplus[victim->id] <= 0) break;
-        if (task->cpus > room) continue;
+        if (left <= 0 || surplus[victim->id] <= 0) break;
+        if (task->cpus > left) continue;
         task->retracting = true;
-        room -= task->cpus;
+        left -= task->cpus;
         surplus[victim->id] -= task->cpus;
         retraction.tasks.push_back(task->id);
         retraction.cpus += task->cpus;
         incoming[tid] += task->cpus;
+        outgoing[victim->id] += task->cpus;
       }
     }
   }
@@ -255,10 +248,14 @@ std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& g
 }
 
 void Scheduler::retractionSettled(const Retraction& retraction) {
-  auto it = incoming.find(retraction.to);
-  if (it == incoming.end()) return;
-  it->second -= retraction.cpus;
-  if (it->second <= 0) incoming.erase(it);
+  auto settle = [&](std::map<GovernorId, int64_t>& counts, GovernorId id) {
+    auto it = counts.find(id);
+    if (it == counts.end()) return;
+    it->second -= retraction.cpus;
+    if (it->second <= 0) counts.erase(it);
+  };
+  settle(incoming, retraction.to);
+  settle(outgoing, retraction.from);
 }
 
 }  // namespace squall

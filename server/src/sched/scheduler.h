@@ -86,8 +86,10 @@ class Scheduler {
   std::mt19937_64 random;
   // Counts place() calls: TaskNode::assignedAt.
   uint64_t passes = 0;
-  // Cpus' worth of tasks being taken back for each thief.
+  // Cpus' worth of tasks being taken back for each thief, and from each
+  // loaded governor.
   std::map<GovernorId, int64_t> incoming;
+  std::map<GovernorId, int64_t> outgoing;
 
   // Places every member of `group` or none; false when they do not fit now.
   bool placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors);
