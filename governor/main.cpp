@@ -54,6 +54,7 @@ struct Flags {
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::vector<std::string> executors;
+  uint32_t executorPipeline = squall::ExecutorPool::DEFAULT_PIPELINE;
   std::vector<std::string> resources;
   bool detect = false;
   std::string procRoot = "/proc";
@@ -278,7 +279,8 @@ int run(const Flags& flags) {
         return 1;
       }
     }
-    ExecutorPool executors(bridge, timer, *io.lowLevelProvider, logger, captureEnvironment(), kj::str(tasksDir));
+    ExecutorPool executors(bridge, timer, *io.lowLevelProvider, logger, captureEnvironment(), kj::str(tasksDir),
+                           flags.executorPipeline);
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { executors.start(kj::mv(decls)).wait(io.waitScope); })) {
       failure = kj::str(userMessage(*e));
       return 1;
@@ -420,6 +422,11 @@ int main(int argc, char** argv) {
                  "call tasks, as NAME=PROGRAM; repeatable. Started with the governor to learn its "
                  "functions and kept warm (docs/tasklib.md)")
       ->type_name("NAME=PROGRAM");
+  app.add_option("--executor-pipeline", flags.executorPipeline,
+                 "calls an executor process may hold at once, the running one included: when no cpu is "
+                 "free, a call of a short function (recent calls under 2 ms) may wait behind the calls "
+                 "of a busy process instead of for a cpu (docs/tasklib.md); 1: one call at a time")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--resource", flags.resources,
                  "a resource offered to tasks besides cpus: NAME=[ID,ID,...] (items with ids), NAME=COUNT "
                  "(items 0..COUNT-1) or NAME=sum(AMOUNT) (an amount, e.g. sum(200G)); repeatable; replaces a "

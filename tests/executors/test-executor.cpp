@@ -9,7 +9,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -51,6 +53,16 @@ int main(int argc, char** argv) {
       abort();
     }
     call.output(0).write("second try");
+  });
+  // Does what its config says, then answers "ok" (or its input, if any):
+  // "" nothing, "sleep=MS" sleeps, "abort" crashes ("sleep=MS abort": both). One function that is
+  // short until asked not to be (the governor's queued calls,
+  // tests/tasklib-pipeline-test.cpp).
+  ex.add("act", [](squall::Call& call) {
+    std::string config(call.config());
+    if (config.rfind("sleep=", 0) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::stoul(config.substr(6))));
+    if (config.find("abort") != std::string::npos) abort();
+    call.output(0).write(call.inputCount() > 0 ? std::string(call.input(0).text()) : std::string("ok"));
   });
   // Never returns (a cancel or a time limit must kill it).
   ex.add("spin", [](squall::Call&) {

@@ -2,6 +2,8 @@
 // Loop thread only; file work on the libuv pool.
 #include "task-env.h"
 
+#include "executor-pool.h"
+
 #include <fcntl.h>
 #include <xxhash.h>
 
@@ -13,6 +15,27 @@ TaskControl::TaskControl() : cancelledPromise(nullptr) {
   auto paf = kj::newPromiseAndFulfiller<void>();
   fulfiller = kj::mv(paf.fulfiller);
   cancelledPromise = paf.promise.fork();
+}
+
+TaskControl::~TaskControl() noexcept(false) {}
+
+void TaskControl::offerHold(kj::Own<ResourceHold> given, uint64_t cpuUnits) {
+  hold = kj::mv(given);
+  holdUnits = cpuUnits;
+}
+
+kj::Maybe<kj::Own<ResourceHold>> TaskControl::takeHold() {
+  auto taken = kj::mv(hold);
+  hold = nullptr;
+  return taken;
+}
+
+void TaskControl::setRide(kj::Own<ExecutorLease> lease) { ride = kj::mv(lease); }
+
+kj::Maybe<kj::Own<ExecutorLease>> TaskControl::takeRide() {
+  auto taken = kj::mv(ride);
+  ride = nullptr;
+  return taken;
 }
 
 void TaskControl::timeOut() {

@@ -87,6 +87,7 @@ class PipeEndCap final : public wire::PipeEnd::Server {
 struct CallEnd {
   kj::Maybe<kj::String> error;
   kj::Array<kj::Maybe<OutputInfo>> outputs;
+  bool notStarted = false;
 };
 
 kj::Promise<CallEnd> callFailed(kj::String error) { return CallEnd{kj::mv(error), nullptr}; }
@@ -135,9 +136,20 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
     }
     streamOutputs.add(StreamOutputSpec{i, outputId, nullptr});
   }
-  return pool->acquire(call.getExecutor())
+  // Its place: behind the calls of a busy process (the queue found it), or
+  // a process of its own that holds its cpus.
+  kj::Promise<kj::Own<ExecutorLease>> leased = nullptr;
+  KJ_IF_MAYBE(ride, control.takeRide()) {
+    leased = kj::mv(*ride);
+  } else {
+    kj::Own<ResourceHold> hold;
+    KJ_IF_MAYBE(h, control.takeHold()) { hold = kj::mv(*h); }
+    leased = pool->acquire(call.getExecutor(), call.getFunction(), kj::mv(hold), control.heldCpuUnits(),
+                           liveInputs.empty() && streamOutputs.empty());
+  }
+  return leased
       .then([&env, spec, &control, taskId, function = kj::mv(function), liveInputs = kj::mv(liveInputs),
-             streamOutputs = kj::mv(streamOutputs)](kj::Own<ExecutorPool::Lease> lease) mutable
+             streamOutputs = kj::mv(streamOutputs)](kj::Own<ExecutorLease> lease) mutable
             -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
         auto task = spec.getTask();
@@ -195,21 +207,25 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         ends->taskInputEnds.clear();
         ends->taskOutputEnds.clear();
         auto& leaseRef = *lease;
-        // From here a cancel kills the process (nothing above can leave it
-        // registered with a lease that is gone), and so does a live input
-        // that fails.
-        control.setProcess(lease->process());
+        // A live input that fails kills the process (a call with streams
+        // never waits behind another: it runs from the start).
         ends->watchInputs(lease->process());
         auto& endsRef = *ends;
+        // A cancel ends the wait at once; the lease, dropped, kills the
+        // process if the call runs, or leaves it queued (its answer dropped)
+        // if it waits.
+        auto answered = leaseRef.send(kj::mv(request), kj::mv(outDir))
+                            .exclusiveJoin(control.whenCancelled().then([]() -> kj::Promise<ExecutorLease::Answer> {
+                              return KJ_EXCEPTION(FAILED, "cancelled");
+                            }));
         auto ended =
-            request.send()
+            kj::mv(answered)
                 .then(
-                    [&env, spec, &control, &leaseRef, &endsRef, function = kj::str(function),
-                     outDir = kj::mv(outDir)](auto response) mutable -> kj::Promise<CallEnd> {
-                      control.setProcess(nullptr);
+                    [&env, spec, &control, &endsRef, function = kj::str(function)](
+                        ExecutorLease::Answer answer) mutable -> kj::Promise<CallEnd> {
                       auto inputsSettled = endsRef.settleInputs();
-                      // Free for the next call while the outputs are adopted.
-                      leaseRef.release();
+                      auto response = kj::mv(answer.response);
+                      auto outDir = kj::mv(answer.outDir);
                       auto outputs = response.getOutputs();
                       auto ids = spec.getTask().getOutputs();
                       auto kinds = spec.getOutputKinds();
@@ -246,14 +262,18 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
                     },
                     [&control, &leaseRef, &endsRef, function = kj::str(function)](kj::Exception&& e) mutable
                     -> kj::Promise<CallEnd> {
-                      control.setProcess(nullptr);
                       // Inputs that did not reach their end were closed early.
                       endsRef.settleInputs();
                       if (control.isCancelled()) return callFailed(kj::str("cancelled"));
                       KJ_IF_MAYBE(f, endsRef.inputFailure) { return callFailed(kj::str(*f)); }
+                      if (!leaseRef.started()) {
+                        // Given back before its process reached it.
+                        CallEnd end;
+                        end.notStarted = true;
+                        return end;
+                      }
                       if (e.getType() != kj::Exception::Type::DISCONNECTED) {
                         // The function threw: its process is fine.
-                        leaseRef.release();
                         return callFailed(kj::str("function ", function, " failed: ", userMessage(e)));
                       }
                       return leaseRef.deathReason(EXIT_GRACE).then(
@@ -269,12 +289,17 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
                                            nullptr};
                           });
                     })
-                // The lease outlives both handlers; dropped unreleased, it
-                // kills the process (a cancel, a crash).
+                // The lease outlives both handlers.
                 .attach(kj::mv(lease));
         return ended
             .catch_([](kj::Exception&& e) { return CallEnd{kj::str(userMessage(e)), nullptr}; })
-            .then([&control, &endsRef, spec, taskId](CallEnd end) mutable {
+            .then([&control, &endsRef, spec, taskId](CallEnd end) mutable -> kj::Promise<TaskOutcome> {
+              if (end.notStarted) {
+                TaskOutcome outcome;
+                outcome.id = taskId;
+                outcome.notStarted = true;
+                return outcome;
+              }
               // The streams' verdict: their readers learn it once the flow
               // has ended.
               kj::Maybe<kj::String> failure;

@@ -1,5 +1,7 @@
 #include "executor-pool.h"
 
+#include "task-outcome.h"
+
 #include <cstring>
 #include <squall/proto/errors.h>
 #include <squall/proto/spec-names.h>
@@ -38,8 +40,16 @@ kj::Maybe<ExecutorDecl> parseExecutorDecl(kj::StringPtr text, kj::String& error)
   return nullptr;
 }
 
-class ExecutorPool::Worker {
- public:
+struct ExecutorPool::Slot {
+  uint64_t serial = 0;
+  Function* function = nullptr;
+  uint64_t expectedUs = 0;
+  // Whose call it is; nullptr once nobody waits for its answer.
+  ExecutorLease* lease = nullptr;
+  kj::Own<StoreTemp> outDir;
+};
+
+struct ExecutorPool::Worker {
   Worker(ExecutorPool& pool, kj::StringPtr executor) : pool(pool), executor(kj::str(executor)) { pool.alive++; }
   ~Worker() noexcept(false) { pool.alive--; }
   KJ_DISALLOW_COPY(Worker);
@@ -54,11 +64,42 @@ class ExecutorPool::Worker {
   kj::Maybe<ProcessExit> exit;
   kj::ForkedPromise<void> exited = nullptr;
   kj::Promise<void> watch = nullptr;
+  // Its connection failed: no call goes to it any more.
+  bool broken = false;
+
+  // Calls sent and not answered, in the order sent: the front one runs.
+  std::deque<kj::Own<Slot>> queue;
+  // Leases made and not sent yet, and leases that refer to it at all.
+  uint32_t reserved = 0;
+  uint32_t leases = 0;
+  // The expected time of its calls (sent or reserved), for joining.
+  uint64_t queuedUs = 0;
+  // The resources of the call that took it while idle, and their cpus.
+  kj::Maybe<kj::Own<ResourceHold>> hold;
+  uint64_t holdUnits = 0;
+  // Calls may queue behind its calls.
+  bool joinable = false;
+  // When the front call started, and which it is.
+  uint64_t frontSinceUs = 0;
+  uint64_t frontSerial = 0;
+  // Gives back the waiting calls if the front one overruns.
+  kj::Promise<void> watchdog = nullptr;
+  uint64_t watchedSerial = 0;
+  // When it last became idle (the most recent is taken first).
+  uint64_t lastUse = 0;
+
+  bool gone() const { return broken || exit != nullptr; }
+  bool idle() const { return !gone() && queue.empty() && reserved == 0; }
 };
 
+void ExecutorPool::ErrorHandler::taskFailed(kj::Exception&& e) {
+  logger.error("event=executor-call-tracking-failed error=\"{}\"", e.getDescription().cStr());
+}
+
 ExecutorPool::ExecutorPool(UvBridge& bridge, kj::Timer& timer, kj::LowLevelAsyncIoProvider& io,
-                           spdlog::logger& logger, kj::Vector<kj::String> env, kj::String cwd)
-    : bridge(bridge), timer(timer), io(io), logger(logger), env(kj::mv(env)), cwd(kj::mv(cwd)) {}
+                           spdlog::logger& logger, kj::Vector<kj::String> env, kj::String cwd, uint32_t pipeline)
+    : bridge(bridge), timer(timer), io(io), logger(logger), env(kj::mv(env)), cwd(kj::mv(cwd)),
+      pipeline(pipeline < 1 ? 1 : pipeline), calls(errors), errors(logger) {}
 
 ExecutorPool::~ExecutorPool() noexcept(false) {}
 
@@ -78,7 +119,18 @@ kj::Maybe<const ExecutorPool::Function&> ExecutorPool::find(kj::StringPtr execut
   return nullptr;
 }
 
-kj::Own<ExecutorPool::Worker> ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr program) {
+ExecutorPool::Function* ExecutorPool::findFunction(kj::StringPtr executor, kj::StringPtr function) {
+  KJ_IF_MAYBE(f, find(executor, function)) { return const_cast<Function*>(f); }
+  return nullptr;
+}
+
+size_t ExecutorPool::idleCount() const {
+  size_t n = 0;
+  for (auto& w : workers) n += w->idle() ? 1 : 0;
+  return n;
+}
+
+ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr program) {
   int fds[2];
   KJ_SYSCALL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds));
   kj::AutoCloseFd ours(fds[0]);
@@ -97,7 +149,8 @@ kj::Own<ExecutorPool::Worker> ExecutorPool::spawn(kj::StringPtr executor, kj::St
   KJ_IF_MAYBE(code, started.tryGet<int>()) {
     SQUALL_FAIL("cannot start executor ", executor, " (", program, "): ", strerror(-*code));
   }
-  auto worker = kj::heap<Worker>(*this, executor);
+  workers.push_back(kj::heap<Worker>(*this, executor));
+  auto* worker = workers.back().get();
   worker->child = kj::mv(started.get<kj::Own<ChildProcess>>());
   theirs = nullptr;
   // A Unix socket that carries descriptors too: the pipe ends of streams
@@ -109,7 +162,7 @@ kj::Own<ExecutorPool::Worker> ExecutorPool::spawn(kj::StringPtr executor, kj::St
   auto paf = kj::newPromiseAndFulfiller<void>();
   worker->exited = paf.promise.fork();
   worker->watch = worker->child->onExit()
-                      .then([w = worker.get(), fulfiller = kj::mv(paf.fulfiller)](ProcessExit exit) mutable {
+                      .then([w = worker, fulfiller = kj::mv(paf.fulfiller)](ProcessExit exit) mutable {
                         w->exit = exit;
                         w->pool.logger.info("event=executor-exited executor={} pid={} how=\"{}\"",
                                             w->executor.cStr(), w->child->pid(), exitText(exit).cStr());
@@ -118,7 +171,7 @@ kj::Own<ExecutorPool::Worker> ExecutorPool::spawn(kj::StringPtr executor, kj::St
                       .eagerlyEvaluate(nullptr);
   logger.info("event=executor-started executor={} program={} pid={}", executor.cStr(), program.cStr(),
               worker->child->pid());
-  return worker;
+  return *worker;
 }
 
 kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
@@ -129,8 +182,7 @@ kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
     }
   }
   for (auto& decl : decls) {
-    auto worker = spawn(decl.name, decl.program);
-    auto& ref = *worker;
+    auto& ref = spawn(decl.name, decl.program);
     auto answer = ref.cap.describeRequest().send();
     auto name = kj::str(decl.name);
     auto program = kj::str(decl.program);
@@ -146,8 +198,6 @@ kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
             SQUALL_FAIL("executor ", name, " (", program, ") did not describe itself: ", userMessage(e));
           });
     };
-    // `worker` rides on the last step, so `ref` stays valid through both
-    // handlers.
     described.add(timer.timeoutAfter(DESCRIBE_TIMEOUT, kj::mv(answer))
                       .then(
                           [this, name = kj::mv(name), program = kj::mv(program)](
@@ -170,19 +220,26 @@ kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
                             known.add(kj::mv(k));
                             return kj::READY_NOW;
                           },
-                          kj::mv(failed))
-                      .then([this, worker = kj::mv(worker)]() mutable { giveBack(kj::mv(worker)); }));
+                          kj::mv(failed)));
   }
   return kj::joinPromises(described.releaseAsArray());
 }
 
 kj::Promise<void> ExecutorPool::shutdown() {
+  if (!known.empty()) {
+    logger.info("event=executors-stopping processes={} calls_queued={} given_back={}", alive, joined, givenBack);
+  }
   kj::Vector<kj::Promise<void>> exits;
-  for (auto& worker : idle) {
+  for (auto& worker : workers) {
+    if (worker->exit != nullptr) continue;
+    // A call still running has nobody waiting for it (the tasks have
+    // ended): it goes with its process.
+    if (!worker->queue.empty()) worker->child->killGroup(SIGKILL);
     // End of file on its socket: its serve() returns.
     worker->cap = nullptr;
     worker->rpc = nullptr;
     worker->stream = nullptr;
+    worker->broken = true;
     exits.add(worker->exited.addBranch());
   }
   return timer.timeoutAfter(3 * kj::SECONDS, kj::joinPromises(exits.releaseAsArray()))
@@ -191,53 +248,236 @@ kj::Promise<void> ExecutorPool::shutdown() {
       });
 }
 
-void ExecutorPool::giveBack(kj::Own<Worker> worker) {
-  if (worker->exit != nullptr) return;  // gone: dropped here
-  idle.add(kj::mv(worker));
-}
-
-kj::Promise<kj::Own<ExecutorPool::Lease>> ExecutorPool::acquire(kj::StringPtr executor) {
-  // The most recently used idle process first (its caches are warmest);
-  // dead ones are dropped on the way.
-  for (size_t i = idle.size(); i > 0; i--) {
-    auto& candidate = idle[i - 1];
-    if (candidate->executor != executor) continue;
-    auto worker = kj::mv(candidate);
-    for (size_t j = i; j < idle.size(); j++) idle[j - 1] = kj::mv(idle[j]);
-    idle.removeLast();
-    if (worker->exit != nullptr) continue;
-    return kj::Own<Lease>(kj::heap<Lease>(*this, kj::mv(worker)));
-  }
-  KJ_IF_MAYBE(k, findExecutor(executor)) {
-    return kj::Own<Lease>(kj::heap<Lease>(*this, spawn(k->name, k->program)));
-  }
-  return SQUALL_EXCEPTION(FAILED, "this governor has no executor ", executor);
-}
-
-ExecutorPool::Lease::Lease(ExecutorPool& pool, kj::Own<Worker> worker) : pool(pool), worker(kj::mv(worker)) {}
-
-ExecutorPool::Lease::~Lease() noexcept(false) {
-  KJ_IF_MAYBE(w, worker) {
-    // Not released: the call did not end well. The process goes, with
-    // everything it started.
-    (*w)->child->killGroup(SIGKILL);
+void ExecutorPool::settle(Worker& worker) {
+  if (!worker.queue.empty() || worker.reserved > 0) return;
+  worker.watchdog = nullptr;
+  worker.joinable = false;
+  worker.queuedUs = 0;
+  worker.lastUse = nextUse++;
+  // Its cpus go back to the queue (which starts its next task later, not
+  // from inside this call).
+  worker.hold = nullptr;
+  worker.holdUnits = 0;
+  if (worker.gone() && worker.leases == 0) {
+    for (size_t i = 0; i < workers.size(); i++) {
+      if (workers[i].get() == &worker) {
+        workers.erase(workers.begin() + i);
+        break;
+      }
+    }
   }
 }
 
-wire::Executor::Client& ExecutorPool::Lease::executor() { return KJ_ASSERT_NONNULL(worker)->cap; }
+namespace {
+// What a call's wait behind others counts as: its function's mean if the
+// function is short, else more than any wait allowed (nothing joins it).
+uint64_t expectedWaitUs(const ExecutorPool::Function* f) {
+  if (f != nullptr && f->isShort()) return f->meanUs;
+  return ExecutorPool::QUEUE_BUDGET_US + 1;
+}
+}  // namespace
 
-ChildProcess& ExecutorPool::Lease::process() { return *KJ_ASSERT_NONNULL(worker)->child; }
-
-void ExecutorPool::Lease::release() {
-  KJ_IF_MAYBE(w, worker) {
-    auto mine = kj::mv(*w);
-    worker = nullptr;
-    pool.giveBack(kj::mv(mine));
+kj::Promise<kj::Own<ExecutorLease>> ExecutorPool::acquire(kj::StringPtr executor, kj::StringPtr function,
+                                                          kj::Own<ResourceHold> hold, uint64_t cpuUnits, bool joinable) {
+  // Processes that died while idle go.
+  for (size_t i = workers.size(); i > 0; i--) {
+    auto& w = *workers[i - 1];
+    if (w.gone() && w.queue.empty() && w.reserved == 0 && w.leases == 0) workers.erase(workers.begin() + (i - 1));
   }
+  // The most recently used idle process first (its caches are warmest).
+  Worker* best = nullptr;
+  for (auto& w : workers) {
+    if (w->executor == executor && w->idle() && (best == nullptr || w->lastUse > best->lastUse)) best = w.get();
+  }
+  if (best == nullptr) {
+    KJ_IF_MAYBE(k, findExecutor(executor)) {
+      best = &spawn(k->name, k->program);
+    } else {
+      return SQUALL_EXCEPTION(FAILED, "this governor has no executor ", executor);
+    }
+  }
+  auto* f = findFunction(executor, function);
+  best->hold = kj::mv(hold);
+  best->holdUnits = cpuUnits;
+  best->joinable = joinable && pipeline > 1;
+  return kj::heap<ExecutorLease>(*this, *best, f, expectedWaitUs(f));
 }
 
-kj::Promise<kj::Maybe<kj::String>> ExecutorPool::Lease::deathReason(kj::Duration wait) {
-  auto& w = *KJ_ASSERT_NONNULL(worker);
+kj::Maybe<kj::Own<ExecutorLease>> ExecutorPool::join(kj::StringPtr executor, kj::StringPtr function,
+                                                     uint64_t cpuUnits) {
+  if (pipeline <= 1) return nullptr;
+  auto* f = findFunction(executor, function);
+  if (f == nullptr || !f->isShort()) return nullptr;
+  Worker* best = nullptr;
+  for (auto& w : workers) {
+    if (w->executor != executor || !w->joinable || w->gone() || w->hold == nullptr) continue;
+    if (w->holdUnits < cpuUnits || w->queue.size() + w->reserved >= pipeline) continue;
+    if (w->queuedUs + f->meanUs > QUEUE_BUDGET_US) continue;
+    if (best == nullptr || w->queuedUs < best->queuedUs) best = w.get();
+  }
+  if (best == nullptr) return nullptr;
+  joined++;
+  logger.debug("event=call-queued executor={} function={} pid={} behind={} mean_us={}", executor.cStr(),
+               function.cStr(), best->child->pid(), best->queue.size() + best->reserved, f->meanUs);
+  return kj::heap<ExecutorLease>(*this, *best, f, f->meanUs);
+}
+
+kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
+                                     capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,
+                                     kj::Own<StoreTemp> outDir) {
+  worker.reserved--;
+  if (worker.gone()) {
+    // It died between the lease and the call: the call never reached it.
+    worker.queuedUs -= kj::min(worker.queuedUs, lease.expectedUs);
+    return KJ_EXCEPTION(DISCONNECTED, "the executor process went before the call was sent");
+  }
+  auto slot = kj::heap<Slot>();
+  slot->serial = nextUse++;
+  slot->function = lease.function;
+  slot->expectedUs = lease.expectedUs;
+  slot->lease = &lease;
+  slot->outDir = kj::mv(outDir);
+  lease.slot = slot.get();
+  auto& ref = *slot;
+  worker.queue.push_back(kj::mv(slot));
+  if (worker.queue.size() == 1) {
+    worker.frontSinceUs = monotonicUs();
+    worker.frontSerial = ref.serial;
+    lease.started_ = true;
+  } else {
+    watch(worker);
+  }
+  calls.add(request.send().then(
+      [this, &worker, &ref](capnp::Response<wire::Executor::CallResults> response) {
+        answered(worker, ref, nullptr, kj::mv(response));
+      },
+      [this, &worker, &ref](kj::Exception&& e) { answered(worker, ref, kj::mv(e), nullptr); }));
+  return kj::READY_NOW;
+}
+
+void ExecutorPool::watch(Worker& worker) {
+  if (worker.queue.size() < 2 || worker.watchedSerial == worker.frontSerial) return;
+  worker.watchedSerial = worker.frontSerial;
+  uint64_t ranUs = monotonicUs() - worker.frontSinceUs;
+  auto left = STUCK_AFTER - static_cast<int64_t>(ranUs) * kj::MICROSECONDS;
+  worker.watchdog = timer.afterDelay(left > 0 * kj::SECONDS ? left : 0 * kj::SECONDS)
+                        .then([this, &worker, serial = worker.frontSerial]() { unstick(worker, serial); })
+                        .eagerlyEvaluate(nullptr);
+}
+
+void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception> error,
+                            kj::Maybe<capnp::Response<wire::Executor::CallResults>> response) {
+  bool wasFront = !worker.queue.empty() && worker.queue.front().get() == &slot;
+  bool disconnected = false;
+  KJ_IF_MAYBE(e, error) { disconnected = e->getType() == kj::Exception::Type::DISCONNECTED; }
+  if (wasFront && !disconnected && slot.function != nullptr) {
+    // Its time: from its start (or the answer before it) to its answer.
+    uint64_t tookUs = monotonicUs() - worker.frontSinceUs;
+    auto& f = *slot.function;
+    f.meanUs = f.calls == 0 ? tookUs : f.meanUs - f.meanUs / 4 + tookUs / 4;
+    if (f.calls < SHORT_AFTER_CALLS) f.calls++;
+  }
+  kj::Own<Slot> own;
+  for (auto it = worker.queue.begin(); it != worker.queue.end(); ++it) {
+    if (it->get() == &slot) {
+      own = kj::mv(*it);
+      worker.queue.erase(it);
+      break;
+    }
+  }
+  worker.queuedUs -= kj::min(worker.queuedUs, slot.expectedUs);
+  if (disconnected) worker.broken = true;
+  if (slot.lease != nullptr) {
+    auto& lease = *slot.lease;
+    lease.slot = nullptr;
+    slot.lease = nullptr;
+    KJ_IF_MAYBE(e, error) {
+      lease.fulfiller->reject(kj::mv(*e));
+    } else {
+      lease.fulfiller->fulfill(
+          ExecutorLease::Answer{KJ_ASSERT_NONNULL(kj::mv(response)), kj::mv(slot.outDir)});
+    }
+  }
+  // Once dead, the calls still queued fail as not started.
+  if (wasFront && !worker.broken && !worker.queue.empty()) {
+    auto& next = *worker.queue.front();
+    worker.frontSinceUs = monotonicUs();
+    worker.frontSerial = next.serial;
+    if (next.lease != nullptr) next.lease->started_ = true;
+    watch(worker);
+  }
+  // `own` (an abandoned call's output directory with it) goes now.
+  own = nullptr;
+  settle(worker);
+}
+
+void ExecutorPool::unstick(Worker& worker, uint64_t serial) {
+  if (worker.frontSerial != serial || worker.queue.size() < 2) return;
+  auto& front = *worker.queue.front();
+  uint64_t ranUs = monotonicUs() - worker.frontSinceUs;
+  if (front.function != nullptr) {
+    // No longer short: nothing joins its calls until they are.
+    front.function->meanUs = kj::max(front.function->meanUs, ranUs);
+  }
+  worker.joinable = false;
+  size_t given = 0;
+  for (size_t i = 1; i < worker.queue.size(); i++) {
+    auto& slot = *worker.queue[i];
+    if (slot.lease == nullptr) continue;
+    auto& lease = *slot.lease;
+    lease.slot = nullptr;
+    slot.lease = nullptr;
+    lease.fulfiller->reject(KJ_EXCEPTION(DISCONNECTED, "given back: the call before it overran"));
+    given++;
+    givenBack++;
+  }
+  logger.warn("event=executor-call-overran executor={} pid={} function={} ran_ms={} given_back={}",
+              worker.executor.cStr(), worker.child->pid(),
+              front.function != nullptr ? front.function->name.cStr() : "?", ranUs / 1000, given);
+}
+
+// ------------------------------------------------------------ ExecutorLease
+
+ExecutorLease::ExecutorLease(ExecutorPool& pool, ExecutorPool::Worker& worker, ExecutorPool::Function* function,
+                             uint64_t expectedUs)
+    : pool(pool), worker(worker), function(function), expectedUs(expectedUs) {
+  worker.leases++;
+  worker.reserved++;
+  worker.queuedUs += expectedUs;
+}
+
+ExecutorLease::~ExecutorLease() noexcept(false) {
+  if (!sent) {
+    worker.reserved--;
+    worker.queuedUs -= kj::min(worker.queuedUs, expectedUs);
+  } else if (slot != nullptr) {
+    // Dropped before its answer.
+    slot->lease = nullptr;
+    // Running: the task was cancelled; the process goes, with everything it
+    // started. Waiting: it stays queued, its answer dropped when it comes.
+    if (started_) worker.child->killGroup(SIGKILL);
+  }
+  worker.leases--;
+  pool.settle(worker);
+}
+
+wire::Executor::Client& ExecutorLease::executor() { return worker.cap; }
+
+ChildProcess& ExecutorLease::process() { return *worker.child; }
+
+kj::Promise<ExecutorLease::Answer> ExecutorLease::send(
+    capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request, kj::Own<StoreTemp> outDir) {
+  KJ_REQUIRE(!sent, "a lease sends one call");
+  sent = true;
+  auto paf = kj::newPromiseAndFulfiller<Answer>();
+  fulfiller = kj::mv(paf.fulfiller);
+  return pool.send(worker, *this, kj::mv(request), kj::mv(outDir)).then([promise = kj::mv(paf.promise)]() mutable {
+    return kj::mv(promise);
+  });
+}
+
+kj::Promise<kj::Maybe<kj::String>> ExecutorLease::deathReason(kj::Duration wait) {
+  auto& w = worker;
   return w.exited.addBranch().exclusiveJoin(pool.timer.afterDelay(wait)).then([&w]() -> kj::Maybe<kj::String> {
     KJ_IF_MAYBE(exit, w.exit) { return exitText(*exit); }
     return nullptr;

@@ -2,25 +2,44 @@
 // with --executor NAME=PROGRAM. Each is started once when the governor
 // starts, to learn its functions (an executor that cannot start or describe
 // itself stops the governor with an error naming it); that process stays
-// warm for the first call. Calls run one at a time per process; a call that
-// finds no idle process of its executor starts another, so an executor has
-// at most as many processes as calls of it run at once, which the task
-// queue bounds by the governor's cpus. Idle processes stay until the
-// governor stops. A process that dies (a crash, or killed by a cancel or a
-// time limit) is dropped; the next call starts a fresh one. Processes speak
-// the protocol of proto/executor.capnp over a socketpair that is their
-// standard input; their standard output and error are the governor's
-// standard error. Loop thread only.
+// warm for the first call. Processes speak the protocol of
+// proto/executor.capnp over a socketpair that is their standard input;
+// their standard output and error are the governor's standard error. Loop
+// thread only.
+//
+// A call takes an idle process of its executor, or starts another one, and
+// hands it the resources it was granted (its cpus): the process holds them
+// until it has no call left. So an executor has at most as many busy
+// processes as the governor's cpus allow; idle ones stay until the governor
+// stops. A process that dies (a crash, or killed by a cancel or a time
+// limit) is dropped; the next call starts a fresh one.
+//
+// Calls queued on a busy process. A call of a *short* function (its recent
+// calls took at most SHORT_CALL on average, by the time between answers)
+// may join a busy process whose calls are all short, when the governor has
+// no cpus free for it: the executor runs it as soon as the call before it
+// answers, without the wake-up a call sent to an idle process costs (two
+// cross-core wake-ups, ~50 us on these VMs: docs/benchmarks.md). At most
+// --executor-pipeline calls per process, and only as many as keep the
+// expected wait under QUEUE_BUDGET. A joined call that has not started is
+// taken back, and its task queued again, when its process dies or its
+// running call overruns (STUCK_AFTER); a taken-back call still runs if its
+// process lives (its answer is dropped), so a function may run twice: the
+// at-least-once rule tasks already have (docs/tasklib.md).
 #pragma once
 
 #include "child-process.h"
+#include "object-store.h"
+#include "task-env.h"
 #include "uv-bridge.h"
 
 #include <capnp/rpc-twoparty.h>
+#include <deque>
 #include <kj/async-io.h>
 #include <kj/vector.h>
 #include <spdlog/logger.h>
 #include <squall/wire/executor.capnp.h>
+#include <vector>
 
 namespace squall {
 
@@ -32,12 +51,31 @@ struct ExecutorDecl {
 // "NAME=PROGRAM" as --executor takes it; nullptr and `error` set when bad.
 kj::Maybe<ExecutorDecl> parseExecutorDecl(kj::StringPtr text, kj::String& error);
 
+class ExecutorLease;
+
 class ExecutorPool {
  public:
+  // A call of a function whose calls average at most this is short.
+  static constexpr uint64_t SHORT_CALL_US = 2000;
+  // Calls seen before a function can be called short.
+  static constexpr uint32_t SHORT_AFTER_CALLS = 4;
+  // A call joins a busy process only if the calls before it there are
+  // expected to take at most this.
+  static constexpr uint64_t QUEUE_BUDGET_US = 10000;
+  // A running call with calls waiting behind it that runs this long gives
+  // them back, and its function is no longer short.
+  static constexpr kj::Duration STUCK_AFTER = 1 * kj::SECONDS;
+  static constexpr uint32_t DEFAULT_PIPELINE = 16;
+
   struct Function {
     kj::String name;
     kj::Vector<kj::String> outputs;
     bool named = false;
+    // Its calls seen, and their time (between answers) on average (a
+    // moving one, recent calls weighing most).
+    uint32_t calls = 0;
+    uint64_t meanUs = 0;
+    bool isShort() const { return calls >= SHORT_AFTER_CALLS && meanUs <= SHORT_CALL_US; }
   };
   struct Known {
     kj::String name;
@@ -45,9 +83,10 @@ class ExecutorPool {
     kj::Vector<Function> functions;
   };
 
-  // Processes get `env` (NAME=VALUE) and start in `cwd`.
+  // Processes get `env` (NAME=VALUE) and start in `cwd`. `pipeline`: calls
+  // a process may hold at once, the running one included (1: one at a time).
   ExecutorPool(UvBridge& bridge, kj::Timer& timer, kj::LowLevelAsyncIoProvider& io, spdlog::logger& logger,
-               kj::Vector<kj::String> env, kj::String cwd);
+               kj::Vector<kj::String> env, kj::String cwd, uint32_t pipeline = DEFAULT_PIPELINE);
   ~ExecutorPool() noexcept(false);
   KJ_DISALLOW_COPY(ExecutorPool);
 
@@ -58,57 +97,130 @@ class ExecutorPool {
   const kj::Vector<Known>& executors() const { return known; }
   kj::Maybe<const Function&> find(kj::StringPtr executor, kj::StringPtr function) const;
 
-  class Worker;
-  // One process, lent to one call.
-  class Lease {
-   public:
-    Lease(ExecutorPool& pool, kj::Own<Worker> worker);
-    // Destroyed without release(): the process is killed (its call did not
-    // end well, or was cancelled) and dropped.
-    ~Lease() noexcept(false);
-    KJ_DISALLOW_COPY(Lease);
-    wire::Executor::Client& executor();
-    ChildProcess& process();
-    // The call ended well: the process goes back to the idle ones.
-    void release();
-    // Why the process is gone, once it has gone ("exited with status 3",
-    // "was killed by SIGSEGV"); nullptr while it runs. Waits up to `wait`
-    // for its exit to be seen.
-    kj::Promise<kj::Maybe<kj::String>> deathReason(kj::Duration wait);
+  // A process of `executor` for a call of `function`: an idle one, or a new
+  // one. It keeps `hold` (what gives back the call's resources when
+  // dropped; may be null) and its `cpuUnits` until it has no call left or
+  // has died. `joinable`: the call reads and writes no live stream, so
+  // calls may queue behind it.
+  kj::Promise<kj::Own<ExecutorLease>> acquire(kj::StringPtr executor, kj::StringPtr function, kj::Own<ResourceHold> hold,
+                                              uint64_t cpuUnits, bool joinable);
 
-   private:
-    ExecutorPool& pool;
-    kj::Maybe<kj::Own<Worker>> worker;
-  };
-
-  // A process of `executor` for one call: an idle one, or a new one.
-  kj::Promise<kj::Own<Lease>> acquire(kj::StringPtr executor);
+  // A place behind the calls of a busy process of `executor` for a call of
+  // `function` needing `cpuUnits` (at most what the process holds), when the
+  // function is short and such a process has room (see above); nullptr
+  // otherwise. The caller checks the call itself may wait (no live stream,
+  // no time limit).
+  kj::Maybe<kj::Own<ExecutorLease>> join(kj::StringPtr executor, kj::StringPtr function, uint64_t cpuUnits);
 
   // At the governor's end, after the tasks: idle processes see their
-  // socket close and exit by themselves (their destructors run); resolves
-  // once they have, or after a few seconds (then they are killed).
+  // socket close and exit by themselves (their destructors run), busy ones
+  // (running calls nobody waits for) are killed; resolves once they have
+  // gone, or after a few seconds (then they are killed).
   kj::Promise<void> shutdown();
 
-  // Processes alive (tests).
+  // Processes alive, and those with no call (tests).
   size_t processCount() const { return alive; }
-  size_t idleCount() const { return idle.size(); }
+  size_t idleCount() const;
+  // Calls that joined a busy process, and those of them given back.
+  uint64_t joinedCount() const { return joined; }
+  uint64_t givenBackCount() const { return givenBack; }
 
  private:
+  friend class ExecutorLease;
+  struct Worker;
+  struct Slot;
+
   UvBridge& bridge;
   kj::Timer& timer;
   kj::LowLevelAsyncIoProvider& io;
   spdlog::logger& logger;
   kj::Vector<kj::String> env;
   kj::String cwd;
+  uint32_t pipeline;
   kj::Vector<Known> known;
-  kj::Vector<kj::Own<Worker>> idle;
   size_t alive = 0;
+  uint64_t nextUse = 1;
+  uint64_t joined = 0;
+  uint64_t givenBack = 0;
+  // Every process, alive or dead but still referred to.
+  std::vector<kj::Own<Worker>> workers;
+  // Calls in flight, each holding its worker; declared after `workers`, so
+  // destroyed before them.
+  kj::TaskSet calls;
 
   kj::Maybe<const Known&> findExecutor(kj::StringPtr name) const;
+  Function* findFunction(kj::StringPtr executor, kj::StringPtr function);
   // A fresh process of `executor` running `program`; throws naming it.
-  kj::Own<Worker> spawn(kj::StringPtr executor, kj::StringPtr program);
-  void giveBack(kj::Own<Worker> worker);
+  Worker& spawn(kj::StringPtr executor, kj::StringPtr program);
+  // Sends `request` on `worker` as the call of `lease`.
+  kj::Promise<void> send(Worker& worker, ExecutorLease& lease,
+                         capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,
+                         kj::Own<StoreTemp> outDir);
+  void answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception> error,
+                kj::Maybe<capnp::Response<wire::Executor::CallResults>> response);
+  // Arms the watchdog of the call now running on `worker` when calls wait
+  // behind it.
+  void watch(Worker& worker);
+  // Gives back the calls waiting behind a call that overran.
+  void unstick(Worker& worker, uint64_t head);
+  // Releases a process with no call left: its hold goes, and a dead one is
+  // dropped once nothing refers to it.
+  void settle(Worker& worker);
 
+  class ErrorHandler final : public kj::TaskSet::ErrorHandler {
+   public:
+    explicit ErrorHandler(spdlog::logger& logger) : logger(logger) {}
+    void taskFailed(kj::Exception&& e) override;
+
+   private:
+    spdlog::logger& logger;
+  };
+  ErrorHandler errors;
+};
+
+// One call's place on one process: reserved (acquire, join), then sent.
+// What a call task holds while its call runs. Dropped before its answer,
+// a call that runs kills its process (it was cancelled), and a call that
+// waits stays queued there with its answer dropped when it comes.
+class ExecutorLease {
+ public:
+  ExecutorLease(ExecutorPool& pool, ExecutorPool::Worker& worker, ExecutorPool::Function* function,
+                uint64_t expectedUs);
+  ~ExecutorLease() noexcept(false);
+  KJ_DISALLOW_COPY(ExecutorLease);
+
+  struct Answer {
+    capnp::Response<wire::Executor::CallResults> response;
+    kj::Own<StoreTemp> outDir;
+  };
+
+  wire::Executor::Client& executor();
+  ChildProcess& process();
+  // Sends the call (once). `outDir` is its output directory in the store,
+  // kept until the call answers, and handed back with the answer. Rejects
+  // with the call's exception (the function threw: FAILED; the process
+  // went: DISCONNECTED); started() then says whether the function ran.
+  kj::Promise<Answer> send(capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,
+                           kj::Own<StoreTemp> outDir);
+  // True once the call has reached the front of its process's queue.
+  bool started() const { return started_; }
+  // Why the process is gone, once it has gone ("exited with status 3",
+  // "was killed by SIGSEGV"); nullptr while it runs. Waits up to `wait`
+  // for its exit to be seen.
+  kj::Promise<kj::Maybe<kj::String>> deathReason(kj::Duration wait);
+
+ private:
+  friend class ExecutorPool;
+  ExecutorPool& pool;
+  ExecutorPool::Worker& worker;
+  ExecutorPool::Function* function;
+  // What it counts as in its process's expected wait.
+  uint64_t expectedUs;
+  // Its call once sent, until answered.
+  ExecutorPool::Slot* slot = nullptr;
+  bool sent = false;
+  bool started_ = false;
+  kj::Own<kj::PromiseFulfiller<Answer>> fulfiller;
 };
 
 }  // namespace squall

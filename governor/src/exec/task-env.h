@@ -28,6 +28,7 @@ inline kj::Duration taskMilliseconds(uint64_t ms) {
 }
 
 class ExecutorPool;
+class ExecutorLease;
 class StreamHub;
 class StoreView;
 
@@ -56,6 +57,13 @@ struct TaskEnv {
   kj::Maybe<ExecutorPool&> executors = nullptr;
 };
 
+// Resources a task was granted, as an object that gives them back when
+// dropped (task-queue.cpp).
+class ResourceHold {
+ public:
+  virtual ~ResourceHold() noexcept(false) = default;
+};
+
 // Set once a task is cancelled or timed out. Pool jobs, which cannot be
 // interrupted, read it before they commit anything outside the store.
 struct StopFlag final : public kj::AtomicRefcounted {
@@ -68,6 +76,7 @@ struct StopFlag final : public kj::AtomicRefcounted {
 class TaskControl {
  public:
   TaskControl();
+  ~TaskControl() noexcept(false);
   KJ_DISALLOW_COPY(TaskControl);
 
   bool isCancelled() const { return cancelled; }
@@ -96,6 +105,18 @@ class TaskControl {
   void setAftermath(kj::Promise<void> work) { aftermath = kj::mv(work); }
   kj::Maybe<kj::Promise<void>> takeAftermath() { return kj::mv(aftermath); }
 
+  // What gives the task's cpus back when dropped (task-queue.cpp), and how
+  // many (RESOURCE_UNITs): a runner whose process holds them beyond the
+  // task's end (a call's executor process, executor-pool.h) takes it; else
+  // the queue drops it when the task ends.
+  void offerHold(kj::Own<ResourceHold> hold, uint64_t cpuUnits);
+  kj::Maybe<kj::Own<ResourceHold>> takeHold();
+  uint64_t heldCpuUnits() const { return holdUnits; }
+  // For a call that holds no cpus of its own: its place behind the calls of
+  // a busy executor process (task-queue.cpp).
+  void setRide(kj::Own<ExecutorLease> lease);
+  kj::Maybe<kj::Own<ExecutorLease>> takeRide();
+
  private:
   bool cancelled = false;
   bool timedOut = false;
@@ -105,6 +126,9 @@ class TaskControl {
   kj::Maybe<ChildProcess&> process;
   kj::Maybe<kj::Promise<void>> aftermath;
   std::vector<std::string> resourceVars;
+  kj::Maybe<kj::Own<ResourceHold>> hold;
+  uint64_t holdUnits = 0;
+  kj::Maybe<kj::Own<ExecutorLease>> ride;
 };
 
 // The environment of the current process as NAME=VALUE strings.

@@ -32,6 +32,10 @@ struct TaskOutcome {
   bool timedOut = false;
   // An input's source went away while it was fetched (TaskResult).
   bool inputUnavailable = false;
+  // The task never started (a call given back before its executor process
+  // reached it, executor-pool.h): the queue runs it again, nothing is
+  // reported.
+  bool notStarted = false;
 
   static TaskOutcome failure(Id id, kj::String error);
   // A finished built-in task with one output.

@@ -1,6 +1,7 @@
 // The local task queue. Loop thread only.
 #include "task-queue.h"
 
+#include "executor-pool.h"
 #include "stream-hub.h"
 
 #include <capnp/message.h>
@@ -55,7 +56,53 @@ std::vector<ResourcePool> TaskQueue::offeredPools() const {
   return pools;
 }
 
-TaskQueue::~TaskQueue() noexcept(false) {}
+TaskQueue::~TaskQueue() noexcept(false) { *alive = false; }
+
+class TaskQueue::Hold final : public ResourceHold {
+ public:
+  Hold(TaskQueue& queue, ResourceGrant grant) : queue(queue), alive(queue.alive), grant(std::move(grant)) {}
+  ~Hold() noexcept(false) {
+    if (*alive) queue.released(std::move(grant));
+  }
+  KJ_DISALLOW_COPY(Hold);
+
+ private:
+  TaskQueue& queue;
+  std::shared_ptr<bool> alive;
+  ResourceGrant grant;
+};
+
+void TaskQueue::released(ResourceGrant grant) {
+  allocator.give(grant);
+  schedulePump();
+}
+
+void TaskQueue::schedulePump() {
+  if (pumpScheduled) return;
+  pumpScheduled = true;
+  work.add(kj::evalLater([this]() {
+    pumpScheduled = false;
+    pump();
+  }));
+}
+
+kj::Maybe<kj::Own<ExecutorLease>> TaskQueue::ride(Task& task) {
+  auto spec = task.spec->getTask();
+  if (!spec.getConfig().isCall() || spec.getPolicy().getTimeLimitMs() > 0) return nullptr;
+  // cpus only: another resource is not held by the process it would join.
+  if (task.needs.size() != 1) return nullptr;
+  for (auto kind : task.spec->getOutputKinds()) {
+    if (kind == wire::ObjectKind::STREAM) return nullptr;
+  }
+  for (auto input : task.spec->getInputs()) {
+    if (input.getLive()) return nullptr;
+  }
+  KJ_IF_MAYBE(pool, env.executors) {
+    auto call = spec.getConfig().getCall();
+    return pool->join(call.getExecutor(), call.getFunction(), task.needs[0].units);
+  }
+  return nullptr;
+}
 
 void TaskQueue::taskFailed(kj::Exception&& exception) {
   // Every task chain ends in finish()/failWaiting(); reaching here is a bug.
@@ -194,7 +241,13 @@ void TaskQueue::pump() {
       }
       // Strict FIFO: a big task at the head is not overtaken (no starvation).
       task->grant = allocator.take(task->needs);
-      if (!task->grant) return;
+      if (!task->grant) {
+        KJ_IF_MAYBE(lease, ride(*task)) {
+          task->control.setRide(kj::mv(*lease));
+        } else {
+          return;
+        }
+      }
       ready.pop_front();
       start(*task);
     } else {
@@ -206,7 +259,15 @@ void TaskQueue::pump() {
 void TaskQueue::start(Task& task) {
   task.state = State::RUNNING;
   running++;
-  task.control.setResourceEnv(allocator.environment(*task.grant));
+  if (task.grant) {
+    task.control.setResourceEnv(allocator.environment(*task.grant));
+    if (task.spec->getTask().getConfig().isCall()) {
+      // Its executor process holds them until it has no call left.
+      uint64_t units = task.needs[0].units;
+      task.control.offerHold(kj::heap<Hold>(*this, std::move(*task.grant)), units);
+      task.grant.reset();
+    }
+  }
   task.startWallUs = wallClockUs();
   task.startMonotonicUs = monotonicUs();
   Id id = task.id;
@@ -243,6 +304,20 @@ void TaskQueue::start(Task& task) {
 void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
   KJ_IF_MAYBE(task, lookup(id, serial)) {
     KJ_ASSERT(task->state == State::RUNNING);
+    if (outcome.notStarted && !task->control.isCancelled() && !shuttingDown) {
+      // Given back by its executor process before it ran: it waits again,
+      // in its place by arrival.
+      task->control.takeRide();
+      task->control.takeHold();
+      task->state = State::READY;
+      running--;
+      auto at = ready.begin();
+      while (at != ready.end() && at->second < serial) ++at;
+      ready.insert(at, {id, serial});
+      env.logger.debug("event=task-given-back task={}", kj::str(id).cStr());
+      pump();
+      return;
+    }
     outcome.id = id;
     outcome.startTimeUs = task->startWallUs;
     outcome.durationUs = monotonicUs() - task->startMonotonicUs;
@@ -258,8 +333,12 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
         outcome.error = kj::str("cancelled");
       }
     }
-    allocator.give(*task->grant);
-    task->grant.reset();
+    if (task->grant) {
+      allocator.give(*task->grant);
+      task->grant.reset();
+    }
+    // A call's cpus, if its runner did not take them.
+    task->control.takeHold();
     running--;
     KJ_IF_MAYBE(aftermath, task->control.takeAftermath()) {
       finishing++;

@@ -2,7 +2,10 @@
 // arriving, or fetched from another governor; a live stream input does not
 // wait: it is read while its producer runs), then for their cpus and other
 // resources (resources.h: never over-committed; a task's items are in its
-// environment) in FIFO order, run, and report their outcome. Stream outputs are announced to the
+// environment) in FIFO order, run, and report their outcome. A call of a
+// short function that finds no cpus free may instead queue behind the calls
+// of a busy executor process, on the cpus that process holds
+// (executor-pool.h). Stream outputs are announced to the
 // StreamHub at assignment, and every outcome is passed to it before it is
 // reported. Loop thread only.
 #pragma once
@@ -12,6 +15,7 @@
 #include "task-env.h"
 
 #include <deque>
+#include <memory>
 #include <kj/function.h>
 #include <unordered_map>
 #include <vector>
@@ -77,6 +81,10 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
     kj::Promise<void> deadline = nullptr;
   };
 
+  // A call's cpus while its executor process holds them; gives them back
+  // when dropped.
+  class Hold;
+
   TaskEnv& env;
   DataFetcher& fetcher;
   uint32_t cpus;
@@ -87,6 +95,9 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   // Ended tasks whose aftermath (TaskControl::setAftermath) still runs.
   size_t finishing = 0;
   bool shuttingDown = false;
+  bool pumpScheduled = false;
+  // False once the queue is gone, for holds that outlive it.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> idleFulfiller;
   std::unordered_map<Id, kj::Own<Task>, IdHash> tasks;
   // FIFO of (task, serial) whose inputs are present.
@@ -98,6 +109,13 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   void inputsReady(Id id, uint64_t serial);
   void failWaiting(Id id, uint64_t serial, kj::String error, bool inputUnavailable = false);
   void pump();
+  // pump() on a later turn of the loop.
+  void schedulePump();
+  // A hold was dropped.
+  void released(ResourceGrant grant);
+  // A place for `task` (a call) behind the calls of a busy executor
+  // process, when it may wait there.
+  kj::Maybe<kj::Own<ExecutorLease>> ride(Task& task);
   // Fulfils a shutdown() waiting for the last task and aftermath.
   void checkIdle();
   void start(Task& task);
