@@ -1,9 +1,11 @@
 # Governor <-> executor process (a program built on tasklib/): Cap'n Proto
 # two-party RPC over a Unix socket the governor makes (socketpair) and hands
 # to the executor as a descriptor (--squall-executor-fd N). The executor
-# serves one Executor as its bootstrap; the governor calls it, one call at a
-# time per process. The socket carries file descriptors too (SCM_RIGHTS): a
-# live stream reaches a function as one end of a pipe. See docs/tasklib.md.
+# serves one Executor as its bootstrap. The governor may send a call while
+# another runs (calls of short functions queue on a busy process); the
+# executor runs them one at a time in the order received. The socket
+# carries file descriptors too (SCM_RIGHTS): a live stream reaches a
+# function as one end of a pipe. See docs/tasklib.md.
 @0xfcedf66a2463cb51;
 
 using Cxx = import "/capnp/c++.capnp";
