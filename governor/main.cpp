@@ -424,7 +424,7 @@ int main(int argc, char** argv) {
       ->type_name("NAME=PROGRAM");
   app.add_option("--executor-pipeline", flags.executorPipeline,
                  "calls an executor process may hold at once, the running one included: when no cpu is "
-                 "free, a call of a short function (recent calls under 2 ms) may wait behind the calls "
+                 "free, a call of a short function (its recent calls ran under 1 ms) may wait behind the calls "
                  "of a busy process instead of for a cpu (docs/tasklib.md); 1: one call at a time")
       ->check(CLI::Range(1, 1024));
   app.add_option("--resource", flags.resources,

@@ -14,7 +14,7 @@ $Cxx.namespace("squall::wire");
 using Common = import "common.capnp";
 
 # Raised when the protocol changes incompatibly; describe() reports it.
-const executorProtocolVersion :UInt32 = 2;
+const executorProtocolVersion :UInt32 = 3;
 
 # One end of a pipe, travelling as a file descriptor attached to the
 # message (capnp's fd passing: the capability's getFd()). The holder
@@ -64,10 +64,11 @@ interface Executor {
   # outputs are adopted by rename, not copied) that does not exist yet: the
   # executor makes it when an output needs it, and only then (an answer
   # without a file output leaves no directory behind). Answers with one
-  # CallOutput per output. A function that throws fails the call with its
-  # message.
+  # CallOutput per output, and how long the function ran (microseconds,
+  # the function alone: what the governor judges a function short by). A
+  # function that throws fails the call with its message.
   call @1 (function :Text, config :Data, inputs :List(CallInput),
            outputKinds :List(Common.ObjectKind), outputDir :Text,
            outputStreams :List(PipeEnd))
-      -> (outputs :List(CallOutput));
+      -> (outputs :List(CallOutput), runUs :UInt64);
 }

@@ -3,6 +3,8 @@
 // registered functions on the process's one thread.
 #include <squall/tasklib/tasklib.h>
 
+#include <chrono>
+
 #include <capnp/rpc-twoparty.h>
 #include <cerrno>
 #include <cstdio>
@@ -308,6 +310,7 @@ class ExecutorService final : public wire::Executor::Server {
   // Calls the function and makes the answer.
   void run(const Executor::FunctionEntry& entry, Call& call, wire::Executor::CallResults::Builder results,
            const std::string& outputDir) {
+    auto began = std::chrono::steady_clock::now();
     runReporting([&]() {
       try {
         entry.fn(call);
@@ -317,6 +320,8 @@ class ExecutorService final : public wire::Executor::Server {
       }
       return 0;
     });
+    results.setRunUs(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count()));
     // The streams' ends: readers see end of file once the RPC system's
     // copies go with the call.
     for (int fd : call.ownedFds_) close(fd);

@@ -272,7 +272,7 @@ namespace {
 // What a call's wait behind others counts as: its function's mean if the
 // function is short, else more than any wait allowed (nothing joins it).
 uint64_t expectedWaitUs(const ExecutorPool::Function* f) {
-  if (f != nullptr && f->isShort()) return f->meanUs;
+  if (f != nullptr && f->isShort()) return f->meanUs + ExecutorPool::CALL_OVERHEAD_US;
   return ExecutorPool::QUEUE_BUDGET_US + 1;
 }
 }  // namespace
@@ -312,14 +312,15 @@ kj::Maybe<kj::Own<ExecutorLease>> ExecutorPool::join(kj::StringPtr executor, kj:
   for (auto& w : workers) {
     if (w->executor != executor || !w->joinable || w->gone() || w->hold == nullptr) continue;
     if (w->holdUnits < cpuUnits || w->queue.size() + w->reserved >= pipeline) continue;
-    if (w->queuedUs + f->meanUs > QUEUE_BUDGET_US) continue;
+    if (w->queuedUs + expectedWaitUs(f) > QUEUE_BUDGET_US) continue;
+    // The shortest expected wait.
     if (best == nullptr || w->queuedUs < best->queuedUs) best = w.get();
   }
   if (best == nullptr) return nullptr;
   joined++;
   logger.debug("event=call-queued executor={} function={} pid={} behind={} mean_us={}", executor.cStr(),
                function.cStr(), best->child->pid(), best->queue.size() + best->reserved, f->meanUs);
-  return kj::heap<ExecutorLease>(*this, *best, f, f->meanUs);
+  return kj::heap<ExecutorLease>(*this, *best, f, expectedWaitUs(f));
 }
 
 kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
@@ -370,12 +371,15 @@ void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception>
   bool wasFront = !worker.queue.empty() && worker.queue.front().get() == &slot;
   bool disconnected = false;
   KJ_IF_MAYBE(e, error) { disconnected = e->getType() == kj::Exception::Type::DISCONNECTED; }
-  if (wasFront && !disconnected && slot.function != nullptr) {
-    // Its time: from its start (or the answer before it) to its answer.
-    uint64_t tookUs = monotonicUs() - worker.frontSinceUs;
-    auto& f = *slot.function;
-    f.meanUs = f.calls == 0 ? tookUs : f.meanUs - f.meanUs / 4 + tookUs / 4;
-    if (f.calls < SHORT_AFTER_CALLS) f.calls++;
+  KJ_IF_MAYBE(r, response) {
+    if (slot.function != nullptr) {
+      // How long the function ran, as the executor says: not the round
+      // trip, which a loaded machine stretches whatever the function does.
+      uint64_t ranUs = r->getRunUs();
+      auto& f = *slot.function;
+      f.meanUs = f.calls == 0 ? ranUs : f.meanUs - f.meanUs / 4 + ranUs / 4;
+      if (f.calls < SHORT_AFTER_CALLS) f.calls++;
+    }
   }
   kj::Own<Slot> own;
   for (auto it = worker.queue.begin(); it != worker.queue.end(); ++it) {

@@ -15,7 +15,7 @@
 // limit) is dropped; the next call starts a fresh one.
 //
 // Calls queued on a busy process. A call of a *short* function (its recent
-// calls took at most SHORT_CALL on average, by the time between answers)
+// calls ran at most SHORT_CALL on average, as the executor times them)
 // may join a busy process whose calls are all short, when the governor has
 // no cpus free for it: the executor runs it as soon as the call before it
 // answers, without the wake-up a call sent to an idle process costs (two
@@ -56,12 +56,15 @@ class ExecutorLease;
 class ExecutorPool {
  public:
   // A call of a function whose calls average at most this is short.
-  static constexpr uint64_t SHORT_CALL_US = 2000;
+  static constexpr uint64_t SHORT_CALL_US = 1000;
   // Calls seen before a function can be called short.
   static constexpr uint32_t SHORT_AFTER_CALLS = 4;
   // A call joins a busy process only if the calls before it there are
   // expected to take at most this.
   static constexpr uint64_t QUEUE_BUDGET_US = 10000;
+  // What a call costs its process besides its function (reading it,
+  // answering), counted in the expected wait.
+  static constexpr uint64_t CALL_OVERHEAD_US = 50;
   // A running call with calls waiting behind it that runs this long gives
   // them back, and its function is no longer short.
   static constexpr kj::Duration STUCK_AFTER = 1 * kj::SECONDS;
@@ -71,8 +74,8 @@ class ExecutorPool {
     kj::String name;
     kj::Vector<kj::String> outputs;
     bool named = false;
-    // Its calls seen, and their time (between answers) on average (a
-    // moving one, recent calls weighing most).
+    // Its calls answered, and how long they ran on average (a moving one,
+    // recent calls weighing most; the executor's timing).
     uint32_t calls = 0;
     uint64_t meanUs = 0;
     bool isShort() const { return calls >= SHORT_AFTER_CALLS && meanUs <= SHORT_CALL_US; }
