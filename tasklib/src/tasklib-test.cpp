@@ -246,6 +246,35 @@ TEST_F(TasklibTest, AFunctionKeepsItsStateBetweenCalls) {
   EXPECT_EQ(loaded, 1);
 }
 
+// The governor may send calls while one runs (executor-pool.h): they run
+// one at a time, in the order sent, and each answer says how long its
+// function ran.
+TEST_F(TasklibTest, CallsSentWhileOneRunsRunInOrderAndSayHowLongTheyRan) {
+  Executor ex("ordered");
+  std::vector<std::string> seen;
+  ex.add("note", [&](Call& call) {
+    std::string config(call.config());
+    if (config == "slow") std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    seen.push_back(config);
+  });
+  Served served(ex);
+  std::vector<std::string> configs{"slow", "a", "b", "c", "d"};
+  kj::Vector<kj::Promise<capnp::Response<wire::Executor::CallResults>>> answers;
+  for (auto& config : configs) {
+    auto request = served.cap.callRequest();
+    request.setFunction("note");
+    request.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(config.data()), config.size()));
+    request.initOutputKinds(1).set(0, wire::ObjectKind::BLOB);
+    request.setOutputDir(outputDir());
+    answers.add(request.send());
+  }
+  auto done = kj::joinPromises(answers.releaseAsArray()).wait(served.io.waitScope);
+  EXPECT_EQ(seen, configs);
+  EXPECT_GE(done[0].getRunUs(), 30000u);
+  EXPECT_LT(done[0].getRunUs(), 30000000u);
+  for (uint i = 1; i < done.size(); i++) EXPECT_LT(done[i].getRunUs(), 30000u) << configs[i];
+}
+
 TEST_F(TasklibTest, MisuseIsANamedErrorNotACrash) {
   EXPECT_THROW(Executor("two words"), std::invalid_argument);
   EXPECT_THROW(Executor(""), std::invalid_argument);
