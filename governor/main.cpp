@@ -54,6 +54,7 @@ struct Flags {
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::vector<std::string> executors;
+  bool insecure = false;
   uint32_t executorPipeline = squall::ExecutorPool::DEFAULT_PIPELINE;
   std::vector<std::string> resources;
   bool detect = false;
@@ -154,6 +155,10 @@ int run(const Flags& flags) {
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { token = resolveToken(flags.token, flags.tokenFile); })) {
     usageError(kj::str("cannot read the token: ", e->getDescription()));
   }
+  // Its data service serves every object it holds.
+  auto openProblem =
+      openListenProblem(flags.listen, token, flags.insecure, "read every object this governor holds");
+  if (!openProblem.empty()) usageError(kj::str(openProblem.c_str()));
 
   // Work directory: ours (temporary, removed at exit) unless given.
   kj::String workDir;
@@ -308,8 +313,8 @@ int run(const Flags& flags) {
     auto dataAddress = kj::str(listenHost, ":", receiver->getPort());
     RpcListener listener(
         kj::mv(receiver),
-        [&dataEnv](kj::StringPtr) -> capnp::Capability::Client {
-          return kj::heap<DataBootstrapImpl>(dataEnv);
+        [&dataEnv](kj::StringPtr peer) -> capnp::Capability::Client {
+          return kj::heap<DataBootstrapImpl>(dataEnv, peer);
         },
         logger);
     auto listening = listener.run().eagerlyEvaluate([&logger](kj::Exception&& e) {
@@ -331,6 +336,15 @@ int run(const Flags& flags) {
     uint32_t governorId = connected.get<uint32_t>();
     printf("registered governor=%u data=%s\n", governorId, dataAddress.cStr());
     fflush(stdout);
+    if (token.empty() && !isLoopbackAddress(flags.listen)) {
+      logger.warn("event=insecure data={} warning=\"no token: anyone who can reach this address can read every "
+                  "object this governor holds\"",
+                  dataAddress.cStr());
+    }
+    if (!flags.token.empty()) {
+      logger.warn("event=token-on-command-line warning=\"--token is visible to every user of this machine (ps); "
+                  "use --token-file or $SQUALL_TOKEN_FILE\"");
+    }
     logger.info("event=registered governor={} name={} data={} cpus={} work_dir={} allowed=\"{}\"",
                 governorId, name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr(),
                 env.allowedRoots.describe().cStr());
@@ -399,7 +413,12 @@ int main(int argc, char** argv) {
   app.add_option("--cpus", flags.cpus, "cpus offered to tasks (default: detected)")->check(CLI::Range(1u, 1u << 20));
   app.add_option("--name", flags.name, "governor name (default HOSTNAME:PID)");
   app.add_option("--token", flags.token, "shared secret (default $SQUALL_TOKEN)");
-  app.add_option("--token-file", flags.tokenFile, "file holding the shared secret");
+  app.add_option("--token-file", flags.tokenFile,
+                 "file holding the shared secret (default: $SQUALL_TOKEN_FILE, else the file `squall start` "
+                 "makes, if it exists: docs/deploy.md)");
+  app.add_flag("--insecure", flags.insecure,
+               "let the data service listen off loopback without a token: anyone who can reach it can read "
+               "every object this governor holds");
   app.add_option("--log-level", flags.logLevel, "trace, debug, info, warn, error or off");
   app.add_option("--connect-timeout", flags.connectTimeout, "seconds to keep retrying the server")
       ->check(CLI::Range(0.0, 86400.0));

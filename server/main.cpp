@@ -53,7 +53,13 @@ int main(int argc, char** argv) {
                  "'off': none). Read-only; keep it on loopback unless you mean to share it")
       ->capture_default_str();
   app.add_option("--token", token, "shared secret peers must present (or $SQUALL_TOKEN)");
-  app.add_option("--token-file", tokenFile, "file holding the shared secret");
+  app.add_option("--token-file", tokenFile,
+                 "file holding the shared secret (default: $SQUALL_TOKEN_FILE, else the file `squall start` "
+                 "makes, if it exists: docs/deploy.md)");
+  bool insecure = false;
+  app.add_flag("--insecure", insecure,
+               "listen off loopback without a token: anyone who can reach the address can run any program "
+               "as the governors' users");
   app.add_option("--queue-depth", schedulerOptions.queueDepth,
                  "cpus' worth of tasks queued on a governor beyond its cpus")
       ->capture_default_str();
@@ -127,6 +133,11 @@ int main(int argc, char** argv) {
     logger = squall::makeLogger("server", logLevel);
     secret = squall::resolveToken(token, tokenFile);
     squall::checkAddress(listen);
+    auto problem = squall::openListenProblem(listen, secret, insecure, "run any program as the governors' users");
+    if (!problem.empty()) {
+      fprintf(stderr, "squall-server: %s\n", problem.c_str());
+      return 2;
+    }
     if (http != "off") squall::checkAddress(http);
   } catch (const kj::Exception& e) {
     fprintf(stderr, "squall-server: %s\n", squall::userMessage(e).cStr());
@@ -203,7 +214,17 @@ int main(int argc, char** argv) {
       },
       *logger);
   auto host = listen.substr(0, listen.rfind(':'));
-  logger->info("event=listening address={}:{}", host, listener.getPort());
+  logger->info("event=listening address={}:{} auth={}", host, listener.getPort(),
+               secret.empty() ? "none" : "token");
+  if (secret.empty() && !squall::isLoopbackAddress(listen)) {
+    logger->warn("event=insecure address={}:{} warning=\"no token: anyone who can reach this address can run any "
+                 "program as the governors' users\"",
+                 host, listener.getPort());
+  }
+  if (!token.empty()) {
+    logger->warn("event=token-on-command-line warning=\"--token is visible to every user of this machine (ps); "
+                 "use --token-file or $SQUALL_TOKEN_FILE\"");
+  }
   printf("listening address=%s:%u\n", host.c_str(), listener.getPort());
   fflush(stdout);
 

@@ -68,6 +68,9 @@ class MultihostTest : public ::testing::Test {
     options.listen = hosts->address(0) + ":0";
     options.http = hosts->address(0) + ":0";
     options.serverWrap = hosts->exec(0);
+    // Off loopback, every part needs the token (and the governors' data
+    // services check it too).
+    options.token = token;
     for (size_t i = 0; i < GOVERNORS; i++) {
       options.governorWrapEach.push_back(hosts->exec(i + 1));
       options.governorListenEach.push_back(hosts->address(i + 1) + ":0");
@@ -83,12 +86,13 @@ class MultihostTest : public ::testing::Test {
 
   std::unique_ptr<NetnsHosts> hosts;
   std::unique_ptr<LocalCluster> cluster;
+  const std::string token = "multihost-" + std::to_string(getpid());
 };
 
 TEST_F(MultihostTest, EachGovernorRegistersWithItsNamespaceAddress) {
   start(options());
   EXPECT_EQ(hostOf(cluster->serverAddress()), hosts->address(0));
-  Client client(cluster->serverAddress());
+  Client client(cluster->serverAddress(), token);
   auto governors = client.governors();
   ASSERT_EQ(governors.size(), GOVERNORS);
   for (auto& governor : governors) {
@@ -111,7 +115,7 @@ TEST_F(MultihostTest, EachGovernorRegistersWithItsNamespaceAddress) {
 // crosses A's and B's links; what B read is what A made, byte for byte.
 TEST_F(MultihostTest, ABlobMadeOnOneHostIsReadIntactOnAnother) {
   start(options());
-  Client client(cluster->serverAddress());
+  Client client(cluster->serverAddress(), token);
   auto session = client.newSession("cross-host");
   auto producer = session.execute(Program::shell("head -c 8388608 /dev/urandom").stdoutOutput());
   producer.resource("on_a", 1);
@@ -140,7 +144,7 @@ TEST_F(MultihostTest, ABlobMadeOnOneHostIsReadIntactOnAnother) {
 // between the hosts as they are written.
 TEST_F(MultihostTest, AStreamFlowsFromOneHostToAReaderOnAnother) {
   start(options());
-  Client client(cluster->serverAddress());
+  Client client(cluster->serverAddress(), token);
   auto session = client.newSession("cross-host-stream");
   const std::string generate = "seq 1 3000000";
   auto producer = session.execute(Program::shell(generate).stdoutOutput(ObjectKind::STREAM).cpus(1));
@@ -163,7 +167,7 @@ TEST_F(MultihostTest, AHostCutOffMidTaskIsGivenUpAndItsTaskRunsOnAnother) {
   cut.serverArgs = {"--governor-timeout", "3"};
   cut.governorArgs = {"--server-timeout", "3"};
   start(cut);
-  Client client(cluster->serverAddress());
+  Client client(cluster->serverAddress(), token);
   auto session = client.newSession("cut-off");
   // Each run writes where it runs (its sandbox is under governor-<i>/);
   // the first one then waits for good, the second one finishes.
@@ -217,7 +221,7 @@ TEST_F(MultihostTest, AHostCutOffMidTaskIsGivenUpAndItsTaskRunsOnAnother) {
 // governor to another. A lower bound only: a slow machine only adds.
 TEST_F(MultihostTest, DataCrossesALinkNoFasterThanItsRate) {
   start(options());
-  Client client(cluster->serverAddress());
+  Client client(cluster->serverAddress(), token);
   auto session = client.newSession("rate");
   constexpr size_t BYTES = 24 << 20;
   const double atLeast = (BYTES - BURST_BYTES) / RATE_BYTES;

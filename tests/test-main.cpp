@@ -6,6 +6,10 @@
 #include <gtest/gtest.h>
 #include <squall/tools/local-cluster.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <stdlib.h>
+
 namespace {
 
 class CleanStopCheck final : public ::testing::Environment {
@@ -23,5 +27,17 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   // GoogleTest owns and deletes it.
   ::testing::AddGlobalTestEnvironment(new CleanStopCheck);
-  return RUN_ALL_TESTS();
+  // A state directory of the program's own: `squall start` makes its
+  // token file there, and every part and client looks there, not in the
+  // home of whoever runs the tests.
+  auto state = (std::filesystem::temp_directory_path() / "squall-test-state-XXXXXX").string();
+  if (mkdtemp(state.data()) == nullptr) {
+    perror("mkdtemp");
+    return 1;
+  }
+  setenv("XDG_STATE_HOME", state.c_str(), 1);
+  int result = RUN_ALL_TESTS();
+  std::error_code ec;
+  std::filesystem::remove_all(state, ec);
+  return result;
 }

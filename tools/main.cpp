@@ -25,7 +25,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   start->add_option("--work-dir", cluster.workDir, "governors' work dirs go under it (default: temp)");
   start->add_option("--cpus", cluster.cpus, "cpus each governor offers (default: detected)");
-  start->add_option("--token", cluster.token, "shared secret for every connection");
+  start->add_option("--token-file", cluster.tokenFile,
+                    "file holding the shared secret every part and client presents (default: made if need "
+                    "be at $XDG_STATE_HOME/squall/token or ~/.local/state/squall/token, 0600, where clients "
+                    "on this machine find it)");
+  start->add_option("--token", cluster.token,
+                    "the shared secret itself (handed to the parts in a 0600 file; prefer --token-file)");
   start->add_option("--log-level", cluster.logLevel, "server and governor log level")
       ->capture_default_str();
   start->add_option("--executor", cluster.executors,

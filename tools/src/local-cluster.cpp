@@ -241,6 +241,15 @@ void LocalCluster::start() {
     ownsWorkDir = true;
   }
   fs::create_directories(work);
+  tokenPath = options.tokenFile;
+  if (!options.token.empty()) {
+    tokenPath = (fs::path(work) / "token").string();
+    int fd = open(tokenPath.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) throw systemError("cannot write " + tokenPath);
+    bool ok = write(fd, options.token.data(), options.token.size()) == static_cast<ssize_t>(options.token.size());
+    close(fd);
+    if (!ok) throw systemError("cannot write " + tokenPath);
+  }
   startServer(options.listen);
   for (int i = 0; i < options.governors; i++) addGovernor();
 }
@@ -249,7 +258,7 @@ void LocalCluster::startServer(const std::string& listen) {
   std::vector<std::string> args = {"--listen", listen, "--http", options.http,
                                    "--log-level", options.logLevel,
                                    "--lifeline-fd", std::to_string(lifelineRead)};
-  if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
+  if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
   // The session log lives with the rest of the cluster's state.
   if (std::find(options.serverArgs.begin(), options.serverArgs.end(), "--log") == options.serverArgs.end()) {
     args.insert(args.end(), {"--log", (fs::path(work) / "server.sqlite").string()});
@@ -286,7 +295,7 @@ size_t LocalCluster::addGovernor() {
                                    "--name", "governor-" + std::to_string(index),
                                    "--lifeline-fd", std::to_string(lifelineRead)};
   if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
-  if (!options.token.empty()) args.insert(args.end(), {"--token", options.token});
+  if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
   for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
   args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
   if (index < options.governorListenEach.size() && !options.governorListenEach[index].empty()) {

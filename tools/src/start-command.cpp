@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <poll.h>
 #include <squall/client/client.h>
+#include <squall/proto/errors.h>
+#include <squall/proto/token.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -50,6 +52,19 @@ bool resolveExecutors(std::vector<std::string>& executors) {
 
 int runStart(ClusterOptions options) {
   if (!resolveExecutors(options.executors)) return 2;
+  if (options.token.empty() && options.tokenFile.empty()) {
+    // A token by default, made once: every part and every client of this
+    // user on this machine finds it in the default file.
+    options.tokenFile = defaultTokenFile();
+    if (!options.tokenFile.empty()) {
+      try {
+        ensureTokenFile(options.tokenFile);
+      } catch (const kj::Exception& e) {
+        fprintf(stderr, "squall start: %s\n", userMessage(e).cStr());
+        return 1;
+      }
+    }
+  }
   int sfd = signalFd();
   LocalCluster cluster(options);
   try {
@@ -63,6 +78,10 @@ int runStart(ClusterOptions options) {
          cluster.serverAddress().c_str(), cluster.governorCount(), cluster.workDir().c_str());
   if (!cluster.httpAddress().empty()) {
     printf("status page: http://%s/\n", cluster.httpAddress().c_str());
+  }
+  if (!options.tokenFile.empty()) {
+    printf("token: %s (clients of this user here find it; give it to others with --token-file)\n",
+           options.tokenFile.c_str());
   }
   printf("submit with: SQUALL_SERVER=%s squall submit -- PROGRAM ARGS...   (Ctrl-C stops)\n",
          cluster.serverAddress().c_str());

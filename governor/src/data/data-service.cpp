@@ -20,7 +20,9 @@ kj::Promise<void> DataBootstrapImpl::open(OpenContext context) {
                         " speaks version ", wire::PROTOCOL_VERSION, ", the peer speaks version ",
                         params.getVersion());
   }
-  if (!tokensEqual(params.getToken(), env.token.cStr())) {
+  if (env.token.size() > 0 && !tokensEqual(params.getToken(), env.token.cStr())) {
+    env.logger.warn("event=auth-refused service=data peer={} token={}", peer.cStr(),
+                    params.getToken().size() == 0 ? "none" : "wrong");
     return SQUALL_EXCEPTION(FAILED, "invalid token for the data service of governor ", env.governorName);
   }
   context.getResults().setService(kj::heap<DataServiceImpl>(env));

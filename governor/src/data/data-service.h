@@ -43,11 +43,13 @@ struct DataServiceEnv {
 // token before handing out the service.
 class DataBootstrapImpl final : public wire::DataBootstrap::Server {
  public:
-  explicit DataBootstrapImpl(DataServiceEnv& env) : env(env) {}
+  // `peer`: the connection's address, for the log.
+  explicit DataBootstrapImpl(DataServiceEnv& env, kj::StringPtr peer = "?") : env(env), peer(kj::str(peer)) {}
   kj::Promise<void> open(OpenContext context) override;
 
  private:
   DataServiceEnv& env;
+  kj::String peer;
 };
 
 class DataServiceImpl final : public wire::DataService::Server {

@@ -737,9 +737,15 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
   void checkPeer(uint32_t version, capnp::Text::Reader token) {
     SQUALL_REQUIRE(version == wire::PROTOCOL_VERSION, "protocol version mismatch: peer speaks ", version, ", server speaks ",
                        wire::PROTOCOL_VERSION, "; run the same squall release on both sides");
-    if (!tokensEqual(token.cStr(), context.token)) {
-      context.logger.warn("event=auth-refused peer={}", peer.cStr());
-      SQUALL_FAIL("authentication failed: wrong token (see --token / SQUALL_TOKEN)");
+    // A server without a token checks none (it listens on loopback only,
+    // unless started --insecure): a client's token from the default file
+    // is no reason to refuse it.
+    if (!context.token.empty() && !tokensEqual(token.cStr(), context.token)) {
+      context.logger.warn("event=auth-refused peer={} token={}", peer.cStr(), token.size() == 0 ? "none" : "wrong");
+      SQUALL_FAIL("authentication failed: ", token.size() == 0 ? "no token given" : "wrong token",
+                  " (the server's is in its --token-file; clients read $SQUALL_TOKEN_FILE, $SQUALL_TOKEN or ",
+                  defaultTokenFile().empty() ? kj::str("the default token file") : kj::str(defaultTokenFile().c_str()),
+                  ")");
     }
   }
 };

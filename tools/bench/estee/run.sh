@@ -195,10 +195,16 @@ netnsUp() {
 
 # Starts a server in namespace 0 and the governors in 1..GOVERNORS (here,
 # not in a subshell, so that cleanup knows their pids); sets $server.
+# Off loopback, every part and the replay driver share a token (a file,
+# kept out of ps).
 server=""
 squallClusterUp() {
   local name=$1 i
   shift
+  if [[ ! -s $work/token ]]; then
+    (umask 077 && od -An -N32 -tx1 /dev/urandom | tr -d ' \n' > "$work/token")
+  fi
+  export SQUALL_TOKEN_FILE=$work/token
   background "$name-server" nsenter --net="/run/netns/$nsprefix-0" "$build/server/squall-server" \
     --listen "${addr[0]}:0" --http "${addr[0]}:0" --log "$work/$name-server.sqlite" --log-level warn "$@"
   server=$(awaitLine "$work/$name-server.out" "listening address=")

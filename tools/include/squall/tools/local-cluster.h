@@ -74,7 +74,12 @@ struct ClusterOptions {
   std::string workDir;
   // Cpus each governor announces (0: detected).
   uint32_t cpus = 0;
+  // The shared secret: each part gets it as a file (<workDir>/token, 0600),
+  // never on its command line, which every user sees in ps.
   std::string token;
+  // Or a file that holds it, given to each part as it is (`squall start`:
+  // the default token file).
+  std::string tokenFile;
   std::string logLevel = "warn";
   std::vector<std::string> serverArgs;
   std::vector<std::string> governorArgs;
@@ -139,6 +144,8 @@ class LocalCluster {
   std::string address;
   std::string httpAddr;
   std::string work;
+  // The token file every part is given ("" for none).
+  std::string tokenPath;
   bool ownsWorkDir = false;
   std::unique_ptr<ChildProcess> serverProcess;
   std::vector<std::unique_ptr<ChildProcess>> governorProcesses;
