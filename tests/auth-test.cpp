@@ -1,0 +1,227 @@
+// Safe by default (issue 17): nothing listens off loopback without a token
+// unless told --insecure; `squall start` makes a token file every part and
+// client finds; the token never shows in logs, on the status page or in any
+// process's command line; a wrong token is refused by the server and by a
+// governor's data service, both saying so and logging who tried.
+#include "command-output.h"
+#include "http-get.h"
+
+#include <gtest/gtest.h>
+#include <kj/async-io.h>
+#include <squall/client/client.h>
+#include <squall/proto/errors.h>
+#include <squall/proto/rpc.h>
+#include <squall/proto/token.h>
+#include <squall/tools/local-cluster.h>
+#include <squall/wire/data.capnp.h>
+#include <squall/wire/service.capnp.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+namespace squall {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// A temp dir, removed with the object.
+struct TempDir {
+  TempDir() {
+    path = (fs::temp_directory_path() / "squall-auth-XXXXXX").string();
+    if (mkdtemp(path.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+// Runs `program args` with no token anywhere in its environment; its
+// output (stdout and stderr) and exit status.
+std::pair<std::string, int> runWithoutToken(const std::string& program, const std::string& args) {
+  return commandOutput("env -u SQUALL_TOKEN -u SQUALL_TOKEN_FILE '" + findProgram(program) + "' " + args +
+                       " 2>&1");
+}
+
+TEST(AuthTest, AnOpenAddressWithoutATokenIsRefusedUnlessInsecure) {
+  auto [server, serverStatus] = runWithoutToken("squall-server", "--listen 0.0.0.0:0 --http off --log off");
+  EXPECT_EQ(serverStatus, 2) << server;
+  EXPECT_NE(server.find("squall-server: refusing to listen on 0.0.0.0:0 without a token: anyone who can reach it "
+                        "could run any program as the governors' users"),
+            std::string::npos)
+      << server;
+  EXPECT_NE(server.find("--insecure"), std::string::npos) << server;
+
+  auto [governor, governorStatus] =
+      runWithoutToken("squall-governor", "--listen 0.0.0.0:0 --server 127.0.0.1:1 --connect-timeout 0");
+  EXPECT_EQ(governorStatus, 2) << governor;
+  EXPECT_NE(governor.find("refusing to listen on 0.0.0.0:0 without a token: anyone who can reach it could read "
+                          "every object this governor holds"),
+            std::string::npos)
+      << governor;
+
+  // --insecure: it listens, and says loudly what that means.
+  TempDir dir;
+  auto log = dir.path + "/server.log";
+  ChildProcess insecure(findProgram("squall-server"), {"--listen", "0.0.0.0:0", "--http", "off", "--log", "off",
+                                                       "--insecure"},
+                        {}, {"env", "-u", "SQUALL_TOKEN", "-u", "SQUALL_TOKEN_FILE", "sh", "-c",
+                             "exec \"$@\" 2>>'" + log + "'", "sh"});
+  insecure.expectLine("listening address=", std::chrono::seconds(30));
+  insecure.stop();
+  auto said = slurp(log);
+  EXPECT_NE(said.find("event=insecure"), std::string::npos) << said;
+  EXPECT_NE(said.find("anyone who can reach this address can run any program"), std::string::npos) << said;
+}
+
+// Every process on this machine whose command line holds `text`.
+std::vector<std::string> commandLinesHolding(const std::string& text) {
+  std::vector<std::string> found;
+  for (auto& entry : fs::directory_iterator("/proc")) {
+    auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    auto cmdline = slurp(entry.path() / "cmdline");
+    if (cmdline.find(text) != std::string::npos) found.push_back(name + ": " + cmdline);
+  }
+  return found;
+}
+
+TEST(AuthTest, TheTokenNeverShowsInLogsOnThePageOrInCommandLines) {
+  std::mt19937_64 random(std::random_device{}());
+  auto token = "tok" + std::to_string(random());
+  TempDir dir;
+  auto serverLog = dir.path + "/server.log";
+  auto governorLog = dir.path + "/governor.log";
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  options.token = token;
+  options.logLevel = "debug";
+  options.serverWrap = {"sh", "-c", "exec \"$@\" 2>>'" + serverLog + "'", "sh"};
+  options.governorWrapEach = {{"sh", "-c", "exec \"$@\" 2>>'" + governorLog + "'", "sh"}};
+  LocalCluster cluster(options);
+  cluster.start();
+  EXPECT_EQ(commandLinesHolding(token), std::vector<std::string>{});
+  {
+    Client client(cluster.serverAddress(), token);
+    auto session = client.newSession("with a token");
+    auto echo = session.execute(Program({"echo", "hi"}).stdoutOutput());
+    echo.output().keep();
+    session.submit();
+    EXPECT_EQ(echo.output().fetch(), "hi\n");
+    for (auto path : {"/", "/api/governors", "/api/sessions", "/metrics"}) {
+      auto reply = httpGet(cluster.httpAddress(), path);
+      EXPECT_EQ(reply.body.find(token), std::string::npos) << path;
+    }
+  }
+  // A wrong token and none: refused, saying which, and logged with the
+  // peer's address (never the token).
+  for (std::string wrong : {std::string("not-") + token, std::string()}) {
+    try {
+      Client client(ClientOptions{.address = cluster.serverAddress(), .token = wrong.empty() ? " " : wrong});
+      client.newSession("should not open");
+      ADD_FAILURE() << "a client with token '" << wrong << "' was let in";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("authentication failed: wrong token"), std::string::npos) << e.what();
+    }
+  }
+  cluster.stop();
+  auto serverSaid = slurp(serverLog);
+  auto governorSaid = slurp(governorLog);
+  EXPECT_NE(serverSaid.find("event=auth-refused peer=127.0.0.1:"), std::string::npos) << serverSaid;
+  EXPECT_EQ(serverSaid.find(token), std::string::npos);
+  EXPECT_EQ(governorSaid.find(token), std::string::npos);
+}
+
+TEST(AuthTest, AGovernorsDataServiceRefusesAWrongTokenAndLogsThePeer) {
+  TempDir dir;
+  auto governorLog = dir.path + "/governor.log";
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  options.token = "the-right-one";
+  options.governorWrapEach = {{"sh", "-c", "exec \"$@\" 2>>'" + governorLog + "'", "sh"}};
+  LocalCluster cluster(options);
+  cluster.start();
+  std::string dataAddress;
+  {
+    Client client(cluster.serverAddress(), "the-right-one");
+    auto governors = client.governors();
+    ASSERT_EQ(governors.size(), 1u);
+    dataAddress = governors[0].dataAddress;
+  }
+  auto io = kj::setupAsyncIo();
+  for (std::string token : {"the-wrong-one", ""}) {
+    auto connection = connectTo(io.provider->getNetwork(), dataAddress).wait(io.waitScope);
+    auto request = connection->bootstrap<wire::DataBootstrap>().openRequest();
+    request.setVersion(wire::PROTOCOL_VERSION);
+    request.setToken(token);
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { request.send().wait(io.waitScope); })) {
+      EXPECT_NE(std::string(userMessage(*e).cStr()).find("invalid token for the data service of governor governor-0"),
+                std::string::npos)
+          << userMessage(*e).cStr();
+    } else {
+      ADD_FAILURE() << "the data service let in token '" << token << "'";
+    }
+  }
+  cluster.stop();
+  auto said = slurp(governorLog);
+  EXPECT_NE(said.find("event=auth-refused service=data peer=127.0.0.1:"), std::string::npos) << said;
+  EXPECT_NE(said.find("token=wrong"), std::string::npos) << said;
+  EXPECT_NE(said.find("token=none"), std::string::npos) << said;
+}
+
+TEST(AuthTest, SquallStartMakesAnOwnerOnlyTokenFileThatClientsFind) {
+  // test-main gave this program a state directory of its own.
+  auto path = defaultTokenFile();
+  ASSERT_FALSE(path.empty());
+  std::error_code ec;
+  fs::remove(path, ec);
+  std::string first;
+  for (int run = 0; run < 2; run++) {
+    ChildProcess start(findProgram("squall"), {"start", "--governors", "1", "--listen", "127.0.0.1:0", "--http",
+                                               "off", "--cpus", "1"});
+    auto line = start.expectLine("squall is running: server=", std::chrono::seconds(30));
+    auto address = line.substr(line.find('=') + 1, line.find(' ', line.find('=')) - line.find('=') - 1);
+    EXPECT_EQ(start.expectLine("token: ", std::chrono::seconds(5)).rfind("token: " + path + " ", 0), 0u);
+    struct stat st;
+    ASSERT_EQ(stat(path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    auto token = resolveToken("", "");
+    if (run == 0) first = token;
+    EXPECT_EQ(token, first);  // made once, kept
+    {
+      Client client(address);  // finds the file
+      auto session = client.newSession("found the token");
+      auto hello = session.concat({session.blob("hello")});
+      hello.output().keep();
+      session.submit();
+      EXPECT_EQ(hello.output().fetch(), "hello");
+    }
+    try {
+      Client client(address, "guessed");
+      client.newSession("should not open");
+      ADD_FAILURE() << "a guessed token was let in";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("wrong token"), std::string::npos) << e.what();
+    }
+    start.signal(SIGINT);
+    EXPECT_TRUE(start.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(20)));
+  }
+}
+
+}  // namespace
+}  // namespace squall
