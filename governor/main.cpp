@@ -32,6 +32,7 @@
 #include <squall/proto/lifeline.h>
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
+#include <squall/proto/tls.h>
 #include <squall/proto/token.h>
 #include <thread>
 #include <unistd.h>
@@ -55,6 +56,7 @@ struct Flags {
   std::vector<std::string> allowPaths;
   std::vector<std::string> executors;
   bool insecure = false;
+  squall::TlsFiles tls;
   uint32_t executorPipeline = squall::ExecutorPool::DEFAULT_PIPELINE;
   std::vector<std::string> resources;
   bool detect = false;
@@ -155,6 +157,14 @@ int run(const Flags& flags) {
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { token = resolveToken(flags.token, flags.tokenFile); })) {
     usageError(kj::str("cannot read the token: ", e->getDescription()));
   }
+  kj::Own<Tls> tls;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { tls = Tls::load(resolveTls(flags.tls)); })) {
+    usageError(userMessage(*e));
+  }
+  if (tls.get() != nullptr && !tls->serves()) {
+    usageError("TLS needs the governor's certificate and key (--tls-cert, --tls-key): it serves its data service "
+               "over TLS too");
+  }
   // Its data service serves every object it holds.
   auto openProblem =
       openListenProblem(flags.listen, token, flags.insecure, "read every object this governor holds");
@@ -212,7 +222,11 @@ int run(const Flags& flags) {
 
   auto io = kj::setupAsyncIo();
   auto& timer = io.provider->getTimer();
-  auto& network = io.provider->getNetwork();
+  // With TLS, every connection it makes or accepts (the server, other
+  // governors' data services, its own) is one.
+  kj::Own<kj::Network> tlsNetwork;
+  if (tls.get() != nullptr) tlsNetwork = tls->wrap(io.provider->getNetwork());
+  auto& network = tls.get() != nullptr ? *tlsNetwork : io.provider->getNetwork();
 
   // Set when the governor stops for a reason the operator must see.
   kj::Maybe<kj::String> failure;
@@ -416,6 +430,12 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", flags.tokenFile,
                  "file holding the shared secret (default: $SQUALL_TOKEN_FILE, else the file `squall start` "
                  "makes, if it exists: docs/deploy.md)");
+  app.add_option("--tls-cert", flags.tls.cert,
+                 "PEM certificate: the data service serves TLS and the governor shows it to its peers (with "
+                 "--tls-key; default $SQUALL_TLS_CERT)");
+  app.add_option("--tls-key", flags.tls.key, "PEM private key of --tls-cert (default $SQUALL_TLS_KEY)");
+  app.add_option("--tls-ca", flags.tls.ca,
+                 "PEM CA the server and other governors must be signed by (default $SQUALL_TLS_CA)");
   app.add_flag("--insecure", flags.insecure,
                "let the data service listen off loopback without a token: anyone who can reach it can read "
                "every object this governor holds");

@@ -19,6 +19,7 @@
 #include <squall/proto/lifeline.h>
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
+#include <squall/proto/tls.h>
 #include <squall/proto/token.h>
 
 namespace {
@@ -56,6 +57,13 @@ int main(int argc, char** argv) {
   app.add_option("--token-file", tokenFile,
                  "file holding the shared secret (default: $SQUALL_TOKEN_FILE, else the file `squall start` "
                  "makes, if it exists: docs/deploy.md)");
+  squall::TlsFiles tlsFlags;
+  app.add_option("--tls-cert", tlsFlags.cert,
+                 "PEM certificate: clients and governors reach the server over TLS (with --tls-key; default "
+                 "$SQUALL_TLS_CERT)");
+  app.add_option("--tls-key", tlsFlags.key, "PEM private key of --tls-cert (default $SQUALL_TLS_KEY)");
+  app.add_option("--tls-ca", tlsFlags.ca,
+                 "PEM CA: only peers with a certificate it signed get in (default $SQUALL_TLS_CA)");
   bool insecure = false;
   app.add_flag("--insecure", insecure,
                "listen off loopback without a token: anyone who can reach the address can run any program "
@@ -127,11 +135,17 @@ int main(int argc, char** argv) {
 
   std::shared_ptr<spdlog::logger> logger;
   std::string secret;
+  kj::Own<squall::Tls> tls;
   kj::AutoCloseFd lifeline;
   try {
     if (lifelineFd >= 0) lifeline = squall::adoptLifeline(lifelineFd);
     logger = squall::makeLogger("server", logLevel);
     secret = squall::resolveToken(token, tokenFile);
+    tls = squall::Tls::load(squall::resolveTls(tlsFlags));
+    if (tls.get() != nullptr && !tls->serves()) {
+      fprintf(stderr, "squall-server: TLS needs the server's certificate and key (--tls-cert, --tls-key)\n");
+      return 2;
+    }
     squall::checkAddress(listen);
     auto problem = squall::openListenProblem(listen, secret, insecure, "run any program as the governors' users");
     if (!problem.empty()) {
@@ -200,8 +214,12 @@ int main(int argc, char** argv) {
   }
 
   kj::Own<kj::ConnectionReceiver> receiver;
+  // With TLS, every connection accepted is one.
+  kj::Own<kj::Network> tlsNetwork;
+  if (tls.get() != nullptr) tlsNetwork = tls->wrap(io.provider->getNetwork());
+  kj::Network& rpcNetwork = tls.get() != nullptr ? *tlsNetwork : io.provider->getNetwork();
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                receiver = squall::listenOn(io.provider->getNetwork(), listen).wait(io.waitScope);
+                receiver = squall::listenOn(rpcNetwork, listen).wait(io.waitScope);
               })) {
     fprintf(stderr, "squall-server: cannot listen on %s: %s\n", listen.c_str(),
             squall::userMessage(*e).cStr());
@@ -214,8 +232,8 @@ int main(int argc, char** argv) {
       },
       *logger);
   auto host = listen.substr(0, listen.rfind(':'));
-  logger->info("event=listening address={}:{} auth={}", host, listener.getPort(),
-               secret.empty() ? "none" : "token");
+  logger->info("event=listening address={}:{} auth={} tls={}", host, listener.getPort(),
+               secret.empty() ? "none" : "token", tls.get() != nullptr ? "on" : "off");
   if (secret.empty() && !squall::isLoopbackAddress(listen)) {
     logger->warn("event=insecure address={}:{} warning=\"no token: anyone who can reach this address can run any "
                  "program as the governors' users\"",

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <stdexcept>
 #include <sstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -182,6 +183,82 @@ TEST(AuthTest, AGovernorsDataServiceRefusesAWrongTokenAndLogsThePeer) {
   EXPECT_NE(said.find("event=auth-refused service=data peer=127.0.0.1:"), std::string::npos) << said;
   EXPECT_NE(said.find("token=wrong"), std::string::npos) << said;
   EXPECT_NE(said.find("token=none"), std::string::npos) << said;
+}
+
+// A CA and a certificate for this host signed by it (and a second CA that
+// signed nothing here), made with openssl as an operator would.
+struct TestPki {
+  explicit TestPki(const std::string& dir) : dir(dir) {
+    auto ec = std::string(" -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes");
+    std::string script = "set -e; cd '" + dir + "'\n" +
+                         "openssl req -x509" + ec + " -keyout ca.key -out ca.pem -days 2 -subj /CN=squall-test-ca\n" +
+                         "openssl req -x509" + ec + " -keyout other.key -out other-ca.pem -days 2 -subj /CN=another-ca\n" +
+                         "openssl req" + ec + " -keyout host.key -out host.csr -subj /CN=localhost\n" +
+                         "printf 'subjectAltName=DNS:localhost,DNS:127.0.0.1,IP:127.0.0.1\\nextendedKeyUsage=serverAuth,"
+                         "clientAuth\\n' > ext.cnf\n" +
+                         "openssl x509 -req -in host.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out host.pem -days 2 "
+                         "-extfile ext.cnf\n";
+    auto [out, status] = commandOutput("sh -c \"$(cat <<'PKI'\n" + script + "PKI\n)\" 2>&1");
+    if (status != 0) throw std::runtime_error("openssl failed: " + out);
+  }
+  std::string path(const char* name) const { return dir + "/" + name; }
+  std::string dir;
+};
+
+TEST(AuthTest, TlsCarriesEveryConnectionAndRefusesAStrangerOrAPlainPeer) {
+  TempDir dir;
+  TestPki pki(dir.path);
+  ClusterOptions options;
+  options.governors = 2;
+  options.cpus = 1;
+  options.token = "tls-and-a-token";
+  options.tlsCert = pki.path("host.pem");
+  options.tlsKey = pki.path("host.key");
+  options.tlsCa = pki.path("ca.pem");
+  LocalCluster cluster(options);
+  cluster.start();
+  ClientOptions good{.address = cluster.serverAddress(), .token = "tls-and-a-token"};
+  good.tlsCa = pki.path("ca.pem");
+  good.tlsCert = pki.path("host.pem");
+  good.tlsKey = pki.path("host.key");
+  {
+    // A task on each governor, the second reading the first's output: the
+    // server, both data services and the fetch all speak TLS.
+    Client client(good);
+    auto session = client.newSession("over tls");
+    auto first = session.execute(Program::shell("echo secret data").stdoutOutput().name("first"));
+    auto second = session.execute(Program({"tr", "a-z", "A-Z"}).stdinFrom(first.output()).stdoutOutput());
+    second.output().keep();
+    session.submit();
+    EXPECT_EQ(second.output().fetch(), "SECRET DATA\n");
+  }
+  auto refused = [&](ClientOptions options) -> std::string {
+    try {
+      Client client(options);
+      client.newSession("should not open");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  // Plain TCP to a TLS server: no session.
+  ClientOptions plain{.address = cluster.serverAddress(), .token = "tls-and-a-token"};
+  EXPECT_NE(refused(plain), "");
+  // A server certificate the client's CA did not sign: refused by the client.
+  ClientOptions stranger = good;
+  stranger.tlsCa = pki.path("other-ca.pem");
+  auto message = refused(stranger);
+  EXPECT_NE(message.find("certificate"), std::string::npos) << message;
+  // A client certificate the server's CA did not sign: refused by the server.
+  ClientOptions unsigned_ = good;
+  unsigned_.tlsCert = pki.path("other-ca.pem");
+  unsigned_.tlsKey = pki.path("other.key");
+  EXPECT_NE(refused(unsigned_), "");
+  // A file that is no certificate is named.
+  ClientOptions broken = good;
+  broken.tlsCa = pki.path("ext.cnf");
+  message = refused(broken);
+  EXPECT_NE(message.find("cannot use " + pki.path("ext.cnf") + " as the TLS CA"), std::string::npos) << message;
 }
 
 TEST(AuthTest, SquallStartMakesAnOwnerOnlyTokenFileThatClientsFind) {

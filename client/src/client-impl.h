@@ -12,6 +12,7 @@
 #include <optional>
 #include <set>
 #include <squall/proto/rpc.h>
+#include <squall/proto/tls.h>
 #include <squall/wire/data.capnp.h>
 #include <squall/wire/service.capnp.h>
 #include <string>
@@ -31,6 +32,10 @@ struct ClientImpl {
   Loop& loop;
   std::string address;
   std::string token;
+  // TLS, when configured: every connection goes through `tlsNetwork`.
+  kj::Own<Tls> tls;
+  kj::Own<kj::Network> tlsNetwork;
+  kj::Network& network() { return tls.get() != nullptr ? *tlsNetwork : loop.io.provider->getNetwork(); }
   kj::Own<RpcClient> connection;
   kj::Maybe<wire::ClientService::Client> service;
   // Sessions this client made and has not closed: adopted again after a

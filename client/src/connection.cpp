@@ -36,6 +36,8 @@ ClientImpl::~ClientImpl() {
   dataServices.clear();
   service = nullptr;
   connection = nullptr;
+  tlsNetwork = nullptr;
+  tls = nullptr;
   releaseLoop();
 }
 
@@ -51,7 +53,7 @@ void ClientImpl::connect() {
   auto& ws = waitScope();
   service = nullptr;
   connection = nullptr;
-  connection = connectTo(loop.io.provider->getNetwork(), address).wait(ws);
+  connection = connectTo(network(), address).wait(ws);
   auto req = connection->bootstrap<wire::Bootstrap>().registerClientRequest();
   req.setVersion(wire::PROTOCOL_VERSION);
   req.setToken(token);
@@ -88,7 +90,7 @@ void ClientImpl::reconnect(const kj::Exception& lost) {
 wire::DataService::Client& ClientImpl::dataService(const std::string& where) {
   auto it = dataServices.find(where);
   if (it != dataServices.end()) return it->second.second;
-  auto conn = connectTo(loop.io.provider->getNetwork(), where).wait(waitScope());
+  auto conn = connectTo(network(), where).wait(waitScope());
   auto req = conn->bootstrap<wire::DataBootstrap>().openRequest();
   req.setVersion(wire::PROTOCOL_VERSION);
   req.setToken(token);
@@ -112,7 +114,11 @@ Client::Client(const ClientOptions& options) : impl(std::make_unique<client::Cli
     const char* env = getenv("SQUALL_SERVER");
     impl->address = env && *env ? env : "127.0.0.1:" + std::to_string(SERVER_PORT);
   }
-  impl->guard([&]() { impl->token = resolveToken(token, ""); });
+  impl->guard([&]() {
+    impl->token = resolveToken(token, "");
+    impl->tls = Tls::load(resolveTls(TlsFiles{options.tlsCert, options.tlsKey, options.tlsCa}));
+    if (impl->tls.get() != nullptr) impl->tlsNetwork = impl->tls->wrap(impl->loop.io.provider->getNetwork());
+  });
   if (const char* env = getenv("SQUALL_RECONNECT_TIMEOUT"); env != nullptr && *env != '\0') {
     char* end = nullptr;
     double seconds = strtod(env, &end);

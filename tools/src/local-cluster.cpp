@@ -254,11 +254,18 @@ void LocalCluster::start() {
   for (int i = 0; i < options.governors; i++) addGovernor();
 }
 
+void LocalCluster::appendTls(std::vector<std::string>& args) const {
+  if (!options.tlsCert.empty()) args.insert(args.end(), {"--tls-cert", options.tlsCert});
+  if (!options.tlsKey.empty()) args.insert(args.end(), {"--tls-key", options.tlsKey});
+  if (!options.tlsCa.empty()) args.insert(args.end(), {"--tls-ca", options.tlsCa});
+}
+
 void LocalCluster::startServer(const std::string& listen) {
   std::vector<std::string> args = {"--listen", listen, "--http", options.http,
                                    "--log-level", options.logLevel,
                                    "--lifeline-fd", std::to_string(lifelineRead)};
   if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
+  appendTls(args);
   // The session log lives with the rest of the cluster's state.
   if (std::find(options.serverArgs.begin(), options.serverArgs.end(), "--log") == options.serverArgs.end()) {
     args.insert(args.end(), {"--log", (fs::path(work) / "server.sqlite").string()});
@@ -296,6 +303,7 @@ size_t LocalCluster::addGovernor() {
                                    "--lifeline-fd", std::to_string(lifelineRead)};
   if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
   if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
+  appendTls(args);
   for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
   args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
   if (index < options.governorListenEach.size() && !options.governorListenEach[index].empty()) {

@@ -389,6 +389,12 @@ struct ClientOptions {
   // A server that cannot be reached at first (restarting) is tried again
   // for up to $SQUALL_RECONNECT_TIMEOUT seconds instead of failing at once.
   bool waitForServer = false;
+  // TLS (docs/deploy.md): the CA the server and governors must be signed
+  // by, and this client's certificate and key, PEM files. Empty =
+  // $SQUALL_TLS_CA, $SQUALL_TLS_CERT, $SQUALL_TLS_KEY; none: plain TCP.
+  std::string tlsCa;
+  std::string tlsCert;
+  std::string tlsKey;
 };
 
 class Client {

@@ -80,6 +80,11 @@ struct ClusterOptions {
   // Or a file that holds it, given to each part as it is (`squall start`:
   // the default token file).
   std::string tokenFile;
+  // TLS for every part (docs/deploy.md): PEM files, one certificate for all
+  // of them (one host); empty: none.
+  std::string tlsCert;
+  std::string tlsKey;
+  std::string tlsCa;
   std::string logLevel = "warn";
   std::vector<std::string> serverArgs;
   std::vector<std::string> governorArgs;
@@ -156,6 +161,8 @@ class LocalCluster {
   bool stopped = false;
 
   void startServer(const std::string& listen);
+  // The TLS flags every part gets.
+  void appendTls(std::vector<std::string>& args) const;
 };
 
 // Where a squall program lives: $SQUALL_BIN_DIR, beside the running
