@@ -254,3 +254,73 @@ TEST_F(MultihostTest, DataCrossesALinkNoFasterThanItsRate) {
 
 }  // namespace
 }  // namespace squall
+
+namespace squall {
+namespace {
+
+// `squall start --ssh HOST` on plain machines: host 1 runs an sshd of the
+// test's own (its keys made here); `squall start` runs on host 0 and starts
+// a governor on host 1 through it. The token reaches host 1 over ssh's
+// stdin, the governor is reached at host 1's address, and it goes when
+// squall start does.
+TEST_F(MultihostTest, SquallStartSshStartsAGovernorOnAnotherHostAndStopsIt) {
+  if (access("/usr/sbin/sshd", X_OK) != 0) GTEST_SKIP() << "no /usr/sbin/sshd (Debian's openssh-server)";
+  auto dir = fs::temp_directory_path() / ("squall-ssh-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  struct Cleanup {
+    fs::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{dir};
+  auto d = dir.string();
+  shell("ssh-keygen -q -t ed25519 -N '' -f '" + d + "/host_key' && ssh-keygen -q -t ed25519 -N '' -f '" + d +
+        "/id' && cp '" + d + "/id.pub' '" + d + "/authorized_keys' && mkdir -p /run/sshd");
+  std::ofstream(dir / "sshd_config") << "Port 2222\nListenAddress " << hosts->address(1) << "\nHostKey " << d
+                                     << "/host_key\nAuthorizedKeysFile " << d
+                                     << "/authorized_keys\nPermitRootLogin prohibit-password\nStrictModes no\n"
+                                        "UsePAM no\nPasswordAuthentication no\nPidFile none\n";
+  std::ofstream(dir / "ssh_config") << "Host *\n  Port 2222\n  IdentityFile " << d
+                                    << "/id\n  StrictHostKeyChecking no\n  UserKnownHostsFile /dev/null\n"
+                                       "  BatchMode yes\n  LogLevel ERROR\n";
+  auto enter = hosts->exec(1);
+  std::vector<std::string> wrap = enter;
+  wrap.insert(wrap.end(), {"sh", "-c", "exec \"$@\" 2>&1", "sh"});
+  ChildProcess sshd("/usr/sbin/sshd", {"-D", "-e", "-f", d + "/sshd_config"}, {}, wrap);
+  sshd.expectLine("Server listening on", 30s);
+
+  ChildProcess start(findProgram("squall"),
+                     {"start", "--governors", "0", "--ssh", hosts->address(1), "--ssh-command",
+                      "ssh -F " + d + "/ssh_config", "--listen", hosts->address(0) + ":0", "--http", "off",
+                      "--cpus", "1"},
+                     {}, hosts->exec(0));
+  auto line = start.expectLine("squall is running: server=", 60s);
+  auto address = line.substr(line.find('=') + 1, line.find(' ', line.find('=')) - line.find('=') - 1);
+  auto workDir = line.substr(line.find("work-dir=") + 9);
+  {
+    // The default token file squall start made (test-main's state dir).
+    Client client(address);
+    auto governors = client.governors();
+    ASSERT_EQ(governors.size(), 1u);
+    EXPECT_EQ(hostOf(governors[0].dataAddress), hosts->address(1));
+    auto session = client.newSession("over ssh");
+    auto task = session.execute(Program({"echo", "remote"}).stdoutOutput());
+    task.output().keep();
+    session.submit();
+    EXPECT_EQ(task.output().fetch(), "remote\n");
+  }
+  start.signal(SIGINT);
+  EXPECT_TRUE(start.waitExit(std::chrono::steady_clock::now() + 30s));
+  // The governor went with it (its lifeline was the ssh channel). Polled:
+  // nothing here is told when a process on another host ends. ("[-]-": the
+  // shell running pgrep does not match itself.)
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  auto remaining = [&]() { return shell("pgrep -f -- '[-]-work-dir " + workDir + "' || true"); };
+  while (!remaining().empty() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(remaining(), "");
+  sshd.stop();
+}
+
+}  // namespace
+}  // namespace squall

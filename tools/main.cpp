@@ -3,6 +3,7 @@
 #include "src/commands.h"
 
 #include <CLI/CLI.hpp>
+#include <sstream>
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -29,6 +30,14 @@ int main(int argc, char** argv) {
                     "file holding the shared secret every part and client presents (default: made if need "
                     "be at $XDG_STATE_HOME/squall/token or ~/.local/state/squall/token, 0600, where clients "
                     "on this machine find it)");
+  start->add_option("--ssh", cluster.sshHosts,
+                    "[USER@]HOST: one more governor, on HOST, started over ssh with the same program path; the "
+                    "token file is copied there, and the governor goes when squall start does. Give --listen an "
+                    "address HOST can reach (docs/deploy.md); repeatable")
+      ->type_name("DEST");
+  std::string sshCommand;
+  start->add_option("--ssh-command", sshCommand,
+                    "the ssh command, split on spaces (default: ssh -o BatchMode=yes), e.g. 'ssh -F cluster.conf'");
   start->add_option("--token", cluster.token,
                     "the shared secret itself (handed to the parts in a 0600 file; prefer --token-file)");
   start->add_option("--log-level", cluster.logLevel, "server and governor log level")
@@ -164,7 +173,11 @@ int main(int argc, char** argv) {
   if (*cancel) return squall::runCancel(sessionOptions);
   if (*logs) return squall::runLogs(sessionOptions);
   if (*explain) return squall::runExplain(sessionOptions);
-  if (*start) return squall::runStart(cluster);
+  if (*start) {
+    std::istringstream words(sshCommand);
+    for (std::string word; words >> word;) cluster.sshCommand.push_back(word);
+    return squall::runStart(cluster);
+  }
   if (*demo) return squall::runDemo(demoCluster);
   if (*sub) return squall::runSubmit(submit);
   return 2;

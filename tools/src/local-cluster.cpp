@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <filesystem>
+#include <fstream>
 #include <poll.h>
 #include <spawn.h>
 #include <stdexcept>
@@ -82,13 +83,14 @@ std::string findProgram(const std::string& name) {
 }
 
 ChildProcess::ChildProcess(const std::string& program, const std::vector<std::string>& args,
-                           const std::vector<int>& inheritFds, const std::vector<std::string>& wrap)
+                           const std::vector<int>& inheritFds, const std::vector<std::string>& wrap, int stdinFd)
     : name(fs::path(program).filename()) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw systemError("pipe");
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  if (stdinFd >= 0) posix_spawn_file_actions_adddup2(&actions, stdinFd, STDIN_FILENO);
   // dup2 of a descriptor onto itself clears its close-on-exec flag in the
   // child only (glibc >= 2.29; POSIX 2024), so our copy stays close-on-exec
   // and no other program we start gets it.
@@ -252,6 +254,65 @@ void LocalCluster::start() {
   }
   startServer(options.listen);
   for (int i = 0; i < options.governors; i++) addGovernor();
+  for (auto& host : options.sshHosts) addSshGovernor(host);
+}
+
+namespace {
+// `text` as one word for a POSIX shell (ssh hands the remote side a line).
+std::string shellQuote(const std::string& text) {
+  std::string quoted = "'";
+  for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+}  // namespace
+
+void LocalCluster::addSshGovernor(const std::string& destination) {
+  size_t index = governorProcesses.size();
+  auto ssh = options.sshCommand.empty() ? std::vector<std::string>{"ssh", "-o", "BatchMode=yes"}
+                                        : options.sshCommand;
+  auto host = destination.substr(destination.find('@') == std::string::npos ? 0 : destination.find('@') + 1);
+  auto run = [&](const std::string& line, int stdinFd) {
+    auto words = ssh;
+    words.insert(words.end(), {destination, "--", line});
+    return std::make_unique<ChildProcess>(words[0], std::vector<std::string>(words.begin() + 1, words.end()),
+                                          std::vector<int>{}, std::vector<std::string>{}, stdinFd);
+  };
+  if (!tokenPath.empty()) {
+    // The token, at the same path there, through ssh's stdin.
+    std::string token;
+    {
+      std::ifstream in(tokenPath);
+      std::getline(in, token);
+    }
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) throw systemError("pipe");
+    auto dir = fs::path(tokenPath).parent_path().string();
+    auto copy = run("umask 077 && mkdir -p " + shellQuote(dir) + " && cat > " + shellQuote(tokenPath), fds[0]);
+    close(fds[0]);
+    bool wrote = write(fds[1], (token + "\n").data(), token.size() + 1) == static_cast<ssize_t>(token.size() + 1);
+    close(fds[1]);
+    bool ended = copy->waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    int status = ended ? copy->poll().value_or(-1) : copy->stop();
+    if (!wrote || !ended || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      throw std::runtime_error("cannot copy the token to " + destination + " over ssh (" + describeStatus(status) +
+                               ")");
+    }
+  }
+  auto dir = fs::path(work) / ("governor-" + std::to_string(index));
+  std::vector<std::string> args = {findProgram("squall-governor"), "--server", address, "--work-dir", dir.string(),
+                                   "--log-level", options.logLevel, "--name", "governor-" + std::to_string(index),
+                                   "--listen", host + ":0", "--lifeline-fd", "0"};
+  if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
+  if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
+  appendTls(args);
+  for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
+  args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
+  std::string line = "exec";
+  for (auto& arg : args) line += " " + shellQuote(arg);
+  stopped = false;
+  // Its stdin is the lifeline's read end: ssh carries its end of file there.
+  governorProcesses.push_back(run(line, lifelineRead));
+  governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
 }
 
 void LocalCluster::appendTls(std::vector<std::string>& args) const {

@@ -21,8 +21,10 @@ class ChildProcess {
   // command (looked up on PATH) that `program` is run under, which must
   // exec it, e.g. {"ip", "netns", "exec", NAME}: the pid, the signals and
   // the inherited descriptors are then the program's.
+  // `stdinFd`: what the child reads as its standard input (default: ours).
   ChildProcess(const std::string& program, const std::vector<std::string>& args,
-               const std::vector<int>& inheritFds = {}, const std::vector<std::string>& wrap = {});
+               const std::vector<int>& inheritFds = {}, const std::vector<std::string>& wrap = {},
+               int stdinFd = -1);
   ~ChildProcess();
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -106,6 +108,15 @@ struct ClusterOptions {
   // --listen, HOST:PORT; port 0: a free one). Empty or past the end: the
   // governor's default, 127.0.0.1:0.
   std::vector<std::string> governorListenEach;
+  // More governors, on other machines, started over ssh after the local
+  // ones, one per destination ([user@]HOST): `SSH DEST -- squall-governor
+  // ...` with the same program path and token file path as here (the token
+  // is copied there first, through ssh's stdin, never a command line), its
+  // data service on HOST:0 (the name the others reach it by), and the ssh
+  // channel as its lifeline: when the cluster goes, so does it.
+  std::vector<std::string> sshHosts;
+  // The ssh command, as words; empty: {"ssh", "-o", "BatchMode=yes"}.
+  std::vector<std::string> sshCommand;
   std::chrono::milliseconds startTimeout = std::chrono::seconds(30);
 };
 
@@ -161,6 +172,8 @@ class LocalCluster {
   bool stopped = false;
 
   void startServer(const std::string& listen);
+  // A governor on `destination` over ssh (ClusterOptions::sshHosts).
+  void addSshGovernor(const std::string& destination);
   // The TLS flags every part gets.
   void appendTls(std::vector<std::string>& args) const;
 };
