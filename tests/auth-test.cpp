@@ -19,6 +19,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <stdexcept>
 #include <sstream>
@@ -259,6 +260,96 @@ TEST(AuthTest, TlsCarriesEveryConnectionAndRefusesAStrangerOrAPlainPeer) {
   broken.tlsCa = pki.path("ext.cnf");
   message = refused(broken);
   EXPECT_NE(message.find("cannot use " + pki.path("ext.cnf") + " as the TLS CA"), std::string::npos) << message;
+}
+
+// A systemd unit's ExecStart as systemd would run it: ${VAR} from
+// `values`, then from the unit's Environment= lines; words split on
+// spaces; /usr/local/bin/PROGRAM is the built PROGRAM.
+std::vector<std::string> unitCommand(const std::string& unit, std::map<std::string, std::string> values) {
+  std::ifstream in(std::string(SQUALL_SOURCE_DIR) + "/deploy/systemd/" + unit);
+  EXPECT_TRUE(in.good()) << unit;
+  std::string line, exec;
+  while (std::getline(in, line)) {
+    if (line.rfind("Environment=", 0) == 0) {
+      std::istringstream words(line.substr(12));
+      for (std::string word; words >> word;) values.emplace(word.substr(0, word.find('=')), word.substr(word.find('=') + 1));
+    }
+    if (line.rfind("ExecStart=", 0) == 0) exec = line.substr(10);
+  }
+  std::vector<std::string> command;
+  std::istringstream words(exec);
+  for (std::string word; words >> word;) {
+    for (size_t at; (at = word.find("${")) != std::string::npos;) {
+      auto end = word.find('}', at);
+      auto name = word.substr(at + 2, end - at - 2);
+      EXPECT_TRUE(values.count(name)) << unit << " uses ${" << name << "}";
+      word.replace(at, end - at + 1, values[name]);
+    }
+    if (word.rfind("/usr/local/bin/", 0) == 0) word = findProgram(word.substr(15));
+    command.push_back(word);
+  }
+  return command;
+}
+
+TEST(AuthTest, TheSystemdUnitsStartAClusterAsWritten) {
+  TempDir dir;
+  auto credentials = dir.path + "/credentials";
+  fs::create_directories(credentials);
+  std::ofstream(credentials + "/token") << "from-a-credential\n";
+  fs::permissions(credentials + "/token", fs::perms::owner_read | fs::perms::owner_write);
+  auto server = unitCommand("squall-server.service", {{"SQUALL_LISTEN", "127.0.0.1:0"},
+                                                       {"SQUALL_HTTP", "off"},
+                                                       {"CREDENTIALS_DIRECTORY", credentials},
+                                                       {"STATE_DIRECTORY", dir.path}});
+  ChildProcess serverProcess(server[0], std::vector<std::string>(server.begin() + 1, server.end()));
+  auto line = serverProcess.expectLine("listening address=", std::chrono::seconds(30));
+  auto address = line.substr(line.find('=') + 1);
+  auto governor = unitCommand("squall-governor.service", {{"SQUALL_SERVER", address},
+                                                           {"SQUALL_GOVERNOR_LISTEN", "127.0.0.1:0"},
+                                                           {"CREDENTIALS_DIRECTORY", credentials},
+                                                           {"STATE_DIRECTORY", dir.path}});
+  ChildProcess governorProcess(governor[0], std::vector<std::string>(governor.begin() + 1, governor.end()));
+  governorProcess.expectLine("registered governor=", std::chrono::seconds(30));
+  {
+    Client client(address, "from-a-credential");
+    auto session = client.newSession("as the units say");
+    auto echo = session.execute(Program({"echo", "unit"}).stdoutOutput());
+    echo.output().keep();
+    session.submit();
+    EXPECT_EQ(echo.output().fetch(), "unit\n");
+  }
+  EXPECT_TRUE(fs::exists(dir.path + "/server.sqlite"));
+  governorProcess.stop();
+  serverProcess.stop();
+}
+
+// No cluster here runs the Kubernetes manifests (docs/deploy.md says so);
+// what can be checked is checked: they parse, and every flag their
+// containers give is one the program takes.
+TEST(AuthTest, TheKubernetesManifestsParseAndUseOnlyRealFlags) {
+  auto manifest = std::string(SQUALL_SOURCE_DIR) + "/deploy/kubernetes/squall.yaml";
+  auto [commands, status] = commandOutput(
+      "python3 -c 'import sys, yaml\n"
+      "for doc in yaml.safe_load_all(open(sys.argv[1])):\n"
+      "  spec = doc.get(\"spec\", {}).get(\"template\", {}).get(\"spec\", {})\n"
+      "  for c in spec.get(\"containers\", []): print(\" \".join(c[\"command\"]))' '" +
+      manifest + "' 2>&1");
+  ASSERT_EQ(status, 0) << commands;
+  std::istringstream lines(commands);
+  int seen = 0;
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string program;
+    words >> program;
+    auto name = program.substr(program.rfind('/') + 1);
+    auto [help, helpStatus] = commandOutput("'" + findProgram(name) + "' --help 2>&1");
+    for (std::string word; words >> word;) {
+      auto flag = word.substr(0, word.find('='));
+      EXPECT_NE(help.find(flag + " "), std::string::npos) << name << " has no " << flag;
+    }
+    seen++;
+  }
+  EXPECT_EQ(seen, 2);
 }
 
 TEST(AuthTest, SquallStartMakesAnOwnerOnlyTokenFileThatClientsFind) {

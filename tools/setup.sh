@@ -8,7 +8,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config git
   capnproto libcapnp-dev libuv1-dev libsqlite3-dev liblz4-dev libspdlog-dev
   libgtest-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libarchive-dev libtomlplusplus-dev
-  iproute2 python3 openssl openssh-client openssh-server)
+  iproute2 python3 python3-yaml openssl openssh-client openssh-server)
 
 missing=()
 for p in "${packages[@]}"; do
