@@ -99,7 +99,7 @@ void ExecutorPool::ErrorHandler::taskFailed(kj::Exception&& e) {
 ExecutorPool::ExecutorPool(UvBridge& bridge, kj::Timer& timer, kj::LowLevelAsyncIoProvider& io,
                            spdlog::logger& logger, kj::Vector<kj::String> env, kj::String cwd, uint32_t pipeline)
     : bridge(bridge), timer(timer), io(io), logger(logger), env(kj::mv(env)), cwd(kj::mv(cwd)),
-      pipeline(pipeline < 1 ? 1 : pipeline), calls(errors), errors(logger) {}
+      pipeline(pipeline < 1 ? 1 : pipeline), errors(logger), calls(errors) {}
 
 ExecutorPool::~ExecutorPool() noexcept(false) {}
 
@@ -122,12 +122,6 @@ kj::Maybe<const ExecutorPool::Function&> ExecutorPool::find(kj::StringPtr execut
 ExecutorPool::Function* ExecutorPool::findFunction(kj::StringPtr executor, kj::StringPtr function) {
   KJ_IF_MAYBE(f, find(executor, function)) { return const_cast<Function*>(f); }
   return nullptr;
-}
-
-size_t ExecutorPool::idleCount() const {
-  size_t n = 0;
-  for (auto& w : workers) n += w->idle() ? 1 : 0;
-  return n;
 }
 
 ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr program) {

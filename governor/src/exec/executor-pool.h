@@ -121,13 +121,6 @@ class ExecutorPool {
   // gone, or after a few seconds (then they are killed).
   kj::Promise<void> shutdown();
 
-  // Processes alive, and those with no call (tests).
-  size_t processCount() const { return alive; }
-  size_t idleCount() const;
-  // Calls that joined a busy process, and those of them given back.
-  uint64_t joinedCount() const { return joined; }
-  uint64_t givenBackCount() const { return givenBack; }
-
  private:
   friend class ExecutorLease;
   struct Worker;
@@ -141,12 +134,24 @@ class ExecutorPool {
   kj::String cwd;
   uint32_t pipeline;
   kj::Vector<Known> known;
+  // Processes alive (for the log).
   size_t alive = 0;
   uint64_t nextUse = 1;
+  // Calls that joined a busy process, and those of them given back (logged
+  // when the governor stops).
   uint64_t joined = 0;
   uint64_t givenBack = 0;
   // Every process, alive or dead but still referred to.
   std::vector<kj::Own<Worker>> workers;
+  class ErrorHandler final : public kj::TaskSet::ErrorHandler {
+   public:
+    explicit ErrorHandler(spdlog::logger& logger) : logger(logger) {}
+    void taskFailed(kj::Exception&& e) override;
+
+   private:
+    spdlog::logger& logger;
+  };
+  ErrorHandler errors;
   // Calls in flight, each holding its worker; declared after `workers`, so
   // destroyed before them.
   kj::TaskSet calls;
@@ -170,15 +175,6 @@ class ExecutorPool {
   // dropped once nothing refers to it.
   void settle(Worker& worker);
 
-  class ErrorHandler final : public kj::TaskSet::ErrorHandler {
-   public:
-    explicit ErrorHandler(spdlog::logger& logger) : logger(logger) {}
-    void taskFailed(kj::Exception&& e) override;
-
-   private:
-    spdlog::logger& logger;
-  };
-  ErrorHandler errors;
 };
 
 // One call's place on one process: reserved (acquire, join), then sent.
