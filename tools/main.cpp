@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
                     "an executor program (tasklib) every governor keeps warm, whose functions run as call "
                     "tasks (docs/tasklib.md); repeatable")
       ->type_name("NAME=PROGRAM");
+  bool startPython = false;
+  start->add_flag("--python", startPython,
+                  "every governor keeps squall-python-executor warm too, for @squall.remote functions "
+                  "(docs/python.md)");
 
   squall::ClusterOptions demoCluster;
   demoCluster.logLevel = "error";
@@ -159,7 +163,17 @@ int main(int argc, char** argv) {
   if (*cancel) return squall::runCancel(sessionOptions);
   if (*logs) return squall::runLogs(sessionOptions);
   if (*explain) return squall::runExplain(sessionOptions);
-  if (*start) return squall::runStart(cluster);
+  if (*start) {
+    if (startPython) {
+      try {
+        cluster.executors.push_back("python=" + squall::findProgram("squall-python-executor"));
+      } catch (const std::exception& e) {
+        fprintf(stderr, "squall start: --python: %s\n", e.what());
+        return 2;
+      }
+    }
+    return squall::runStart(cluster);
+  }
   if (*demo) return squall::runDemo(demoCluster);
   if (*sub) return squall::runSubmit(submit);
   return 2;

@@ -108,6 +108,7 @@ Client::Client(const ClientOptions& options) : impl(std::make_unique<client::Cli
   const auto& address = options.address;
   const auto& token = options.token;
   impl->address = address;
+  impl->whileBlocked = options.whileBlocked;
   if (impl->address.empty()) {
     const char* env = getenv("SQUALL_SERVER");
     impl->address = env && *env ? env : "127.0.0.1:" + std::to_string(SERVER_PORT);

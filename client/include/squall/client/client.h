@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -389,6 +390,13 @@ struct ClientOptions {
   // A server that cannot be reached at first (restarting) is tried again
   // for up to $SQUALL_RECONNECT_TIMEOUT seconds instead of failing at once.
   bool waitForServer = false;
+  // Called on the client's thread about every 100 ms while a wait
+  // (Session::wait, waitSome, waitAll, Task::wait, DataObject::wait) or a
+  // fetch blocks, e.g. to notice Ctrl-C (the Python binding checks its
+  // signals here). What it throws ends the call with that exception: the
+  // request is cancelled on the server and the session goes on. Empty:
+  // calls block until they are answered.
+  std::function<void()> whileBlocked;
 };
 
 class Client {
