@@ -4,7 +4,8 @@
 # under WORK, builds the example EXAMPLE (docs/examples/package) out of tree
 # with find_package(Squall) and its client again with pkg-config, then runs
 # both clients against a local cluster of the installed programs (`squall
-# start`), whose governor keeps the example's executor warm.
+# start`), whose governor keeps the example's executor warm; and the
+# installed Python package with its own cluster of the installed programs.
 set -euo pipefail
 build=$1 work=$2 example=$3
 rm -rf "$work"
@@ -40,4 +41,13 @@ got=$(SQUALL_SERVER=$address "$work/example/hello" --call)
 [[ $got == "$expected" ]] || { echo "hello (CMake) printed: $got" >&2; exit 1; }
 got=$(SQUALL_SERVER=$address "$work/hello-pkg-config")
 [[ $got == "Hello world!" ]] || { echo "hello (pkg-config) printed: $got" >&2; exit 1; }
-echo "the installed package builds and runs (CMake and pkg-config)"
+
+got=$(cd "$work" && PYTHONPATH=$prefix/lib/python3/dist-packages /usr/bin/python3 -c '
+import squall
+assert squall.__file__.startswith("'"$prefix"'"), squall.__file__
+with squall.LocalCluster() as cluster, squall.Client(cluster.address) as client, client.new_session() as session:
+    double = squall.remote(lambda x: 2 * x, keep=True)(21)
+    session.submit()
+    print(double.output.value())')
+[[ $got == 42 ]] || { echo "the installed Python package printed: $got" >&2; exit 1; }
+echo "the installed package builds and runs (CMake, pkg-config, Python)"
