@@ -42,7 +42,7 @@ got=$(SQUALL_SERVER=$address "$work/example/hello" --call)
 got=$(SQUALL_SERVER=$address "$work/hello-pkg-config")
 [[ $got == "Hello world!" ]] || { echo "hello (pkg-config) printed: $got" >&2; exit 1; }
 
-got=$(cd "$work" && PYTHONPATH=$prefix/lib/python3/dist-packages /usr/bin/python3 -c '
+got=$(cd "$work" && PYTHONPATH=$(echo "$prefix"/lib/python3.*/dist-packages) /usr/bin/python3 -c '
 import squall
 assert squall.__file__.startswith("'"$prefix"'"), squall.__file__
 with squall.LocalCluster() as cluster, squall.Client(cluster.address) as client, client.new_session() as session:

@@ -31,6 +31,13 @@ void checkSignals() {
 // dropped by __exit__). A thread's own: squall.current_session().
 thread_local std::vector<PyObject*> enteredSessions;
 
+// Text from the server (errors, stderr tails) as str, bytes that are not
+// UTF-8 replaced rather than raising.
+py::str lenient(const std::string& text) {
+  return py::reinterpret_steal<py::str>(
+      PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "replace"));
+}
+
 std::string quoted(const std::string& text) { return py::repr(py::str(text)).cast<std::string>(); }
 
 const char* kindName(ObjectKind kind) {
@@ -144,14 +151,14 @@ void bindErrors(py::module_& m) {
       if (p) std::rethrow_exception(p);
     } catch (const TaskFailed& e) {
       auto type = py::reinterpret_borrow<py::object>(taskFailedType);
-      py::object error = type(e.what());
+      py::object error = type(lenient(e.what()));
       error.attr("task") = e.task;
-      error.attr("task_name") = e.taskName;
+      error.attr("task_name") = lenient(e.taskName);
       error.attr("exit_status") = e.exitStatus;
-      error.attr("stderr_tail") = e.stderrTail;
+      error.attr("stderr_tail") = lenient(e.stderrTail);
       PyErr_SetObject(taskFailedType, error.ptr());
     } catch (const Error& e) {
-      PyErr_SetString(errorType, e.what());
+      PyErr_SetObject(errorType, lenient(e.what()).ptr());
     }
   });
 }
@@ -203,7 +210,7 @@ void bindInfos(py::module_& m) {
       .def_property_readonly(
           "duration", [](const TaskInfo& t) { return t.durationUs / 1e6; }, "how long it ran, in seconds")
       .def_readonly("exit_status", &TaskInfo::exitStatus, "-1 when not a process exit")
-      .def_readonly("error", &TaskInfo::error)
+      .def_property_readonly("error", [](const TaskInfo& t) { return lenient(t.error); })
       .def_property_readonly(
           "stdout_tail", [](const TaskInfo& t) { return py::bytes(t.stdoutTail); },
           "the last KiBs of its stdout when that was not an output")

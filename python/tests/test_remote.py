@@ -160,6 +160,35 @@ def test_results_that_do_not_fit_their_outputs_fail_saying_why(client):
                 session.wait_all()
 
 
+def test_a_function_submits_through_a_client_on_a_thread_of_its_own(cluster, session):
+    @squall.remote
+    def nested(address):
+        import threading
+        said = []
+        try:
+            squall.Client(address)
+        except squall.Error as e:
+            said.append(str(e))
+
+        def submit():
+            with squall.Client(address) as client, client.new_session("inner") as inner:
+                joined = inner.concat([inner.blob(b"from "), inner.blob(b"inside")])
+                joined.output.keep()
+                inner.submit()
+                said.append(joined.output.fetch())
+
+        thread = threading.Thread(target=submit)
+        thread.start()
+        thread.join()
+        return said
+
+    task = nested(cluster.address)
+    task.output.keep()
+    session.submit()
+    refused, fetched = task.output.value()
+    assert refused.startswith("cannot make a squall Client on this thread") and fetched == b"from inside"
+
+
 def test_a_call_outside_a_session_is_refused():
     with pytest.raises(squall.Error, match="no current session"):
         add(1, 2)
