@@ -56,6 +56,24 @@ def test_a_factory_program_binds_its_slots_per_call(session):
         session.execute(upper, stdin=session.blob(b"x"))
 
 
+def test_streams_and_the_ways_to_place_inputs(session):
+    numbers = session.execute("seq 1 5", stdout=squall.STREAM, name="seq")
+    odd = session.execute(["grep", "[135]"], stdin=numbers, stdout=True)
+    placed = session.execute(squall.Program(["sh", "-c", 'cat "$0" && echo more >> b && cat b'])
+                             .input_arg(session.blob(b"as an argument\n"), "a")
+                             .writable_input(session.blob(b"writable\n"), "b")
+                             .stdout_output())
+    odd.output.keep()
+    placed.output.keep()
+    session.submit()
+    assert odd.output.fetch() == b"1\n3\n5\n"
+    assert placed.output.fetch() == b"as an argument\nwritable\nmore\n"
+    assert numbers.output.kind == squall.STREAM
+    with pytest.raises(squall.Error, match="a shell command is one line"):
+        session.execute(squall.Program.shell("cat a").input_arg(session.blob(b"x"), "a").stdout_output())
+        session.submit()
+
+
 def test_directories_in_and_out(session, tmp_path):
     source = tmp_path / "source"
     (source / "etc").mkdir(parents=True)
@@ -151,6 +169,8 @@ def test_keep_and_unkeep(session):
     assert kept.output.info().keep is False
     with pytest.raises(squall.Error, match="already submitted"):
         kept.output.keep()
+    with pytest.raises(squall.Error, match=f"object {passing.output.id} is not kept"):
+        passing.output.fetch()
 
 
 def test_the_waits(session):
@@ -313,3 +333,35 @@ def test_ten_thousand_tasks_built_and_submitted_from_python(session):
     state = session.state()
     assert (state.finished, state.failed) == (10_000, 0)
     assert tasks[-1].output.fetch() == b"990"
+
+
+def test_the_type_stub_declares_the_whole_module():
+    """squall/_squall.pyi (kept by hand) declares every public name of the
+    extension module and every public method and property of its classes."""
+    import ast
+    import inspect
+
+    from squall import _squall
+
+    def names(body):
+        found = set()
+        for node in body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                found.add(node.name)
+            elif isinstance(node, ast.AnnAssign):
+                found.add(node.target.id)
+            elif isinstance(node, ast.Assign):
+                found.update(t.id for t in node.targets)
+        return found
+
+    stub = ast.parse((pathlib.Path(_squall.__file__).parent / "_squall.pyi").read_text())
+    classes = {node.name: names(node.body) for node in stub.body if isinstance(node, ast.ClassDef)}
+    assert {n for n in vars(_squall) if not n.startswith("_")} <= names(stub.body)
+    for name, value in vars(_squall).items():
+        if name.startswith("_") or not inspect.isclass(value) or issubclass(value, BaseException):
+            continue
+        public = {m for m in vars(value) if not m.startswith("_") or m in ("__enter__", "__exit__")}
+        if issubclass(value, squall.Kind):
+            public = set(value.__members__)
+        missing = public - classes[name]
+        assert not missing, f"{name}: {sorted(missing)} not declared in _squall.pyi"
