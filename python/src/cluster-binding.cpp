@@ -4,12 +4,12 @@
 // dir, which die with the Python process however it ends. The programs
 // default to the ones squall._paths names (the build tree's, or the
 // installed ones).
+#include "binding.h"
+
 #include <pybind11/stl.h>
 #include <squall/tools/local-cluster.h>
 
 #include <csignal>
-
-#include "binding.h"
 
 namespace squall {
 namespace python {

@@ -3,12 +3,13 @@
 // module's entry, its exceptions, the info records and Client; the
 // session's graph building is in session-binding.cpp, LocalCluster in
 // cluster-binding.cpp. The package squall (python/squall/) re-exports it.
+#include "binding.h"
+
+#include <algorithm>
 #include <pybind11/stl.h>
 
 #include <cstdio>
 #include <sstream>
-
-#include "binding.h"
 
 namespace squall {
 namespace python {

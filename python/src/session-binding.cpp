@@ -3,13 +3,13 @@
 // (snake_case), keyword arguments and seconds for durations. Blocking calls
 // (submit, wait, fetch, info) release the GIL; a wait is interrupted by
 // Ctrl-C (ClientOptions::whileBlocked, module.cpp).
+#include "binding.h"
+
+#include <algorithm>
 #include <pybind11/stl.h>
 
 #include <chrono>
 #include <cmath>
-#include <sstream>
-
-#include "binding.h"
 
 namespace squall {
 namespace python {
