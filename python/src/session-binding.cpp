@@ -472,10 +472,10 @@ void bindSession(py::module_& m) {
           "taking it get the value back.")
       .def(
           "file", [](Box self, const std::string& path) { return handle(self, self->live().fileBlob(path)); },
-          py::arg("path"), "A local file uploaded as a constant blob (48 MiB at most; bigger: load()).")
+          py::arg("path"), Release(), "A local file uploaded as a constant blob (48 MiB at most; bigger: load()).")
       .def(
           "directory", [](Box self, const std::string& path) { return handle(self, self->live().directory(path)); },
-          py::arg("path"), "A local directory uploaded as a dir constant (as a tar, 48 MiB at most).")
+          py::arg("path"), Release(), "A local directory uploaded as a dir constant (as a tar, 48 MiB at most).")
       .def(
           "concat",
           [](Box self, py::handle inputs) { return handle(self, self->live().concat(objectsOf(inputs, "concat"))); },
