@@ -3,6 +3,8 @@ cluster of its own per test, killed on purpose."""
 
 import os
 import select
+import signal
+import subprocess
 import sys
 
 import cloudpickle
@@ -40,6 +42,28 @@ def test_calls_run_in_a_warm_process():
                 task.output.keep()
             session.submit()
             assert first.output.value() == second.output.value()
+
+
+@pytest.mark.skipif(not os.environ.get("SQUALL_CLI"), reason="needs $SQUALL_CLI (the squall command)")
+def test_squall_start_python_keeps_the_python_executor_warm():
+    start = subprocess.Popen([os.environ["SQUALL_CLI"], "start", "--python", "--governors", "1", "--cpus", "1",
+                              "--listen", "127.0.0.1:0", "--http", "off"], stdout=subprocess.PIPE, text=True)
+    try:
+        for line in start.stdout:
+            if line.startswith("squall is running: server="):
+                address = line.split("=", 1)[1].split()[0]
+                break
+        else:
+            pytest.fail("squall start --python printed no address")
+        with squall.Client(address) as client, client.new_session("started") as session:
+            assert "python/call-1" in client.governors()[0].functions
+            task = pid()
+            task.output.keep()
+            session.submit()
+            assert task.output.value() > 0
+    finally:
+        start.send_signal(signal.SIGINT)
+        assert start.wait(timeout=30) == 0
 
 
 def test_without_the_python_executor_a_call_is_refused_naming_the_function():
