@@ -47,6 +47,36 @@ TEST_F(E2eTest, HelloWorldConcatOfTwoBlobsIsFetched) {
   for (auto& g : client.governors()) EXPECT_EQ(g.objects, 0u) << g.name;
 }
 
+// ClientOptions::whileBlocked (what the Python binding checks Ctrl-C in):
+// called while a wait blocks; what it throws ends the wait, and the
+// session and client go on.
+TEST_F(E2eTest, WhatWhileBlockedThrowsEndsAWaitAndTheSessionGoesOn) {
+  struct Interrupted {};
+  int calls = 0;
+  bool interrupt = true;
+  ClientOptions options;
+  options.address = cluster->serverAddress();
+  options.whileBlocked = [&calls, &interrupt]() {
+    calls++;
+    if (interrupt) throw Interrupted{};
+  };
+  Client client(options);
+  auto session = client.newSession("interrupted");
+  auto slow = session.sleep(std::chrono::seconds(60));
+  auto quick = session.sleep(std::chrono::milliseconds(300), session.blob("done"));
+  quick.output().keep();
+  session.submit();
+  auto started = std::chrono::steady_clock::now();
+  EXPECT_THROW(session.wait({slow}), Interrupted);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+  EXPECT_EQ(calls, 1);
+  interrupt = false;
+  EXPECT_EQ(quick.output().fetch(), "done");  // blocked a while: whileBlocked ran, returned
+  auto state = slow.info().state;
+  EXPECT_TRUE(state == "running" || state == "ready") << state;
+  session.cancel();
+}
+
 TEST_F(E2eTest, ChainOfTasksPassesDataAlong) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("chain");

@@ -46,6 +46,10 @@ int main(int argc, char** argv) {
                     "an executor program (tasklib) every governor keeps warm, whose functions run as call "
                     "tasks (docs/tasklib.md); repeatable")
       ->type_name("NAME=PROGRAM");
+  bool startPython = false;
+  start->add_flag("--python", startPython,
+                  "every governor keeps squall-python-executor warm too, for @squall.remote functions "
+                  "(docs/python.md)");
 
   squall::ClusterOptions demoCluster;
   demoCluster.logLevel = "error";
@@ -176,6 +180,14 @@ int main(int argc, char** argv) {
   if (*start) {
     std::istringstream words(sshCommand);
     for (std::string word; words >> word;) cluster.sshCommand.push_back(word);
+    if (startPython) {
+      try {
+        cluster.executors.push_back("python=" + squall::findProgram("squall-python-executor"));
+      } catch (const std::exception& e) {
+        fprintf(stderr, "squall start: --python: %s\n", e.what());
+        return 2;
+      }
+    }
     return squall::runStart(cluster);
   }
   if (*demo) return squall::runDemo(demoCluster);

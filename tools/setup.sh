@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs squall's build dependencies (Debian 12, as root) and builds it
-# into ./build. Safe to run again: apt-get and ninja only do what is missing.
+# Installs squall's build dependencies (Debian 12, as root), builds it into
+# ./build and makes Debian's python3 find the package squall there. Safe to
+# run again: apt-get and ninja only do what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -8,7 +9,8 @@ packages=(build-essential cmake ninja-build ccache pkg-config git
   capnproto libcapnp-dev libuv1-dev libsqlite3-dev liblz4-dev libspdlog-dev
   libgtest-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libarchive-dev libtomlplusplus-dev
-  iproute2 python3 python3-yaml openssl openssh-client openssh-server)
+  iproute2 python3 python3-yaml openssl openssh-client openssh-server
+  python3-dev pybind11-dev python3-cloudpickle python3-numpy python3-pytest)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -29,3 +31,15 @@ fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SQUALL_CMAKE_ARGS:-}
 ninja -C build -j"${SQUALL_JOBS:-2}"
+
+# `import squall` in Debian's python3 (docs/python.md): a .pth file in its
+# site-packages names this build's package tree, build/python, as a
+# developer install would (cmake --install installs a copy instead).
+site=$(/usr/bin/python3 -c 'import site; print(site.getsitepackages()[0])')
+pth="$PWD/build/python"
+if [[ ! -f $site/squall.pth || $(cat "$site/squall.pth") != "$pth" ]]; then
+  SUDO=""
+  [[ $(id -u) == 0 ]] || SUDO=sudo
+  $SUDO mkdir -p "$site"
+  echo "$pth" | $SUDO tee "$site/squall.pth" >/dev/null
+fi

@@ -7,6 +7,7 @@
 #include <squall/client/client.h>
 
 #include <cstdio>
+#include <functional>
 #include <kj/async-io.h>
 #include <map>
 #include <optional>
@@ -95,6 +96,28 @@ struct ClientImpl {
   void reconnect(const kj::Exception& lost);
 
   wire::DataService::Client& dataService(const std::string& where);
+
+  // ClientOptions::whileBlocked (may be empty).
+  std::function<void()> whileBlocked;
+
+  // promise.wait(), but with whileBlocked set, in slices of BLOCK_SLICE with
+  // a call of it between them; what it throws drops the promise (which
+  // cancels the request) and propagates.
+  template <typename T>
+  T block(kj::Promise<T>&& promise) {
+    if (!whileBlocked) return promise.wait(waitScope());
+    std::optional<T> result;
+    auto answered = promise.then([&result](T&& value) { result.emplace(kj::mv(value)); }).fork();
+    auto& timer = loop.io.provider->getTimer();
+    while (!answered.addBranch()
+                .then([]() { return true; })
+                .exclusiveJoin(timer.afterDelay(BLOCK_SLICE).then([]() { return false; }))
+                .wait(waitScope())) {
+      whileBlocked();
+    }
+    return kj::mv(*result);
+  }
+  static constexpr kj::Duration BLOCK_SLICE = 100 * kj::MILLISECONDS;
 };
 
 // The TaskFailed that wait() throws for the failure `f`.

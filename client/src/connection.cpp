@@ -106,10 +106,18 @@ wire::DataService::Client& ClientImpl::dataService(const std::string& where) {
 Client::Client(const std::string& address, const std::string& token)
     : Client(ClientOptions{.address = address, .token = token}) {}
 
-Client::Client(const ClientOptions& options) : impl(std::make_unique<client::ClientImpl>()) {
+Client::Client(const ClientOptions& options) {
+  try {
+    impl = std::make_unique<client::ClientImpl>();
+  } catch (const kj::Exception& e) {
+    // Another KJ event loop runs on this thread (a tasklib executor's).
+    throw Error(std::string("cannot make a squall Client on this thread: ") + userMessage(e).cStr() +
+                " (make it on a thread of its own)");
+  }
   const auto& address = options.address;
   const auto& token = options.token;
   impl->address = address;
+  impl->whileBlocked = options.whileBlocked;
   if (impl->address.empty()) {
     const char* env = getenv("SQUALL_SERVER");
     impl->address = env && *env ? env : "127.0.0.1:" + std::to_string(SERVER_PORT);

@@ -265,13 +265,13 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
       if (result.isFailed()) throw taskFailed(result.getFailed());
     };
     if (any) {
-      auto response = fill(client.svc().waitSomeRequest()).send().wait(client.waitScope());
+      auto response = client.block(fill(client.svc().waitSomeRequest()).send());
       check(response.getResult());
       if (finished) {
         for (auto n : response.getFinished()) finished->push_back(n);
       }
     } else {
-      auto response = fill(client.svc().waitRequest()).send().wait(client.waitScope());
+      auto response = client.block(fill(client.svc().waitRequest()).send());
       check(response.getResult());
     }
   });
@@ -280,12 +280,11 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
 void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
   checkOpen();
   whileOpen([&]() { client.guard([&]() {
-    auto& ws = client.waitScope();
     auto response = client.retrying([&]() {
       auto req = client.svc().fetchRequest();
       req.setSession(id);
       req.setObject(n);
-      return req.send().wait(ws);
+      return client.block(req.send());
     });
     auto location = response.getLocation();
     if (expect) {
@@ -309,7 +308,7 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
     read.setOffset(0);
     read.setCompress(false);
     read.setSink(kj::heap<SinkImpl>(text, file, received));
-    auto result = read.send().wait(ws);
+    auto result = client.block(read.send());
     SQUALL_REQUIRE(received == result.getSize(), "fetch of object ", n, " from governor ", where,
                    " was cut short: ", received, " of ", result.getSize(), " bytes");
   }); });

@@ -51,6 +51,16 @@ std::vector<std::string> uncleanStops() {
   return uncleanList;
 }
 
+std::string resolveExecutor(const std::string& executor) {
+  auto eq = executor.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == executor.size()) {
+    throw std::invalid_argument("takes NAME=PROGRAM (got '" + executor + "')");
+  }
+  auto program = executor.substr(eq + 1);
+  if (program.find('/') == std::string::npos) return executor;
+  return executor.substr(0, eq + 1) + fs::absolute(program).lexically_normal().string();
+}
+
 std::string findProgram(const std::string& name) {
   std::vector<fs::path> candidates;
   if (const char* dir = getenv("SQUALL_BIN_DIR"); dir && *dir) candidates.push_back(fs::path(dir) / name);
@@ -58,7 +68,7 @@ std::string findProgram(const std::string& name) {
   auto self = fs::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     auto dir = self.parent_path();
-    for (auto sub : {".", "../server", "../governor", "../tools", "../bin", "../../server",
+    for (auto sub : {".", "../server", "../governor", "../tools", "../python", "../bin", "../../server",
                      "../../governor"}) {
       candidates.push_back(dir / sub / name);
     }
@@ -333,7 +343,8 @@ void LocalCluster::startServer(const std::string& listen) {
   }
   args.insert(args.end(), options.serverArgs.begin(), options.serverArgs.end());
   stopped = false;
-  serverProcess = std::make_unique<ChildProcess>(findProgram("squall-server"), args,
+  auto program = options.serverProgram.empty() ? findProgram("squall-server") : options.serverProgram;
+  serverProcess = std::make_unique<ChildProcess>(program, args,
                                                  std::vector<int>{lifelineRead}, options.serverWrap);
   auto line = serverProcess->expectLine("listening address=", options.startTimeout);
   address = line.substr(std::string("listening address=").size());
@@ -376,7 +387,8 @@ size_t LocalCluster::addGovernor() {
   std::vector<std::string> wrap;
   if (index < options.governorWrapEach.size()) wrap = options.governorWrapEach[index];
   stopped = false;
-  governorProcesses.push_back(std::make_unique<ChildProcess>(findProgram("squall-governor"), args,
+  auto program = options.governorProgram.empty() ? findProgram("squall-governor") : options.governorProgram;
+  governorProcesses.push_back(std::make_unique<ChildProcess>(program, args,
                                                              std::vector<int>{lifelineRead}, wrap));
   governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
   return index;

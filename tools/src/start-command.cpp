@@ -5,11 +5,11 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <poll.h>
 #include <squall/client/client.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/token.h>
+#include <stdexcept>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
@@ -28,21 +28,16 @@ int signalFd() {
   return signalfd(-1, &set, SFD_CLOEXEC);
 }
 
-// Checks each --executor NAME=PROGRAM and makes a PROGRAM given as a
-// relative path absolute: the governors start executors in their own work
-// dirs. The governors check the rest (the name, the program itself) and
-// refuse to start, saying why. False (after saying why) when one is not
+// Checks each --executor NAME=PROGRAM and makes a relative PROGRAM
+// absolute (resolveExecutor). False (after saying why) when one is not
 // NAME=PROGRAM.
 bool resolveExecutors(std::vector<std::string>& executors) {
   for (auto& executor : executors) {
-    auto eq = executor.find('=');
-    if (eq == std::string::npos || eq == 0 || eq + 1 == executor.size()) {
-      fprintf(stderr, "squall start: --executor takes NAME=PROGRAM (got '%s')\n", executor.c_str());
+    try {
+      executor = resolveExecutor(executor);
+    } catch (const std::invalid_argument& e) {
+      fprintf(stderr, "squall start: --executor %s\n", e.what());
       return false;
-    }
-    auto program = executor.substr(eq + 1);
-    if (program.find('/') != std::string::npos) {
-      executor = executor.substr(0, eq + 1) + std::filesystem::absolute(program).lexically_normal().string();
     }
   }
   return true;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -395,6 +396,13 @@ struct ClientOptions {
   std::string tlsCa;
   std::string tlsCert;
   std::string tlsKey;
+  // Called on the client's thread about every 100 ms while a wait
+  // (Session::wait, waitSome, waitAll, Task::wait, DataObject::wait) or a
+  // fetch blocks, e.g. to notice Ctrl-C (the Python binding checks its
+  // signals here). What it throws ends the call with that exception: the
+  // request is cancelled on the server and the session goes on. Empty:
+  // calls block until they are answered.
+  std::function<void()> whileBlocked;
 };
 
 class Client {

@@ -118,6 +118,10 @@ struct ClusterOptions {
   // The ssh command, as words; empty: {"ssh", "-o", "BatchMode=yes"}.
   std::vector<std::string> sshCommand;
   std::chrono::milliseconds startTimeout = std::chrono::seconds(30);
+  // The programs to start; empty: findProgram("squall-server") and
+  // findProgram("squall-governor") (the Python package passes its own).
+  std::string serverProgram;
+  std::string governorProgram;
 };
 
 // The server and governors die with the process that made the cluster,
@@ -179,8 +183,15 @@ class LocalCluster {
 };
 
 // Where a squall program lives: $SQUALL_BIN_DIR, beside the running
-// program, in the build tree's server/ or governor/, or on $PATH.
+// program, in the build tree's server/, governor/ or python/, or on $PATH.
 std::string findProgram(const std::string& name);
+
+// An executor given as NAME=PROGRAM, with a PROGRAM given as a relative
+// path made absolute: the governors start executors in their own work
+// dirs. The governors check the rest (the name, the program itself) and
+// refuse to start, saying why. Throws std::invalid_argument ("takes
+// NAME=PROGRAM (got '...')") for another shape.
+std::string resolveExecutor(const std::string& executor);
 
 // A new, started cluster of `governors` governors offering `cpus` cpus each
 // (the end-to-end tests keep one per suite). Throws as start() does.

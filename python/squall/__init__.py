@@ -1,0 +1,42 @@
+"""squall for Python: the client of a squall server (docs/python.md).
+
+    import squall
+
+    client = squall.Client()                  # $SQUALL_SERVER or 127.0.0.1:7210
+    with client.new_session("hello") as session:
+        task = session.concat([session.blob(b"Hello "), session.blob(b"world!")])
+        task.output.keep()
+        session.submit()
+        print(task.output.fetch())             # b'Hello world!'
+
+Everything here wraps squall's C++ client library (squall._squall); Python
+functions run as tasks with @squall.remote.
+"""
+
+from ._squall import (
+    BLOB,
+    DIR,
+    STREAM,
+    Client,
+    DataObject,
+    Error,
+    GovernorInfo,
+    Kind,
+    LocalCluster,
+    ObjectInfo,
+    Program,
+    Session,
+    SessionState,
+    Task,
+    TaskExplanation,
+    TaskFailed,
+    TaskInfo,
+    current_session,
+)
+from .remote import RemoteFunction, remote
+
+__all__ = [
+    "BLOB", "DIR", "STREAM", "Client", "DataObject", "Error", "GovernorInfo", "Kind", "LocalCluster",
+    "ObjectInfo", "Program", "RemoteFunction", "Session", "SessionState", "Task", "TaskExplanation",
+    "TaskFailed", "TaskInfo", "current_session", "remote",
+]
