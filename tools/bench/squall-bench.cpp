@@ -43,6 +43,16 @@ double trivialTasksPerSecond(squall::Client& client, int n) {
   return n / seconds(start);
 }
 
+// What building one trivial task costs the client: N concat tasks made in
+// a session, not submitted; nanoseconds a task (the Python benchmark sets
+// its own against this, tools/bench/python/bench.py).
+double buildNanosPerTask(squall::Client& client, int n) {
+  auto session = client.newSession("bench-build");
+  auto start = Clock::now();
+  for (int i = 0; i < n; i++) session.concat({});
+  return seconds(start) * 1e9 / n;
+}
+
 // Rain's FFT-like graph: `layers` layers of 2^layers concat tasks; task j of
 // layer i+1 reads tasks j and j^(2^i) of layer i.
 double fftTasksPerSecond(squall::Client& client, int layers) {
@@ -264,7 +274,7 @@ int main(int argc, char** argv) {
   CLI::App app{"squall-bench: squall's task throughput and latency"};
   int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
   int streamMib = 2048;
-  bool streamsOnly = false, recoveryOnly = false, inputsOnly = false, functionsOnly = false;
+  bool streamsOnly = false, recoveryOnly = false, inputsOnly = false, functionsOnly = false, buildOnly = false;
   std::vector<std::string> governorArgs;
   int recoveryTasks = 100000;
   std::string server;
@@ -282,6 +292,9 @@ int main(int argc, char** argv) {
   app.add_flag("--inputs-only", inputsOnly,
                "run only the program benchmarks without and with inputs (the cost of placing "
                "inputs)");
+  app.add_flag("--build-only", buildOnly,
+               "run only the client's building cost: --trivial tasks made in a session and not submitted, "
+               "as squall_cpp_build_ns_per_task");
   app.add_flag("--functions-only", functionsOnly,
                "run only the tasklib benchmark: trivial built-in tasks, calls of a function that does "
                "nothing in warm executors, and `true` programs, in one run (docs/benchmarks.md)");
@@ -332,6 +345,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     squall::Client client(server);
+    if (buildOnly) {
+      run("squall_cpp_build_ns_per_task", [&]() { return buildNanosPerTask(client, n); });
+      return 0;
+    }
     if (functionsOnly) {
       fprintf(stderr, "# tasklib: %d governors x %d cpus; N=%d built-in and function tasks, %d programs\n",
               governors, cpus, n, programs);
