@@ -106,6 +106,10 @@ kj::String hostName() {
 }
 
 // Exits 2 with `message` on stderr (bad flags).
+// What a stranger who reaches the data service could do, for the token
+// checks and warnings.
+constexpr const char* EXPOSED = "read every object this governor holds";
+
 [[noreturn]] void usageError(kj::StringPtr message) {
   fprintf(stderr, "squall-governor: %s\n", message.cStr());
   exit(2);
@@ -167,7 +171,7 @@ int run(const Flags& flags) {
   }
   // Its data service serves every object it holds.
   auto openProblem =
-      openListenProblem(flags.listen, token, flags.insecure, "read every object this governor holds");
+      openListenProblem(flags.listen, token, flags.insecure, EXPOSED);
   if (!openProblem.empty()) usageError(kj::str(openProblem.c_str()));
 
   // Work directory: ours (temporary, removed at exit) unless given.
@@ -350,14 +354,8 @@ int run(const Flags& flags) {
     uint32_t governorId = connected.get<uint32_t>();
     printf("registered governor=%u data=%s\n", governorId, dataAddress.cStr());
     fflush(stdout);
-    if (token.empty() && !isLoopbackAddress(flags.listen)) {
-      logger.warn("event=insecure data={} warning=\"no token: anyone who can reach this address can read every "
-                  "object this governor holds\"",
-                  dataAddress.cStr());
-    }
-    if (!flags.token.empty()) {
-      logger.warn("event=token-on-command-line warning=\"--token is visible to every user of this machine (ps); "
-                  "use --token-file or $SQUALL_TOKEN_FILE\"");
+    for (auto& warning : tokenWarnings(flags.listen, dataAddress.cStr(), token, !flags.token.empty(), EXPOSED)) {
+      logger.warn("{}", warning);
     }
     logger.info("event=registered governor={} name={} data={} cpus={} work_dir={} allowed=\"{}\"",
                 governorId, name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr(),

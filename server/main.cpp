@@ -35,6 +35,9 @@ std::string defaultLogPath() {
 
 }  // namespace
 
+// What a stranger who reaches the server could do, for its token warnings.
+constexpr const char* EXPOSED = "run any program as the governors' users";
+
 int main(int argc, char** argv) {
   CLI::App app{"squall-server: sessions, the task graph and scheduling for squall governors"};
   std::string listen = "127.0.0.1:" + std::to_string(squall::SERVER_PORT);
@@ -147,7 +150,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     squall::checkAddress(listen);
-    auto problem = squall::openListenProblem(listen, secret, insecure, "run any program as the governors' users");
+    auto problem = squall::openListenProblem(listen, secret, insecure, EXPOSED);
     if (!problem.empty()) {
       fprintf(stderr, "squall-server: %s\n", problem.c_str());
       return 2;
@@ -234,14 +237,9 @@ int main(int argc, char** argv) {
   auto host = listen.substr(0, listen.rfind(':'));
   logger->info("event=listening address={}:{} auth={} tls={}", host, listener.getPort(),
                secret.empty() ? "none" : "token", tls.get() != nullptr ? "on" : "off");
-  if (secret.empty() && !squall::isLoopbackAddress(listen)) {
-    logger->warn("event=insecure address={}:{} warning=\"no token: anyone who can reach this address can run any "
-                 "program as the governors' users\"",
-                 host, listener.getPort());
-  }
-  if (!token.empty()) {
-    logger->warn("event=token-on-command-line warning=\"--token is visible to every user of this machine (ps); "
-                 "use --token-file or $SQUALL_TOKEN_FILE\"");
+  for (auto& warning : squall::tokenWarnings(listen, host + ":" + std::to_string(listener.getPort()), secret,
+                                             !token.empty(), EXPOSED)) {
+    logger->warn("{}", warning);
   }
   printf("listening address=%s:%u\n", host.c_str(), listener.getPort());
   fflush(stdout);

@@ -91,6 +91,21 @@ std::string openListenProblem(const std::string& address, const std::string& tok
          "), or --insecure if every host that can reach it is trusted";
 }
 
+std::vector<std::string> tokenWarnings(const std::string& address, const std::string& announced,
+                                       const std::string& token, bool onCommandLine, const std::string& exposed) {
+  std::vector<std::string> warnings;
+  if (token.empty() && !isLoopbackAddress(address)) {
+    warnings.push_back("event=insecure address=" + announced +
+                       " warning=\"no token: anyone who can reach this address can " + exposed + "\"");
+  }
+  if (onCommandLine) {
+    warnings.push_back(
+        "event=token-on-command-line warning=\"--token is visible to every user of this machine (ps); use "
+        "--token-file or $SQUALL_TOKEN_FILE\"");
+  }
+  return warnings;
+}
+
 bool isLoopbackAddress(const std::string& address) {
   std::string host = address;
   if (!host.empty() && host[0] == '[') {

@@ -308,21 +308,33 @@ void LocalCluster::addSshGovernor(const std::string& destination) {
                                ")");
     }
   }
-  auto dir = fs::path(work) / ("governor-" + std::to_string(index));
-  std::vector<std::string> args = {findProgram("squall-governor"), "--server", address, "--work-dir", dir.string(),
-                                   "--log-level", options.logLevel, "--name", "governor-" + std::to_string(index),
-                                   "--listen", host + ":0", "--lifeline-fd", "0"};
-  if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
-  if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
-  appendTls(args);
-  for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
-  args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
+  auto args = governorArgs(index, 0);
+  args.insert(args.begin(), governorProgram());
+  args.insert(args.end(), {"--listen", host + ":0"});
   std::string line = "exec";
   for (auto& arg : args) line += " " + shellQuote(arg);
   stopped = false;
   // Its stdin is the lifeline's read end: ssh carries its end of file there.
   governorProcesses.push_back(run(line, lifelineRead));
   governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
+}
+
+std::vector<std::string> LocalCluster::governorArgs(size_t index, int lifelineFd) const {
+  auto dir = fs::path(work) / ("governor-" + std::to_string(index));
+  std::vector<std::string> args = {"--server", address, "--work-dir", dir.string(),
+                                   "--log-level", options.logLevel,
+                                   "--name", "governor-" + std::to_string(index),
+                                   "--lifeline-fd", std::to_string(lifelineFd)};
+  if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
+  if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
+  appendTls(args);
+  for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
+  args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
+  return args;
+}
+
+std::string LocalCluster::governorProgram() const {
+  return options.governorProgram.empty() ? findProgram("squall-governor") : options.governorProgram;
 }
 
 void LocalCluster::appendTls(std::vector<std::string>& args) const {
@@ -368,16 +380,7 @@ void LocalCluster::restartServer() {
 
 size_t LocalCluster::addGovernor() {
   size_t index = governorProcesses.size();
-  auto dir = fs::path(work) / ("governor-" + std::to_string(index));
-  std::vector<std::string> args = {"--server", address, "--work-dir", dir.string(),
-                                   "--log-level", options.logLevel,
-                                   "--name", "governor-" + std::to_string(index),
-                                   "--lifeline-fd", std::to_string(lifelineRead)};
-  if (options.cpus > 0) args.insert(args.end(), {"--cpus", std::to_string(options.cpus)});
-  if (!tokenPath.empty()) args.insert(args.end(), {"--token-file", tokenPath});
-  appendTls(args);
-  for (auto& executor : options.executors) args.insert(args.end(), {"--executor", executor});
-  args.insert(args.end(), options.governorArgs.begin(), options.governorArgs.end());
+  auto args = governorArgs(index, lifelineRead);
   if (index < options.governorListenEach.size() && !options.governorListenEach[index].empty()) {
     args.insert(args.end(), {"--listen", options.governorListenEach[index]});
   }
@@ -387,8 +390,7 @@ size_t LocalCluster::addGovernor() {
   std::vector<std::string> wrap;
   if (index < options.governorWrapEach.size()) wrap = options.governorWrapEach[index];
   stopped = false;
-  auto program = options.governorProgram.empty() ? findProgram("squall-governor") : options.governorProgram;
-  governorProcesses.push_back(std::make_unique<ChildProcess>(program, args,
+  governorProcesses.push_back(std::make_unique<ChildProcess>(governorProgram(), args,
                                                              std::vector<int>{lifelineRead}, wrap));
   governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
   return index;

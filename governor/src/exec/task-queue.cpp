@@ -10,6 +10,19 @@ namespace squall {
 
 namespace {
 
+// Whether the task reads or writes a stream live: its group was placed
+// together and readers may attach, so it neither moves nor waits behind
+// another call.
+bool touchesLiveStreams(wire::Assignment::Reader assignment) {
+  for (auto kind : assignment.getOutputKinds()) {
+    if (kind == wire::ObjectKind::STREAM) return true;
+  }
+  for (auto input : assignment.getInputs()) {
+    if (input.getLive()) return true;
+  }
+  return false;
+}
+
 bool isLive(wire::Assignment::Reader assignment, uint i) {
   auto locations = assignment.getInputs();
   return i < locations.size() && locations[i].getLive();
@@ -90,13 +103,7 @@ kj::Maybe<kj::Own<ExecutorLease>> TaskQueue::ride(Task& task) {
   auto spec = task.spec->getTask();
   if (!spec.getConfig().isCall() || spec.getPolicy().getTimeLimitMs() > 0) return nullptr;
   // cpus only: another resource is not held by the process it would join.
-  if (task.needs.size() != 1) return nullptr;
-  for (auto kind : task.spec->getOutputKinds()) {
-    if (kind == wire::ObjectKind::STREAM) return nullptr;
-  }
-  for (auto input : task.spec->getInputs()) {
-    if (input.getLive()) return nullptr;
-  }
+  if (task.needs.size() != 1 || touchesLiveStreams(*task.spec)) return nullptr;
   KJ_IF_MAYBE(pool, env.executors) {
     auto call = spec.getConfig().getCall();
     return pool->join(call.getExecutor(), call.getFunction(), task.needs[0].units);
@@ -390,13 +397,7 @@ void TaskQueue::cancel(Id id) {
 bool TaskQueue::retract(Id id) {
   auto it = tasks.find(id);
   if (it == tasks.end() || it->second->state == State::RUNNING) return false;
-  auto& spec = *it->second->spec;
-  for (auto kind : spec.getOutputKinds()) {
-    if (kind == wire::ObjectKind::STREAM) return false;
-  }
-  for (auto input : spec.getInputs()) {
-    if (input.getLive()) return false;
-  }
+  if (touchesLiveStreams(*it->second->spec)) return false;
   // A fetch under way goes on (its object may serve a later task); its
   // continuation finds the task gone by its serial.
   tasks.erase(it);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace squall {
 
@@ -28,6 +29,13 @@ std::string ensureTokenFile(const std::string& path);
 // reaches it could do ("run any program as this user").
 std::string openListenProblem(const std::string& address, const std::string& token, bool insecure,
                               const std::string& exposed);
+
+// What a part that listens on `address` (announced as `announced`) logs
+// about its token, key=value lines: listening open without one
+// (--insecure; `exposed` as for openListenProblem), and a token given on
+// its command line (`onCommandLine`), which every user sees in ps.
+std::vector<std::string> tokenWarnings(const std::string& address, const std::string& announced,
+                                       const std::string& token, bool onCommandLine, const std::string& exposed);
 
 // Whether HOST:PORT (or HOST) names a loopback address: 127.0.0.0/8, ::1,
 // localhost. A port-0 or wildcard address (0.0.0.0, ::, *) is not one.

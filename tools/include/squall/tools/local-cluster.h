@@ -178,6 +178,10 @@ class LocalCluster {
   void startServer(const std::string& listen);
   // A governor on `destination` over ssh (ClusterOptions::sshHosts).
   void addSshGovernor(const std::string& destination);
+  // What every governor is started with (governor `index`, its lifeline
+  // at descriptor `lifelineFd`), and its program.
+  std::vector<std::string> governorArgs(size_t index, int lifelineFd) const;
+  std::string governorProgram() const;
   // The TLS flags every part gets.
   void appendTls(std::vector<std::string>& args) const;
 };
