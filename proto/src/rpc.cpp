@@ -18,10 +18,12 @@ capnp::ReaderOptions readerOptions() {
 struct RpcListener::Connection {
   Connection(kj::Own<kj::AsyncIoStream> streamParam, capnp::Capability::Client bootstrap)
       : stream(kj::mv(streamParam)),
-        network(*stream, capnp::rpc::twoparty::Side::SERVER, readerOptions()),
+        messages(*stream),
+        network(messages, capnp::rpc::twoparty::Side::SERVER, readerOptions()),
         rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
 
   kj::Own<kj::AsyncIoStream> stream;
+  BufferedMessageStream messages;
   capnp::TwoPartyVatNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 };
@@ -72,8 +74,31 @@ kj::Promise<kj::Own<kj::ConnectionReceiver>> listenOn(kj::Network& network,
 
 RpcClient::RpcClient(kj::Own<kj::AsyncIoStream> streamParam)
     : stream(kj::mv(streamParam)),
-      network(*stream, capnp::rpc::twoparty::Side::CLIENT, readerOptions()),
+      messages(*stream),
+      network(messages, capnp::rpc::twoparty::Side::CLIENT, readerOptions()),
       rpc(capnp::makeRpcClient(network)) {}
+
+RpcClient::RpcClient(kj::Own<kj::AsyncCapabilityStream> streamParam, uint maxFds)
+    : messages(*streamParam),
+      network(messages, maxFds, capnp::rpc::twoparty::Side::CLIENT, readerOptions()),
+      rpc(capnp::makeRpcClient(network)) {
+  stream = kj::mv(streamParam);
+}
+
+kj::Promise<void> serveRpc(kj::AsyncCapabilityStream& stream, uint maxFds, capnp::Capability::Client bootstrap) {
+  struct Served {
+    Served(kj::AsyncCapabilityStream& stream, uint maxFds, capnp::Capability::Client bootstrap)
+        : messages(stream),
+          network(messages, maxFds, capnp::rpc::twoparty::Side::SERVER, readerOptions()),
+          rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+    BufferedMessageStream messages;
+    capnp::TwoPartyVatNetwork network;
+    capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+  };
+  auto served = kj::heap<Served>(stream, maxFds, kj::mv(bootstrap));
+  auto disconnected = served->network.onDisconnect();
+  return disconnected.attach(kj::mv(served));
+}
 
 capnp::Capability::Client RpcClient::bootstrapCap() {
   capnp::word scratch[4];

@@ -14,6 +14,7 @@
 #include <kj/async-io.h>
 #include <kj/io.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/rpc.h>
 #include <squall/proto/spec-names.h>
 #include <squall/wire/executor.capnp.h>
 #include <stdexcept>
@@ -415,9 +416,8 @@ int Executor::serveFd(int fd) {
   // instead of killing the process.
   signal(SIGPIPE, SIG_IGN);
   auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-  capnp::TwoPartyServer server(kj::heap<ExecutorService>(*this));
   // Resolves once the governor closes its end.
-  server.accept(*stream, MAX_PIPES_PER_CALL).wait(io.waitScope);
+  serveRpc(*stream, MAX_PIPES_PER_CALL, kj::heap<ExecutorService>(*this)).wait(io.waitScope);
   return 0;
 }
 

@@ -6,7 +6,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <capnp/rpc-twoparty.h>
+#include <squall/proto/rpc.h>
 #include <kj/async-io.h>
 #include <squall/wire/executor.capnp.h>
 #include <sys/socket.h>
@@ -121,9 +121,9 @@ double executorRoundTripsPerSecond(const std::string& executor, int n) {
   // A thread of its own: this one has the client's event loop.
   std::thread([&]() {
     auto io = kj::setupAsyncIo();
-    auto stream = io.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-    capnp::TwoPartyClient rpc(*stream, 1);
-    auto cap = rpc.bootstrap().castAs<squall::wire::Executor>();
+    squall::RpcClient rpc(io.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP),
+                          1);
+    auto cap = rpc.bootstrap<squall::wire::Executor>();
     auto call = [&]() {
       auto request = cap.callRequest();
       request.setFunction("noop");

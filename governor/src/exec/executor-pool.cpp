@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <squall/proto/errors.h>
+#include <squall/proto/rpc.h>
 #include <squall/proto/spec-names.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -57,8 +58,7 @@ struct ExecutorPool::Worker {
   ExecutorPool& pool;
   kj::String executor;
   kj::Own<ChildProcess> child;
-  kj::Own<kj::AsyncCapabilityStream> stream;
-  kj::Own<capnp::TwoPartyClient> rpc;
+  kj::Own<RpcClient> rpc;
   wire::Executor::Client cap = nullptr;
   // Set once the process's exit is seen; `exited` resolves then.
   kj::Maybe<ProcessExit> exit;
@@ -150,9 +150,8 @@ ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr 
   // A Unix socket that carries descriptors too: the pipe ends of streams
   // (call-task.cpp). Executors send none back, but capnp 0.9 attaches
   // descriptors to outgoing messages only when the network accepts some.
-  worker->stream = io.wrapUnixSocketFd(ours.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-  worker->rpc = kj::heap<capnp::TwoPartyClient>(*worker->stream, 1);
-  worker->cap = worker->rpc->bootstrap().castAs<wire::Executor>();
+  worker->rpc = kj::heap<RpcClient>(io.wrapUnixSocketFd(ours.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP), 1);
+  worker->cap = worker->rpc->bootstrap<wire::Executor>();
   auto paf = kj::newPromiseAndFulfiller<void>();
   worker->exited = paf.promise.fork();
   worker->watch = worker->child->onExit()
@@ -232,7 +231,6 @@ kj::Promise<void> ExecutorPool::shutdown() {
     // End of file on its socket: its serve() returns.
     worker->cap = nullptr;
     worker->rpc = nullptr;
-    worker->stream = nullptr;
     worker->broken = true;
     exits.add(worker->exited.addBranch());
   }

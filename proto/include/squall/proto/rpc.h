@@ -1,6 +1,10 @@
-// Cap'n Proto RPC over TCP, shared by the server, governors and clients.
-// Everything here lives on the thread that owns the KJ event loop.
+// Cap'n Proto RPC over TCP, shared by the server, governors and clients,
+// and over the Unix sockets of executors. Every connection's messages go
+// through a BufferedMessageStream (message-stream.h). Everything here lives
+// on the thread that owns the KJ event loop.
 #pragma once
+
+#include <squall/proto/message-stream.h>
 
 #include <capnp/capability.h>
 #include <capnp/rpc-twoparty.h>
@@ -55,7 +59,10 @@ kj::Promise<kj::Own<kj::ConnectionReceiver>> listenOn(kj::Network& network,
 // One outgoing connection.
 class RpcClient {
  public:
-  RpcClient(kj::Own<kj::AsyncIoStream> stream);
+  explicit RpcClient(kj::Own<kj::AsyncIoStream> stream);
+  // Over a Unix socket that carries file descriptors: a message may bring
+  // up to `maxFds`.
+  RpcClient(kj::Own<kj::AsyncCapabilityStream> stream, uint maxFds);
 
   template <typename T>
   typename T::Client bootstrap() {
@@ -65,11 +72,16 @@ class RpcClient {
 
  private:
   kj::Own<kj::AsyncIoStream> stream;
+  BufferedMessageStream messages;
   capnp::TwoPartyVatNetwork network;
   capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
 
   capnp::Capability::Client bootstrapCap();
 };
+
+// Serves `bootstrap` on `stream`, a Unix socket whose messages may bring up
+// to `maxFds` descriptors, until the peer goes.
+kj::Promise<void> serveRpc(kj::AsyncCapabilityStream& stream, uint maxFds, capnp::Capability::Client bootstrap);
 
 // Connects to `address` ("host:port"); throws DISCONNECTED when refused,
 // FAILED when the address does not parse.

@@ -1,0 +1,132 @@
+// Cap'n Proto messages over a byte stream, in fewer system calls than
+// capnp 0.9.2's own AsyncIoMessageStream: the transport of every RPC
+// connection squall makes (TCP, TLS and the executors' Unix sockets).
+//
+// What capnp's stream does per message: reads its first word (8 bytes),
+// then the rest, each a read() of its own, and writes it with a writev()
+// of its own. A governor feeding a warm executor sends Call and Finish
+// messages and reads Returns by the thousand a second, so those system
+// calls, and the wake-ups of a reader that gets one message at a time, were
+// most of what a trivial call cost (docs/benchmarks.md, tasklib).
+//
+// - Reads fill a buffer with whatever the socket has (up to 64 KiB) and
+//   cut messages out of it; a message is copied into its own words before
+//   it is handed on (an RPC call keeps its message as long as it runs), and
+//   one larger than the buffer is read straight into them.
+// - Writes are gathered: a message is copied into the batch being built and
+//   the write "completes" at once; the batch goes out in one write when the
+//   event loop has nothing else to do (kj::evalLast), so the Returns of
+//   every call an executor ran in one go leave together. A message of
+//   64 KiB or more is not copied: the batch and it go out in one write and
+//   its promise resolves once written. While more than 1 MiB waits to be
+//   written, a message's promise resolves only when its batch has gone, so
+//   capnp's write queue, which waits on it, holds the sender back.
+// - File descriptors (SCM_RIGHTS, Unix sockets only): a message with
+//   descriptors is written alone, after the batch before it, in one
+//   sendmsg(), as capnp's stream writes it. Linux ends a read() at the
+//   buffer that carried descriptors, and a sender's descriptors ride on the
+//   first buffer of its sendmsg(), so the descriptors a read returns belong
+//   to the message holding the last byte it read. That is how they are
+//   matched to messages here, from this writer or capnp's.
+//
+// Loop thread only; `stream` must outlive it.
+#pragma once
+
+#include <capnp/serialize-async.h>
+#include <deque>
+#include <kj/async-io.h>
+#include <kj/vector.h>
+
+namespace squall {
+
+class BufferedMessageStream final : public capnp::MessageStream {
+ public:
+  explicit BufferedMessageStream(kj::AsyncIoStream& stream);
+  // Carries file descriptors as well (a Unix socket).
+  explicit BufferedMessageStream(kj::AsyncCapabilityStream& stream);
+  ~BufferedMessageStream() noexcept(false);
+  KJ_DISALLOW_COPY(BufferedMessageStream);
+
+  static constexpr size_t READ_BUFFER_BYTES = 64 * 1024;
+  // A message at least this large is written from the caller's segments.
+  static constexpr size_t COPY_LIMIT_BYTES = 64 * 1024;
+  // Bytes handed over and not yet written past which writes wait.
+  static constexpr size_t HIGH_WATER_BYTES = 1024 * 1024;
+
+  kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(
+      kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options = capnp::ReaderOptions(),
+      kj::ArrayPtr<capnp::word> scratchSpace = nullptr) override;
+  kj::Promise<void> writeMessage(kj::ArrayPtr<const int> fds,
+                                 kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) override;
+  kj::Promise<void> writeMessages(
+      kj::ArrayPtr<kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>> messages) override;
+  kj::Maybe<int> getSendBufferSize() override;
+  kj::Promise<void> end() override;
+
+  // System calls made, for tests and benchmarks.
+  struct Counts {
+    uint64_t reads = 0;
+    uint64_t writes = 0;
+    uint64_t messagesIn = 0;
+    uint64_t messagesOut = 0;
+  };
+  const Counts& counts() const { return counts_; }
+
+ private:
+  using MessageReaderAndFds = capnp::MessageReaderAndFds;
+
+  kj::AsyncIoStream& stream;
+  kj::AsyncCapabilityStream* capStream = nullptr;
+  Counts counts_;
+
+  // ---- reading
+  kj::Array<capnp::word> buffer;
+  // Bytes of `buffer` not handed on yet: [begin, end).
+  size_t begin = 0;
+  size_t end_ = 0;
+  // The stream offset of buffer[0].
+  uint64_t base = 0;
+  bool eof = false;
+  // Descriptors received, and the stream offset of the last byte of the
+  // read that brought them.
+  struct FdBundle {
+    uint64_t lastByte;
+    kj::Array<kj::AutoCloseFd> fds;
+  };
+  std::deque<FdBundle> fdBundles;
+
+  size_t available() const { return end_ - begin; }
+  kj::byte* bytes() { return reinterpret_cast<kj::byte*>(buffer.begin()); }
+  // Resolves once `n` bytes (at most the buffer) are buffered, or at the
+  // end of the stream with fewer.
+  kj::Promise<void> fill(size_t n, size_t maxFds);
+  // Reads into `to` (`min` to `max` bytes), keeping the descriptors.
+  kj::Promise<size_t> readSome(kj::byte* to, size_t min, size_t max, size_t maxFds);
+  // The message of `words` words whose header starts at `begin`.
+  kj::Promise<kj::Maybe<MessageReaderAndFds>> readBody(size_t headerBytes, size_t words,
+                                                      kj::ArrayPtr<kj::AutoCloseFd> fdSpace,
+                                                      capnp::ReaderOptions options);
+  MessageReaderAndFds deliver(kj::Array<capnp::word> message, uint64_t start,
+                              kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options);
+
+  // ---- writing
+  // The batch being built.
+  kj::Vector<kj::byte> batch;
+  // Bytes handed over and not yet written (the batch's included).
+  size_t unwritten = 0;
+  // Writes in order: each waits for the one before.
+  kj::Promise<void> writes = kj::READY_NOW;
+  kj::Maybe<kj::Exception> writeError;
+  bool flushScheduled = false;
+  kj::Promise<void> scheduledFlush = nullptr;
+
+  // Appends one message's framing and words to the batch.
+  void append(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
+  // Queues the batch (and `more`, written from the caller's memory, and
+  // `fds`) as one write; resolves once written.
+  kj::Promise<void> flush(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> more = nullptr,
+                          kj::ArrayPtr<const int> fds = nullptr);
+  void scheduleFlush();
+};
+
+}  // namespace squall

@@ -1,0 +1,258 @@
+#include <squall/proto/message-stream.h>
+
+#include <capnp/message.h>
+#include <capnp/rpc-twoparty.h>
+#include <capnp/serialize.h>
+#include <gtest/gtest.h>
+#include <kj/async-io.h>
+#include <squall/wire/data.capnp.h>
+#include <unistd.h>
+
+namespace squall {
+namespace {
+
+// A message whose root holds `text`.
+kj::Array<capnp::word> message(kj::StringPtr text) {
+  capnp::MallocMessageBuilder builder;
+  builder.getRoot<capnp::AnyPointer>().setAs<capnp::Text>(text);
+  return capnp::messageToFlatArray(builder);
+}
+
+kj::String textOf(capnp::MessageReader& reader) {
+  return kj::str(reader.getRoot<capnp::AnyPointer>().getAs<capnp::Text>());
+}
+
+kj::Promise<void> send(capnp::MessageStream& out, kj::StringPtr text, kj::ArrayPtr<const int> fds = nullptr) {
+  auto builder = kj::heap<capnp::MallocMessageBuilder>();
+  builder->getRoot<capnp::AnyPointer>().setAs<capnp::Text>(text);
+  auto segments = builder->getSegmentsForOutput();
+  return out.writeMessage(fds, segments).attach(kj::mv(builder));
+}
+
+// Reads one message: its text and the contents of the pipes that came with
+// it (each fd's bytes up to its end).
+struct Received {
+  kj::String text;
+  kj::Vector<kj::String> fdContents;
+};
+
+Received receive(capnp::MessageStream& in, kj::WaitScope& ws) {
+  kj::AutoCloseFd fds[4];
+  auto got = in.tryReadMessage(kj::arrayPtr(fds, 4)).wait(ws);
+  auto& m = KJ_REQUIRE_NONNULL(got, "the stream ended");
+  Received r{textOf(*m.reader), {}};
+  for (auto& fd : m.fds) {
+    char buf[64];
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    r.fdContents.add(kj::heapString(buf, n > 0 ? n : 0));
+  }
+  return r;
+}
+
+TEST(BufferedMessageStreamTest, MessagesWrittenInOneTurnLeaveInOneWriteAndArriveInFewReads) {
+  auto io = kj::setupAsyncIo();
+  auto pipe = io.provider->newTwoWayPipe();
+  BufferedMessageStream out(*pipe.ends[0]);
+  BufferedMessageStream in(*pipe.ends[1]);
+  constexpr int N = 500;
+  kj::Vector<kj::Promise<void>> sent;
+  for (int i = 0; i < N; i++) sent.add(send(out, kj::str("message ", i)));
+  // Accepted at once: copied into the batch.
+  for (auto& p : sent) EXPECT_TRUE(p.poll(io.waitScope));
+  for (int i = 0; i < N; i++) EXPECT_EQ(receive(in, io.waitScope).text, kj::str("message ", i));
+  EXPECT_EQ(out.counts().messagesOut, N);
+  EXPECT_LE(out.counts().writes, 2u);
+  EXPECT_EQ(in.counts().messagesIn, N);
+  // Each read brought many messages (capnp's stream makes two per message).
+  EXPECT_LT(in.counts().reads, N / 10u);
+}
+
+TEST(BufferedMessageStreamTest, MessagesLargerThanTheBufferPassBetweenSmallOnes) {
+  auto io = kj::setupAsyncIo();
+  auto pipe = io.provider->newTwoWayPipe();
+  BufferedMessageStream out(*pipe.ends[0]);
+  BufferedMessageStream in(*pipe.ends[1]);
+  kj::Vector<kj::String> texts;
+  for (size_t size : {10, 70000, 3, 1 << 20, 65536 - 24, 65536, 200000, 5}) {
+    auto t = kj::heapString(size);
+    for (size_t i = 0; i < size; i++) t[i] = 'a' + (i * 7 + size) % 26;
+    texts.add(kj::mv(t));
+  }
+  kj::Vector<kj::Promise<void>> sent;
+  for (auto& t : texts) sent.add(send(out, t));
+  auto all = kj::joinPromises(sent.releaseAsArray());
+  // A 1 MiB message does not fit the socket's buffer: the reader's waits
+  // drive the writes.
+  kj::Vector<kj::String> got;
+  for (size_t i = 0; i < texts.size(); i++) got.add(receive(in, io.waitScope).text);
+  all.wait(io.waitScope);
+  ASSERT_EQ(got.size(), texts.size());
+  for (size_t i = 0; i < texts.size(); i++) EXPECT_TRUE(got[i] == texts[i]) << "message " << i;
+}
+
+// Descriptors go with the message they were sent with, whichever side
+// batches: ours to ours, capnp's writer to our reader, ours to capnp's
+// reader. Every third message carries the read end of a pipe holding its
+// own number.
+void checkDescriptorsFollowTheirMessages(capnp::MessageStream& out, capnp::MessageStream& in, kj::WaitScope& ws) {
+  constexpr int N = 60;
+  kj::Vector<kj::Promise<void>> sent;
+  kj::Vector<kj::AutoCloseFd> keep;
+  int raw[N];
+  for (int i = 0; i < N; i++) {
+    if (i % 3 == 0) {
+      int p[2];
+      ASSERT_EQ(pipe(p), 0);
+      auto label = kj::str("fd of ", i);
+      ASSERT_EQ(write(p[1], label.cStr(), label.size()), static_cast<ssize_t>(label.size()));
+      close(p[1]);
+      keep.add(kj::AutoCloseFd(p[0]));
+      raw[i] = p[0];
+      sent.add(send(out, kj::str("message ", i), kj::arrayPtr(&raw[i], 1).asConst()));
+    } else {
+      sent.add(send(out, kj::str("message ", i)));
+    }
+  }
+  auto all = kj::joinPromises(sent.releaseAsArray());
+  for (int i = 0; i < N; i++) {
+    auto r = receive(in, ws);
+    EXPECT_EQ(r.text, kj::str("message ", i));
+    if (i % 3 == 0) {
+      ASSERT_EQ(r.fdContents.size(), 1u) << "message " << i;
+      EXPECT_EQ(r.fdContents[0], kj::str("fd of ", i));
+    } else {
+      EXPECT_EQ(r.fdContents.size(), 0u) << "message " << i;
+    }
+  }
+  all.wait(ws);
+}
+
+TEST(BufferedMessageStreamTest, DescriptorsArriveWithTheirMessage) {
+  auto io = kj::setupAsyncIo();
+  {
+    auto pipe = io.provider->newCapabilityPipe();
+    BufferedMessageStream out(*pipe.ends[0]);
+    BufferedMessageStream in(*pipe.ends[1]);
+    checkDescriptorsFollowTheirMessages(out, in, io.waitScope);
+  }
+  {
+    auto pipe = io.provider->newCapabilityPipe();
+    capnp::AsyncCapabilityMessageStream out(*pipe.ends[0]);
+    BufferedMessageStream in(*pipe.ends[1]);
+    checkDescriptorsFollowTheirMessages(out, in, io.waitScope);
+  }
+  {
+    auto pipe = io.provider->newCapabilityPipe();
+    BufferedMessageStream out(*pipe.ends[0]);
+    capnp::AsyncCapabilityMessageStream in(*pipe.ends[1]);
+    checkDescriptorsFollowTheirMessages(out, in, io.waitScope);
+  }
+}
+
+TEST(BufferedMessageStreamTest, TheEndBetweenMessagesIsNoMessageAndInsideOneIsAnError) {
+  auto io = kj::setupAsyncIo();
+  {
+    auto pipe = io.provider->newTwoWayPipe();
+    BufferedMessageStream out(*pipe.ends[0]);
+    BufferedMessageStream in(*pipe.ends[1]);
+    send(out, "last").wait(io.waitScope);
+    out.end().wait(io.waitScope);
+    EXPECT_EQ(receive(in, io.waitScope).text, "last");
+    EXPECT_TRUE(in.tryReadMessage(nullptr).wait(io.waitScope) == nullptr);
+  }
+  for (size_t cut : {4, 8, 20}) {
+    auto pipe = io.provider->newTwoWayPipe();
+    BufferedMessageStream in(*pipe.ends[1]);
+    auto words = message("a message cut short");
+    auto bytes = words.asBytes();
+    ASSERT_LT(cut, bytes.size());
+    pipe.ends[0]->write(bytes.begin(), cut).wait(io.waitScope);
+    pipe.ends[0]->shutdownWrite();
+    auto e = kj::runCatchingExceptions([&]() { in.tryReadMessage(nullptr).wait(io.waitScope); });
+    auto& ex = KJ_REQUIRE_NONNULL(e, "a message cut short was read", cut);
+    EXPECT_EQ(ex.getType(), kj::Exception::Type::DISCONNECTED) << ex.getDescription().cStr();
+  }
+}
+
+TEST(BufferedMessageStreamTest, AHeaderClaimingTooMuchIsRefusedBeforeAnythingIsAllocated) {
+  auto io = kj::setupAsyncIo();
+  struct Case {
+    uint32_t countMinusOne;
+    uint32_t size0;
+    const char* error;
+  };
+  for (auto c : {Case{1000, 1, "too many segments"}, Case{0xffffffffu, 1, "too many segments"},
+                 Case{0, 0xf0000000u, "too large"}}) {
+    auto pipe = io.provider->newTwoWayPipe();
+    BufferedMessageStream in(*pipe.ends[1]);
+    uint32_t header[2] = {c.countMinusOne, c.size0};  // little-endian on this machine
+    pipe.ends[0]->write(header, sizeof(header)).wait(io.waitScope);
+    auto e = kj::runCatchingExceptions([&]() { in.tryReadMessage(nullptr).wait(io.waitScope); });
+    auto& ex = KJ_REQUIRE_NONNULL(e, "a bad header was accepted");
+    EXPECT_TRUE(strstr(ex.getDescription().cStr(), c.error) != nullptr) << ex.getDescription().cStr();
+  }
+}
+
+TEST(BufferedMessageStreamTest, AWriterWhosePeerDoesNotReadIsHeldBack) {
+  auto io = kj::setupAsyncIo();
+  auto pipe = io.provider->newTwoWayPipe();
+  BufferedMessageStream out(*pipe.ends[0]);
+  BufferedMessageStream in(*pipe.ends[1]);
+  auto chunk = kj::heapString(32 * 1024 - 64);
+  for (auto& c : chunk) c = 'x';
+  // capnp's write queue sends the next message once the last one's promise
+  // resolves: so does this loop. Nobody reads, so some write must wait.
+  int accepted = 0;
+  kj::Promise<void> last = kj::READY_NOW;
+  while (accepted < 10000) {
+    last = send(out, chunk);
+    if (!last.poll(io.waitScope)) break;
+    last.wait(io.waitScope);
+    accepted++;
+  }
+  EXPECT_LT(accepted, 10000) << "every write was accepted: nothing holds a writer back";
+  // What waits is bounded: the high-water mark and the socket's buffers.
+  EXPECT_LT(accepted * chunk.size(), BufferedMessageStream::HIGH_WATER_BYTES + 16 * 1024 * 1024);
+  // Reading lets it go on.
+  for (int i = 0; i <= accepted; i++) EXPECT_EQ(receive(in, io.waitScope).text.size(), chunk.size());
+  last.wait(io.waitScope);
+}
+
+// The RPC system over it: calls and answers, with capabilities carrying
+// descriptors.
+class Echo final : public wire::DataBootstrap::Server {
+ public:
+  kj::Promise<void> open(OpenContext context) override {
+    KJ_REQUIRE(context.getParams().getToken() == "secret", "bad token");
+    return kj::READY_NOW;
+  }
+};
+
+TEST(BufferedMessageStreamTest, CarriesCapnpRpc) {
+  auto io = kj::setupAsyncIo();
+  auto pipe = io.provider->newCapabilityPipe();
+  BufferedMessageStream serverStream(*pipe.ends[0]);
+  BufferedMessageStream clientStream(*pipe.ends[1]);
+  capnp::TwoPartyVatNetwork serverNet(serverStream, 4, capnp::rpc::twoparty::Side::SERVER);
+  capnp::TwoPartyVatNetwork clientNet(clientStream, 4, capnp::rpc::twoparty::Side::CLIENT);
+  auto server = capnp::makeRpcServer(serverNet, kj::heap<Echo>());
+  auto client = capnp::makeRpcClient(clientNet);
+  capnp::word scratch[4] = {};
+  capnp::MallocMessageBuilder vat(scratch);
+  auto id = vat.getRoot<capnp::rpc::twoparty::VatId>();
+  id.setSide(capnp::rpc::twoparty::Side::SERVER);
+  auto cap = client.bootstrap(id).castAs<wire::DataBootstrap>();
+  kj::Vector<kj::Promise<void>> calls;
+  for (int i = 0; i < 1000; i++) {
+    auto req = cap.openRequest();
+    req.setToken(i % 100 == 99 ? "wrong" : "secret");
+    calls.add(req.send().then([](auto) { return true; }, [](kj::Exception&&) { return false; })
+                  .then([i](bool ok) { EXPECT_EQ(ok, i % 100 != 99) << i; }));
+  }
+  kj::joinPromises(calls.releaseAsArray()).wait(io.waitScope);
+  // A thousand calls in far fewer writes than messages.
+  EXPECT_LT(clientStream.counts().writes, clientStream.counts().messagesOut / 4);
+}
+
+}  // namespace
+}  // namespace squall
