@@ -286,7 +286,7 @@ class ExecutorService final : public wire::Executor::Server {
     }
 
     if (pipes.size() == 0) {
-      run(entry, *call, context.getResults(), outputDir);
+      run(entry, *call, context, outputDir);
       return kj::READY_NOW;
     }
     return kj::joinPromises(pipes.releaseAsArray())
@@ -301,7 +301,7 @@ class ExecutorService final : public wire::Executor::Server {
             call->ownedFds_.push_back(fd);
             *pipeFds[i] = fd;
           }
-          run(entry, *call, context.getResults(), outputDir);
+          run(entry, *call, context, outputDir);
         });
   }
 
@@ -309,8 +309,7 @@ class ExecutorService final : public wire::Executor::Server {
   const Executor& executor;
 
   // Calls the function and makes the answer.
-  void run(const Executor::FunctionEntry& entry, Call& call, wire::Executor::CallResults::Builder results,
-           const std::string& outputDir) {
+  void run(const Executor::FunctionEntry& entry, Call& call, CallContext& context, const std::string& outputDir) {
     auto began = std::chrono::steady_clock::now();
     runReporting([&]() {
       try {
@@ -321,6 +320,7 @@ class ExecutorService final : public wire::Executor::Server {
       }
       return 0;
     });
+    auto results = context.getResults(answerSize(call));
     results.setRunUs(static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count()));
     // The streams' ends: readers see end of file once the RPC system's
@@ -357,6 +357,17 @@ class ExecutorService final : public wire::Executor::Server {
     }
   }
 
+
+  // About how big the answer is, so that capnp makes its message that
+  // size: without a hint it allocates, and zeroes, 8 KiB for every answer.
+  static capnp::MessageSize answerSize(const Call& call) {
+    uint64_t words = 4;
+    for (auto& o : call.outputs_) {
+      words += 4 + (o.entry_.size() + 8) / 8;
+      if (!o.usedPath_ && o.buffer_.size() <= Executor::INLINE_LIMIT) words += (o.buffer_.size() + 7) / 8;
+    }
+    return capnp::MessageSize{words, 0};
+  }
 
   // Runs `body`; what it throws becomes a FAILED exception carrying the
   // message alone (the governor names the task and function around it).

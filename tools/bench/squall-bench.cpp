@@ -275,6 +275,7 @@ int main(int argc, char** argv) {
   int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
   int streamMib = 2048;
   bool streamsOnly = false, recoveryOnly = false, inputsOnly = false, functionsOnly = false, buildOnly = false;
+  bool callsOnly = false;
   std::vector<std::string> governorArgs;
   int recoveryTasks = 100000;
   std::string server;
@@ -298,6 +299,9 @@ int main(int argc, char** argv) {
   app.add_flag("--functions-only", functionsOnly,
                "run only the tasklib benchmark: trivial built-in tasks, calls of a function that does "
                "nothing in warm executors, and `true` programs, in one run (docs/benchmarks.md)");
+  app.add_flag("--calls-only", callsOnly,
+               "run only the calls of --functions-only (with --server: its governors must have the bench "
+               "executor), e.g. to count the processes' cpu time per call");
   app.add_option("--governor-arg", governorArgs,
                  "an argument for every governor started (e.g. --governor-arg=--input-isolation=copy)");
   app.add_flag("--recovery-only", recoveryOnly,
@@ -314,7 +318,7 @@ int main(int argc, char** argv) {
       options.governors = governors;
       options.cpus = cpus;
       options.governorArgs = governorArgs;
-      if (functionsOnly) {
+      if (functionsOnly || callsOnly) {
         options.governorArgs.push_back("--executor");
         options.governorArgs.push_back("bench=" + benchExecutor());
       }
@@ -347,6 +351,10 @@ int main(int argc, char** argv) {
     squall::Client client(server);
     if (buildOnly) {
       run("squall_cpp_build_ns_per_task", [&]() { return buildNanosPerTask(client, n); });
+      return 0;
+    }
+    if (callsOnly) {
+      run("squall_function_tasks_per_s", [&]() { return functionTasksPerSecond(client, n); });
       return 0;
     }
     if (functionsOnly) {

@@ -92,6 +92,21 @@ struct CallEnd {
 
 kj::Promise<CallEnd> callFailed(kj::String error) { return CallEnd{kj::mv(error), nullptr}; }
 
+// About how big a call's message is, so that capnp makes it that size:
+// without a hint it allocates, and zeroes, 8 KiB for every call.
+capnp::MessageSize callSize(wire::Assignment::Reader spec, kj::StringPtr outputDir) {
+  auto textWords = [](size_t bytes) { return (bytes + 8) / 8; };
+  auto task = spec.getTask();
+  auto call = task.getConfig().getCall();
+  uint64_t words = 16 + textWords(call.getFunction().size()) + textWords(call.getConfig().size()) +
+                   textWords(outputDir.size()) + spec.getOutputKinds().size();
+  for (auto input : task.getInputs()) {
+    // Its label, and a store path or bytes held in memory (the larger).
+    words += 8 + textWords(input.getLabel().size()) + textWords(256);
+  }
+  return capnp::MessageSize{words, 0};
+}
+
 }  // namespace
 
 kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control) {
@@ -156,7 +171,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         // The executor makes the directory when an output needs it (most
         // calls answer with bytes and never do).
         auto outDir = kj::heap<StoreTemp>(env.store);
-        auto request = lease->executor().callRequest();
+        auto request = lease->executor().callRequest(callSize(spec, outDir->path()));
         request.setFunction(task.getConfig().getCall().getFunction());
         request.setConfig(task.getConfig().getCall().getConfig());
         auto inputs = task.getInputs();
