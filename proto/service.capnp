@@ -258,6 +258,11 @@ struct Assignment {
   # A member of a stream group that did not ask for cpus and runs on its
   # group's cpu: it holds none of the governor's cpus of its own.
   sharesCpus @6 :Bool;
+  # The server's order (its b-level: the longest expected path from the
+  # task to a sink). A governor starts its ready tasks highest first, in
+  # arrival order among equals, so a task on the critical path that became
+  # ready late does not wait behind a queue of side work.
+  priority @7 :Float64;
 }
 
 struct InputLocation {

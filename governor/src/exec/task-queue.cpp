@@ -221,10 +221,14 @@ void TaskQueue::inputsReady(Id id, uint64_t serial) {
         return;
       }
     }
-    task->state = State::READY;
-    ready.emplace_back(id, serial);
+    makeReady(*task);
     pump();
   }
+}
+
+void TaskQueue::makeReady(Task& task) {
+  task.state = State::READY;
+  ready.insert(ReadyEntry{task.spec->getPriority(), task.serial, task.id});
 }
 
 void TaskQueue::failWaiting(Id id, uint64_t serial, kj::String error, bool inputUnavailable) {
@@ -240,13 +244,14 @@ void TaskQueue::failWaiting(Id id, uint64_t serial, kj::String error, bool input
 
 void TaskQueue::pump() {
   while (!ready.empty()) {
-    auto [id, serial] = ready.front();
-    KJ_IF_MAYBE(task, lookup(id, serial)) {
+    auto head = ready.begin();
+    KJ_IF_MAYBE(task, lookup(head->id, head->serial)) {
       if (task->state != State::READY) {
-        ready.pop_front();
+        ready.erase(head);
         continue;
       }
-      // Strict FIFO: a big task at the head is not overtaken (no starvation).
+      // Strict order: a big task at the head is not overtaken (no
+      // starvation of tasks that need many cpus).
       task->grant = allocator.take(task->needs);
       if (!task->grant) {
         KJ_IF_MAYBE(lease, ride(*task)) {
@@ -255,10 +260,10 @@ void TaskQueue::pump() {
           return;
         }
       }
-      ready.pop_front();
+      ready.erase(head);
       start(*task);
     } else {
-      ready.pop_front();
+      ready.erase(head);
     }
   }
 }
@@ -313,14 +318,11 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
     KJ_ASSERT(task->state == State::RUNNING);
     if (outcome.notStarted && !task->control.isCancelled() && !shuttingDown) {
       // Given back by its executor process before it ran: it waits again,
-      // in its place by arrival.
+      // in its place.
       task->control.takeRide();
       task->control.takeHold();
-      task->state = State::READY;
       running--;
-      auto at = ready.begin();
-      while (at != ready.end() && at->second < serial) ++at;
-      ready.insert(at, {id, serial});
+      makeReady(*task);
       env.logger.debug("event=task-given-back task={}", kj::str(id).cStr());
       pump();
       return;

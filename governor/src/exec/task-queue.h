@@ -2,7 +2,7 @@
 // arriving, or fetched from another governor; a live stream input does not
 // wait: it is read while its producer runs), then for their cpus and other
 // resources (resources.h: never over-committed; a task's items are in its
-// environment) in FIFO order, run, and report their outcome. A call of a
+// environment) in the server's priority order, run, and report their outcome. A call of a
 // short function that finds no cpus free may instead queue behind the calls
 // of a busy executor process, on the cpus that process holds
 // (executor-pool.h). Stream outputs are announced to the
@@ -16,6 +16,7 @@
 
 #include <deque>
 #include <memory>
+#include <set>
 #include <kj/function.h>
 #include <unordered_map>
 #include <vector>
@@ -100,8 +101,19 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> idleFulfiller;
   std::unordered_map<Id, kj::Own<Task>, IdHash> tasks;
-  // FIFO of (task, serial) whose inputs are present.
-  std::deque<std::pair<Id, uint64_t>> ready;
+  // Tasks whose inputs are present, in the order they start: the server's
+  // priority, highest first, then arrival (serial).
+  struct ReadyEntry {
+    double priority;
+    uint64_t serial;
+    Id id;
+    bool operator<(const ReadyEntry& o) const {
+      if (priority != o.priority) return priority > o.priority;
+      return serial < o.serial;
+    }
+  };
+  std::set<ReadyEntry> ready;
+  void makeReady(Task& task);
   // Declared last: destroyed first, so no running promise outlives a Task.
   kj::TaskSet work;
 

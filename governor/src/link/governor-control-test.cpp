@@ -350,6 +350,32 @@ TEST_F(GovernorControlTest, TasksBeyondFreeCpusWaitInFifoOrder) {
   EXPECT_LE(upstream->results.at({5, 1}).startTimeUs, upstream->results.at({5, 3}).startTimeUs);
 }
 
+// The server's priority (its b-level) orders the ready tasks. Each needs
+// both cpus, so they run one at a time: 1 first (it came first), then 5
+// (highest), then 3 and 4, then the rest, equal priorities by arrival.
+TEST_F(GovernorControlTest, ReadyTasksStartHighestPriorityFirstThenInArrivalOrder) {
+  auto request = control.assignRequest();
+  const double priority[7] = {1, 1, 2, 2, 9, 1, 1};
+  auto tasks = request.initTasks(7);
+  for (uint64_t i = 0; i < 7; i++) {
+    fillCommon(tasks[i], {5, i + 1}, {}, {}, 2);
+    tasks[i].getTask().getConfig().initSleep().setMilliseconds(20);
+    tasks[i].setPriority(priority[i]);
+  }
+  waitWithTimeout(io, request.send());
+  waitWithTimeout(io, upstream->waitFor(7));
+  std::vector<std::pair<uint64_t, uint64_t>> starts;
+  for (uint64_t i = 0; i < 7; i++) {
+    auto& r = upstream->results.at({5, i + 1});
+    EXPECT_TRUE(r.ok);
+    starts.push_back({r.startTimeUs, i + 1});
+  }
+  std::sort(starts.begin(), starts.end());
+  std::vector<uint64_t> order;
+  for (auto& [at, n] : starts) order.push_back(n);
+  EXPECT_EQ(order, (std::vector<uint64_t>{1, 5, 3, 4, 2, 6, 7}));
+}
+
 TEST_F(GovernorControlTest, ABurstOfTrivialTasksCostsFewUpdates) {
   auto request = control.assignRequest();
   auto tasks = request.initTasks(200);

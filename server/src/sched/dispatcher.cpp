@@ -292,6 +292,7 @@ void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assi
     assignment.setTask(task.spec);
     assignment.setAttempt(task.attempt);
     assignment.setSharesCpus(task.group != nullptr && task.cpus == 0);
+    assignment.setPriority(task.bLevel);
     auto inputs = assignment.initInputs(task.inputs.size());
     for (uint i = 0; i < task.inputs.size(); i++) {
       auto& object = *task.inputs[i];
