@@ -150,7 +150,8 @@ void Autoscaler::maybeSubmit(TimePoint now, const ServerLoad& load) {
   notBefore.reset();
   jobs[id] = Job{now, std::nullopt, std::nullopt, std::nullopt, false};
   logger.info("event=slurm-submit job={} ready={} jobs={}", id, load.readyTasks, jobs.size());
-  say("job " + std::to_string(id) + " submitted (" + std::to_string(load.readyTasks) + " tasks ready, " +
+  say("job " + std::to_string(id) + " submitted (" + std::to_string(load.readyTasks) +
+      (load.readyTasks == 1 ? " task ready, " : " tasks ready, ") +
       std::to_string(jobs.size()) + " of at most " + std::to_string(policy.maxJobs) + " jobs)");
 }
 

@@ -284,9 +284,10 @@ int runSlurmRun(SlurmRunOptions options) {
     perror("squall slurm run: pipe");
     return 1;
   }
-  std::vector<std::string> srunArgs = {"--nodes", std::to_string(nodes), "--ntasks", std::to_string(nodes),
-                                       "--ntasks-per-node", "1", "--input", "all", "--kill-on-bad-exit", "0",
-                                       "--job-name", "squall-governors",
+  // (--kill-on-bad-exit takes its value only after '='.)
+  std::vector<std::string> srunArgs = {"--nodes=" + std::to_string(nodes), "--ntasks=" + std::to_string(nodes),
+                                       "--ntasks-per-node=1", "--input=all", "--kill-on-bad-exit=0",
+                                       "--job-name=squall-governors",
                                        squallProgram, "slurm", "governor", "--program", governorProgram, "--",
                                        "--server", local.serverAddress(), "--log-level", cluster.logLevel,
                                        "--lifeline-fd", "0"};
