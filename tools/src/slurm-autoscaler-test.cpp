@@ -58,6 +58,13 @@ class AutoscalerTest : public ::testing::Test {
   static ServerLoad::Governor idle(uint64_t job, uint64_t objects = 0) {
     return {governorNamePrefix(job) + "node1", 0, objects};
   }
+  // Job 100, submitted for one ready task, runs and its governor is busy.
+  void runBusyJob() {
+    tick(ready(1));
+    slurm.jobs[100] = "RUNNING";
+    now += 1s;
+    tick(ready(0, {busy(100)}));
+  }
   bool saidSomething(const std::string& part) const {
     for (auto& line : said) {
       if (line.find(part) != std::string::npos) return true;
@@ -147,10 +154,7 @@ TEST_F(AutoscalerTest, AGovernorThatRegistersClearsTheBackoff) {
 }
 
 TEST_F(AutoscalerTest, AJobThatDiesSoonAfterRegisteringCountsAsFailed) {
-  tick(ready(1));
-  slurm.jobs[100] = "RUNNING";
-  now += 1s;
-  tick(ready(0, {busy(100)}));
+  runBusyJob();
   now += 5s;
   slurm.jobs[100] = "NODE_FAIL";
   tick(ready(1));
@@ -171,10 +175,7 @@ TEST_F(AutoscalerTest, ASubmitThatSbatchRefusesBacksOffToo) {
 }
 
 TEST_F(AutoscalerTest, ReleasesAGovernorIdleWithNoObjectsAfterTheTimeout) {
-  tick(ready(1));
-  slurm.jobs[100] = "RUNNING";
-  now += 1s;
-  tick(ready(0, {busy(100)}));
+  runBusyJob();
   for (int i = 0; i < 9; i++, now += 1s) tick(ready(0, {idle(100)}));
   EXPECT_TRUE(slurm.cancelled.empty());
   now += 1s;
@@ -215,8 +216,7 @@ TEST_F(AutoscalerTest, CancelsAPendingJobOnceNoWorkWaits) {
 }
 
 TEST_F(AutoscalerTest, CancelAllCancelsEveryLiveJob) {
-  tick(ready(1));
-  slurm.jobs[100] = "RUNNING";
+  runBusyJob();
   now += 1s;
   tick(ready(5, {busy(100)}));
   EXPECT_EQ(scaler->cancelAll(), (std::vector<uint64_t>{100, 101}));
