@@ -116,6 +116,63 @@ TEST_F(SlurmTest, SlurmRunInABatchJobRunsAPipelineOnTheJobsNodes) {
   EXPECT_EQ(left, "");
 }
 
+// Without a command it serves until the allocation ends: here scancel,
+// which is what the end of a time limit sends too (SIGTERM to every
+// process of the job). The server and the governor go with it.
+TEST_F(SlurmTest, SlurmRunServesUntilItsJobIsCancelled) {
+  auto dir = fs::path(slurm->jobsDir()) / "serve";
+  fs::create_directories(dir);
+  std::ofstream(dir / "job.sh") << "#!/bin/sh\nexec " << shellQuote(findProgram("squall")) << " slurm run\n";
+  auto output = (dir / "job.out").string();
+  auto [submitted, status] =
+      commandOutput("sbatch --parsable --time=5 --output='" + output + "' '" + (dir / "job.sh").string() + "' 2>&1");
+  ASSERT_EQ(status, 0) << submitted;
+  uint64_t job = std::stoull(submitted);
+  // Its output file is all it says: look, bounded.
+  std::string running;
+  auto deadline = Clock::now() + 60s;
+  while (running.empty() && Clock::now() < deadline) {
+    std::ifstream in(output);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("squall is running in Slurm job", 0) == 0) running = line;
+    }
+    if (running.empty()) std::this_thread::sleep_for(100ms);
+  }
+  ASSERT_FALSE(running.empty()) << slurm->jobState(job) << "\n" << slurm->logs();
+  auto at = running.find("server=") + 7;
+  auto address = running.substr(at, running.find(' ', at) - at);
+  {
+    // The default token file (test-main's state dir, which the job's
+    // environment carries).
+    Client client(address);
+    auto governors = client.governors();
+    ASSERT_EQ(governors.size(), 1u);
+    EXPECT_EQ(governors[0].name, "slurm-" + std::to_string(job) + "-" + slurm->nodeName());
+    auto session = client.newSession("served");
+    auto task = session.execute(Program({"sh", "-c", "echo $SLURM_JOB_ID"}).stdoutOutput());
+    task.output().keep();
+    session.submit();
+    EXPECT_EQ(task.output().fetch(), std::to_string(job) + "\n");
+  }
+  ASSERT_EQ(commandOutput("scancel " + std::to_string(job)).second, 0);
+  EXPECT_EQ(waitJobEnd(job), "CANCELLED");
+  // The governor went with it. Polled, bounded: Slurm may call the job
+  // ended while a process of it still exits. ("[-]-": the shell running
+  // pgrep does not match itself.)
+  auto remaining = [job]() {
+    return commandOutput("pgrep -f -- '[-]-name slurm-" + std::to_string(job) + "-' || true").first;
+  };
+  deadline = Clock::now() + 30s;
+  while (!remaining().empty() && Clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(remaining(), "");
+  std::string text;
+  {
+    std::ifstream in(output);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  EXPECT_NE(text.find("squall slurm run: stopping (Terminated)"), std::string::npos) << text;
+}
+
 // Outside an allocation there is nothing to run on: a clear refusal.
 TEST(SlurmCommandTest, SlurmRunOutsideAnAllocationSaysSo) {
   auto [output, status] =

@@ -254,6 +254,8 @@ int runSlurmRun(SlurmRunOptions options) {
   cluster.governors = 0;
   if (cluster.listen.empty()) cluster.listen = thisHost() + ":0";
   if (!useDefaultToken(cluster, who)) return 1;
+  // The governors start in srun's working directory, which may differ.
+  if (!cluster.tokenFile.empty()) cluster.tokenFile = fs::absolute(cluster.tokenFile).string();
   if (!cluster.token.empty() && cluster.tokenFile.empty()) {
     // Governors on other nodes read the token from a file; a token given
     // as text would land in the work dir, which is this node's alone.
@@ -491,6 +493,13 @@ int runSlurmAuto(const SlurmAutoOptions& options) {
     fflush(stdout);
   });
 
+  if (isLoopbackAddress(client->address())) {
+    // Right on a one-node cluster (the tests'); elsewhere every job fails
+    // at start, and the back-off shows why.
+    logger->warn("event=loopback-server server={} msg=\"governors on other nodes cannot reach a loopback address; "
+                 "give --server a name the nodes resolve\"",
+                 client->address());
+  }
   int sfd = stopSignalFd();
   printf("squall slurm auto: server=%s max-jobs=%u time-limit=%s idle-timeout=%s job-logs=%s (Ctrl-C stops and "
          "cancels its jobs)\n",
