@@ -45,6 +45,12 @@ uint64_t numberAfter(const std::string& line, const std::string& word) {
   return std::stoull(match[1]);
 }
 
+// The server and the governors on loopback rather than this host's name
+// (squall slurm's default, right on a cluster): a fresh root (a chroot
+// with no /etc/hosts) may not resolve it, and the tests' traffic stays on
+// 127.0.0.1 that way.
+constexpr const char* LOOPBACK = "--listen 127.0.0.1:0 --governor-arg=--listen=127.0.0.1:0";
+
 class SlurmTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -89,8 +95,9 @@ TEST_F(SlurmTest, SlurmRunInABatchJobRunsAPipelineOnTheJobsNodes) {
                                           "outputs = { count = \"count.txt\" }\n"
                                           "collect = \"out/count.txt\"\n";
   auto squall = findProgram("squall");
-  std::ofstream(dir / "job.sh") << "#!/bin/sh\nexec " << shellQuote(squall) << " slurm run -- " << shellQuote(squall)
-                                << " run " << shellQuote((dir / "pipeline.toml").string()) << "\n";
+  std::ofstream(dir / "job.sh") << "#!/bin/sh\nexec " << shellQuote(squall) << " slurm run " << LOOPBACK << " -- "
+                                << shellQuote(squall) << " run " << shellQuote((dir / "pipeline.toml").string())
+                                << "\n";
   auto [submitted, status] = commandOutput("sbatch --parsable --nodes=1 --time=5 --output='" + (dir / "job.out").string() +
                                            "' '" + (dir / "job.sh").string() + "' 2>&1");
   ASSERT_EQ(status, 0) << submitted;
@@ -122,7 +129,8 @@ TEST_F(SlurmTest, SlurmRunInABatchJobRunsAPipelineOnTheJobsNodes) {
 TEST_F(SlurmTest, SlurmRunServesUntilItsJobIsCancelled) {
   auto dir = fs::path(slurm->jobsDir()) / "serve";
   fs::create_directories(dir);
-  std::ofstream(dir / "job.sh") << "#!/bin/sh\nexec " << shellQuote(findProgram("squall")) << " slurm run\n";
+  std::ofstream(dir / "job.sh") << "#!/bin/sh\nexec " << shellQuote(findProgram("squall")) << " slurm run "
+                                << LOOPBACK << "\n";
   auto output = (dir / "job.out").string();
   auto [submitted, status] =
       commandOutput("sbatch --parsable --time=5 --output='" + output + "' '" + (dir / "job.sh").string() + "' 2>&1");
@@ -148,6 +156,8 @@ TEST_F(SlurmTest, SlurmRunServesUntilItsJobIsCancelled) {
     auto governors = client.governors();
     ASSERT_EQ(governors.size(), 1u);
     EXPECT_EQ(governors[0].name, "slurm-" + std::to_string(job) + "-" + slurm->nodeName());
+    // --governor-arg=--listen=... took the place of the node's name.
+    EXPECT_EQ(governors[0].dataAddress.rfind("127.0.0.1:", 0), 0u) << governors[0].dataAddress;
     auto session = client.newSession("served");
     auto task = session.execute(Program({"sh", "-c", "echo $SLURM_JOB_ID"}).stdoutOutput());
     task.output().keep();
@@ -208,7 +218,8 @@ TEST_F(SlurmTest, SlurmAutoBacksOffFromFailingJobsThenRunsTheWorkAndLetsTheIdleG
     std::vector<std::string> args = {"slurm", "auto", "--server", server.serverAddress(), "--token-file", tokenFile,
                                      "--max-jobs", "2", "--time-limit", "5", "--cpus-per-job", "1",
                                      "--idle-timeout", "2s", "--poll-interval", "0.2", "--backoff", "1s",
-                                     "--backoff-max", "2s", "--log-dir", logDir};
+                                     "--backoff-max", "2s", "--log-dir", logDir,
+                                     "--governor-arg=--listen=127.0.0.1:0"};
     args.insert(args.end(), more.begin(), more.end());
     return args;
   };

@@ -217,10 +217,14 @@ int runSlurmGovernor(const std::string& program, const std::vector<std::string>&
   std::vector<std::string> words = {program};
   try {
     auto added = slurm::governorArgsInJob(environment, thisHost());
-    // What the caller gave wins: squall-governor takes each flag once.
+    // What the caller gave (--flag VALUE or --flag=VALUE) wins:
+    // squall-governor takes each flag once.
     for (size_t i = 0; i + 1 < added.size(); i += 2) {
-      if (std::find(args.begin(), args.end(), added[i]) != args.end()) continue;
-      words.insert(words.end(), {added[i], added[i + 1]});
+      auto& flag = added[i];
+      bool given = std::any_of(args.begin(), args.end(), [&flag](const std::string& arg) {
+        return arg == flag || arg.rfind(flag + "=", 0) == 0;
+      });
+      if (!given) words.insert(words.end(), {flag, added[i + 1]});
     }
   } catch (const std::invalid_argument& e) {
     fprintf(stderr, "squall slurm governor: %s\n", e.what());
