@@ -9,6 +9,7 @@
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -50,6 +51,22 @@ uint64_t numberAfter(const std::string& line, const std::string& word) {
 // with no /etc/hosts) may not resolve it, and the tests' traffic stays on
 // 127.0.0.1 that way.
 constexpr const char* LOOPBACK = "--listen 127.0.0.1:0 --governor-arg=--listen=127.0.0.1:0";
+
+// Processes of this machine running the governor of Slurm job `job`
+// (its --name says which job it serves), read from /proc: procps need
+// not be installed.
+std::vector<std::string> governorsOfJob(uint64_t job) {
+  std::vector<std::string> found;
+  auto name = "slurm-" + std::to_string(job) + "-";
+  std::error_code ec;
+  for (auto& entry : fs::directory_iterator("/proc", ec)) {
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find("--name " + name) != std::string::npos) found.push_back(cmdline);
+  }
+  return found;
+}
 
 class SlurmTest : public ::testing::Test {
  protected:
@@ -118,9 +135,8 @@ TEST_F(SlurmTest, SlurmRunInABatchJobRunsAPipelineOnTheJobsNodes) {
   // The governor ran in the job's first srun step.
   EXPECT_EQ(where, "job=" + std::to_string(job) + " step=0") << output;
   EXPECT_EQ(count, "3") << output;
-  // Its governor went with the job (its name says which job it served).
-  auto [left, pgrepStatus] = commandOutput("pgrep -f -- '[-]-name slurm-" + std::to_string(job) + "-' || true");
-  EXPECT_EQ(left, "");
+  // Its governor went with the job: squall slurm run waits for it.
+  EXPECT_EQ(governorsOfJob(job), std::vector<std::string>{});
 }
 
 // Without a command it serves until the allocation ends: here scancel,
@@ -164,17 +180,14 @@ TEST_F(SlurmTest, SlurmRunServesUntilItsJobIsCancelled) {
     session.submit();
     EXPECT_EQ(task.output().fetch(), std::to_string(job) + "\n");
   }
+  EXPECT_EQ(governorsOfJob(job).size(), 1u);
   ASSERT_EQ(commandOutput("scancel " + std::to_string(job)).second, 0);
   EXPECT_EQ(waitJobEnd(job), "CANCELLED");
   // The governor went with it. Polled, bounded: Slurm may call the job
-  // ended while a process of it still exits. ("[-]-": the shell running
-  // pgrep does not match itself.)
-  auto remaining = [job]() {
-    return commandOutput("pgrep -f -- '[-]-name slurm-" + std::to_string(job) + "-' || true").first;
-  };
+  // ended while a process of it still exits.
   deadline = Clock::now() + 30s;
-  while (!remaining().empty() && Clock::now() < deadline) std::this_thread::sleep_for(50ms);
-  EXPECT_EQ(remaining(), "");
+  while (!governorsOfJob(job).empty() && Clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(governorsOfJob(job), std::vector<std::string>{});
   std::string text;
   {
     std::ifstream in(output);
@@ -279,8 +292,11 @@ TEST_F(SlurmTest, SlurmAutoBacksOffFromFailingJobsThenRunsTheWorkAndLetsTheIdleG
   lineContaining(working, "job " + std::to_string(job) + " ended (", 60s);
   EXPECT_EQ(waitJobEnd(job), "CANCELLED");
   deadline = Clock::now() + 30s;
-  while (!client.governors().empty() && Clock::now() < deadline) std::this_thread::sleep_for(50ms);
+  while ((!client.governors().empty() || !governorsOfJob(job).empty()) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
   EXPECT_TRUE(client.governors().empty());
+  EXPECT_EQ(governorsOfJob(job), std::vector<std::string>{});
   working.signal(SIGINT);
   EXPECT_TRUE(working.waitExit(Clock::now() + 30s));
   EXPECT_EQ(working.poll().value_or(-1), 0);
