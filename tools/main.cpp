@@ -138,13 +138,110 @@ int main(int argc, char** argv) {
       "explain", "say why a task is not running yet (inputs, resources, queue) or how it ended", true);
   explain->add_option("task", sessionOptions.task, "TASK: an id or a name")->required();
 
-  // Everything after submit's first `--` is the program's, whatever came
-  // before: CLI11 (2.1) lets a list option such as --input end at `--` and
-  // then parses what follows as options again. So the program is cut off
-  // here and CLI11 sees only squall's own arguments.
+  squall::SlurmRunOptions slurmRun;
+  slurmRun.cluster.listen = "";  // this node's host name, any port
+  auto* slurm = app.add_subcommand("slurm", "squall on a Slurm cluster (docs/deploy.md, \"Slurm\")");
+  slurm->require_subcommand(1);
+  auto* slurmRunCommand = slurm->add_subcommand(
+      "run", "inside an allocation (sbatch, salloc): the server here and a governor on every node of the job "
+             "(srun), in the foreground; with -- COMMAND, until COMMAND ends (its exit status), which finds the "
+             "server through $SQUALL_SERVER and $SQUALL_TOKEN_FILE");
+  slurmRunCommand->add_option("--listen", slurmRun.cluster.listen,
+                              "server address (default: this node's host name, any free port)");
+  slurmRunCommand->add_option("--http", slurmRun.cluster.http,
+                              "status page address (host:port; port 0: any free one; 'off': none)")
+      ->capture_default_str();
+  slurmRunCommand->add_option("--token-file", slurmRun.cluster.tokenFile,
+                              "the token file, at a path every node of the job can read (default: made if need be "
+                              "at $XDG_STATE_HOME/squall/token or ~/.local/state/squall/token: a shared home)");
+  slurmRunCommand->add_option("--work-dir", slurmRun.cluster.workDir,
+                              "the server's session log goes here (default: a temp dir on this node)");
+  slurmRunCommand->add_option("--log-level", slurmRun.cluster.logLevel, "server and governor log level")
+      ->capture_default_str();
+  slurmRunCommand->add_option("--executor", slurmRun.cluster.executors,
+                              "an executor program (absolute path, the same on every node) every governor keeps "
+                              "warm; repeatable")
+      ->type_name("NAME=PROGRAM");
+  slurmRunCommand->add_option("--governor-arg", slurmRun.cluster.governorArgs,
+                              "one more argument for every squall-governor (--governor-arg=--resource=gpus=2); "
+                              "repeatable");
+  slurmRunCommand->add_option("--governor-program", slurmRun.cluster.governorProgram,
+                              "the squall-governor to run on the nodes (default: the one beside this squall)");
+  slurmRunCommand->add_option("--start-timeout", slurmRun.startTimeout,
+                              "seconds srun and the governors may take to come up")
+      ->capture_default_str()->check(CLI::Range(1.0, 86400.0));
+  slurmRunCommand->add_option("command", slurmRun.command, "COMMAND ARGS... (after --)");
+
+  squall::SlurmAutoOptions slurmAuto;
+  auto* slurmAutoCommand = slurm->add_subcommand(
+      "auto", "submit governor jobs to Slurm while tasks wait for a governor, let them go when idle, and "
+              "back off when they fail at start; in the foreground (Ctrl-C cancels its jobs)");
+  slurmAutoCommand->add_option("--server", slurmAuto.server,
+                               "server host:port, reachable from the nodes (default $SQUALL_SERVER)");
+  slurmAutoCommand->add_option("--token-file", slurmAuto.tokenFile,
+                               "the token file, at a path every node can read (default $SQUALL_TOKEN_FILE, else "
+                               "the default token file)");
+  slurmAutoCommand->add_option("--max-jobs", slurmAuto.maxJobs, "governor jobs at most, pending or running")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  slurmAutoCommand->add_option("--time-limit", slurmAuto.timeLimit, "each job's --time, in Slurm's formats")
+      ->capture_default_str();
+  slurmAutoCommand->add_option("--partition", slurmAuto.partition, "the partition jobs go to (default: Slurm's)");
+  slurmAutoCommand->add_option("--cpus-per-job", slurmAuto.cpusPerJob,
+                               "cpus each job asks for on its node (default: the whole node, --exclusive)")
+      ->check(CLI::Range(1, 1 << 20));
+  slurmAutoCommand->add_option("--idle-timeout", slurmAuto.idleTimeout,
+                               "a governor with no task and no object for this long is let go (90, 90s, 5m)")
+      ->capture_default_str();
+  slurmAutoCommand->add_option("--backoff", slurmAuto.backoff,
+                               "the wait after a job failed at start; doubled each failure in a row")
+      ->capture_default_str();
+  slurmAutoCommand->add_option("--backoff-max", slurmAuto.backoffMax, "the longest wait after failures")
+      ->capture_default_str();
+  slurmAutoCommand->add_option("--min-run", slurmAuto.minRun,
+                               "a job that ends by itself sooner after it started failed at start")
+      ->capture_default_str();
+  slurmAutoCommand->add_option("--poll-interval", slurmAuto.pollInterval,
+                               "how often the server and Slurm are looked at")
+      ->capture_default_str();
+  slurmAutoCommand->add_option("--sbatch-arg", slurmAuto.sbatchArgs,
+                               "one more sbatch argument (--sbatch-arg=--account=proj); repeatable");
+  slurmAutoCommand->add_option("--governor-arg", slurmAuto.governorArgs,
+                               "one more squall-governor argument (--governor-arg=--resource=gpus=2); repeatable");
+  slurmAutoCommand->add_option("--executor", slurmAuto.executors,
+                               "an executor program (absolute path, the same on every node) every governor keeps "
+                               "warm; repeatable")
+      ->type_name("NAME=PROGRAM");
+  slurmAutoCommand->add_option("--governor-program", slurmAuto.governorProgram,
+                               "the squall-governor jobs run (default: the one beside this squall)");
+  slurmAutoCommand->add_option("--log-dir", slurmAuto.logDir,
+                               "where each job's output goes, squall-governor-JOBID.log (default: slurm/ beside the "
+                               "default token file)");
+  slurmAutoCommand->add_option("--log-level", slurmAuto.logLevel, "this process's log level")->capture_default_str();
+  slurmAutoCommand->add_option("--governor-log-level", slurmAuto.governorLogLevel, "the governors' log level")
+      ->capture_default_str();
+
+  std::string slurmGovernorProgram;
+  std::vector<std::string> slurmGovernorArgs;
+  auto* slurmGovernor = slurm->add_subcommand(
+      "governor", "(run by squall slurm run and auto inside a job) squall-governor with the job's cpus, a name "
+                  "and this node's address, then ARGS");
+  slurmGovernor->add_option("--program", slurmGovernorProgram, "the squall-governor")->required();
+  slurmGovernor->add_option("args", slurmGovernorArgs, "squall-governor's arguments (after --)");
+
+  // Everything after the first `--` of submit, slurm run and slurm governor
+  // is the program's, whatever came before: CLI11 (2.1) lets a list option
+  // such as --input end at `--` and then parses what follows as options
+  // again. So the program is cut off here and CLI11 sees only squall's own
+  // arguments.
   std::vector<std::string> program;
-  if (argc > 1 && std::string(argv[1]) == "submit") {
-    for (int i = 2; i < argc; i++) {
+  int cutFrom = 0;
+  if (argc > 1 && std::string(argv[1]) == "submit") cutFrom = 2;
+  if (argc > 2 && std::string(argv[1]) == "slurm" &&
+      (std::string(argv[2]) == "run" || std::string(argv[2]) == "governor")) {
+    cutFrom = 3;
+  }
+  if (cutFrom > 0) {
+    for (int i = cutFrom; i < argc; i++) {
       if (std::string(argv[i]) != "--") continue;
       program.assign(argv + i + 1, argv + argc);
       argc = i;
@@ -154,7 +251,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   run.cpusAsked = stageCpus->count() > 0;
   // `squall submit echo -- -n hi` runs `echo -n hi`, as `--` would in CLI11.
-  submit.command.insert(submit.command.end(), program.begin(), program.end());
+  if (*sub) submit.command.insert(submit.command.end(), program.begin(), program.end());
   if (*runCommand) {
     if (*commandLine) {
       if (run.keepGoing) {
@@ -189,6 +286,15 @@ int main(int argc, char** argv) {
       }
     }
     return squall::runStart(cluster);
+  }
+  if (*slurmRunCommand) {
+    slurmRun.command.insert(slurmRun.command.end(), program.begin(), program.end());
+    return squall::runSlurmRun(slurmRun);
+  }
+  if (*slurmAutoCommand) return squall::runSlurmAuto(slurmAuto);
+  if (*slurmGovernor) {
+    slurmGovernorArgs.insert(slurmGovernorArgs.end(), program.begin(), program.end());
+    return squall::runSlurmGovernor(slurmGovernorProgram, slurmGovernorArgs);
   }
   if (*demo) return squall::runDemo(demoCluster);
   if (*sub) return squall::runSubmit(submit);

@@ -10,6 +10,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config git
   libgtest-dev libcli11-dev nlohmann-json3-dev libxxhash-dev
   libarchive-dev libtomlplusplus-dev
   iproute2 python3 python3-yaml openssl openssh-client openssh-server
+  slurmctld slurmd slurm-client munge
   python3-dev pybind11-dev python3-cloudpickle python3-numpy python3-pytest)
 
 missing=()

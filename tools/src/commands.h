@@ -8,6 +8,17 @@
 
 namespace squall {
 
+// Blocks SIGINT/SIGTERM for this thread and returns a signalfd for them, so
+// that Ctrl-C (or Slurm's SIGTERM) is an event a foreground command polls
+// for beside its children's exits.
+int stopSignalFd();
+
+// With no token and no token file in `options`: a token by default, made
+// once, in the default file (defaultTokenFile()), where every part and
+// every client of this user finds it. False, after saying why on stderr
+// (prefixed by `command`), when it cannot be made.
+bool useDefaultToken(ClusterOptions& options, const char* command);
+
 // Runs a server and governors in the foreground until SIGINT/SIGTERM (or
 // until one of them dies), then stops them all.
 int runStart(ClusterOptions options);
@@ -86,5 +97,54 @@ int runExplain(const SessionCommandOptions& options);
 // Starts a server with one governor, runs a small sample pipeline, prints
 // what it made, and stops.
 int runDemo(ClusterOptions options);
+
+// `squall slurm run` (docs/deploy.md, "Slurm"): inside an allocation, a
+// server here and one governor on every node of the job (srun), in the
+// foreground until SIGINT/SIGTERM (the end of the allocation) or, given a
+// command, until it ends; the command's exit status then.
+struct SlurmRunOptions {
+  // listen (default: this node's host name, any port), http, tokenFile,
+  // token, logLevel, executors, governorArgs, serverArgs, workDir.
+  ClusterOptions cluster;
+  // Run with $SQUALL_SERVER and $SQUALL_TOKEN_FILE set, after every
+  // governor registered; empty: none.
+  std::vector<std::string> command;
+  // How long srun and the governors may take to come up, in seconds.
+  double startTimeout = 300;
+};
+int runSlurmRun(SlurmRunOptions options);
+
+// `squall slurm auto`: submits governor jobs while tasks wait, lets them go
+// when idle, backs off when they fail at start (slurm-autoscaler.h).
+struct SlurmAutoOptions {
+  std::string server;
+  std::string tokenFile;
+  uint32_t maxJobs = 4;
+  std::string timeLimit = "1:00:00";
+  std::string partition;
+  // Cpus a job asks for on its node; 0: the whole node (--exclusive).
+  uint32_t cpusPerJob = 0;
+  std::string idleTimeout = "60s";
+  std::string backoff = "10s";
+  std::string backoffMax = "10m";
+  std::string minRun = "60s";
+  std::string pollInterval = "2s";
+  std::vector<std::string> sbatchArgs;
+  std::vector<std::string> governorArgs;
+  std::vector<std::string> executors;
+  // empty: findProgram("squall-governor")
+  std::string governorProgram;
+  // Where the jobs' output goes (squall-governor-JOBID.log); empty: the
+  // directory of the default token file, slurm/ under it.
+  std::string logDir;
+  std::string logLevel = "info";
+  std::string governorLogLevel = "warn";
+};
+int runSlurmAuto(const SlurmAutoOptions& options);
+
+// `squall slurm governor --program P -- ARGS`: inside a job (step), replaces
+// itself with squall-governor ARGS plus the job's cpus, a name Slurm-mode
+// tools recognise, and this node's address (slurm::governorArgsInJob).
+int runSlurmGovernor(const std::string& program, const std::vector<std::string>& args);
 
 }  // namespace squall

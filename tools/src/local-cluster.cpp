@@ -267,14 +267,11 @@ void LocalCluster::start() {
   for (auto& host : options.sshHosts) addSshGovernor(host);
 }
 
-namespace {
-// `text` as one word for a POSIX shell (ssh hands the remote side a line).
 std::string shellQuote(const std::string& text) {
   std::string quoted = "'";
   for (char c : text) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return quoted + "'";
 }
-}  // namespace
 
 void LocalCluster::addSshGovernor(const std::string& destination) {
   size_t index = governorProcesses.size();

@@ -15,11 +15,7 @@
 
 namespace squall {
 
-namespace {
-
-// Blocks SIGINT/SIGTERM for this thread and returns a signalfd for them, so
-// Ctrl-C is an event we poll for beside the children's exits.
-int signalFd() {
+int stopSignalFd() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
@@ -27,6 +23,21 @@ int signalFd() {
   sigprocmask(SIG_BLOCK, &set, nullptr);
   return signalfd(-1, &set, SFD_CLOEXEC);
 }
+
+bool useDefaultToken(ClusterOptions& options, const char* command) {
+  if (!options.token.empty() || !options.tokenFile.empty()) return true;
+  options.tokenFile = defaultTokenFile();
+  if (options.tokenFile.empty()) return true;
+  try {
+    ensureTokenFile(options.tokenFile);
+  } catch (const kj::Exception& e) {
+    fprintf(stderr, "%s: %s\n", command, userMessage(e).cStr());
+    return false;
+  }
+  return true;
+}
+
+namespace {
 
 // Checks each --executor NAME=PROGRAM and makes a relative PROGRAM
 // absolute (resolveExecutor). False (after saying why) when one is not
@@ -47,20 +58,8 @@ bool resolveExecutors(std::vector<std::string>& executors) {
 
 int runStart(ClusterOptions options) {
   if (!resolveExecutors(options.executors)) return 2;
-  if (options.token.empty() && options.tokenFile.empty()) {
-    // A token by default, made once: every part and every client of this
-    // user on this machine finds it in the default file.
-    options.tokenFile = defaultTokenFile();
-    if (!options.tokenFile.empty()) {
-      try {
-        ensureTokenFile(options.tokenFile);
-      } catch (const kj::Exception& e) {
-        fprintf(stderr, "squall start: %s\n", userMessage(e).cStr());
-        return 1;
-      }
-    }
-  }
-  int sfd = signalFd();
+  if (!useDefaultToken(options, "squall start")) return 1;
+  int sfd = stopSignalFd();
   LocalCluster cluster(options);
   try {
     cluster.start();

@@ -197,6 +197,10 @@ std::string findProgram(const std::string& name);
 // NAME=PROGRAM (got '...')") for another shape.
 std::string resolveExecutor(const std::string& executor);
 
+// `text` as one word for a POSIX shell (ssh hands the remote side a line;
+// a Slurm batch script is one).
+std::string shellQuote(const std::string& text);
+
 // A new, started cluster of `governors` governors offering `cpus` cpus each
 // (the end-to-end tests keep one per suite). Throws as start() does.
 LocalCluster* startCluster(int governors, uint32_t cpus);
