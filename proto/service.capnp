@@ -237,6 +237,18 @@ interface GovernorControl {
   # (work stealing). `retracted`: those it dropped; it never reports them.
   # The others were started (or are unknown) and run as assigned.
   retract @5 (tasks :List(Id)) -> (retracted :List(Id));
+  # Fetches finished objects ahead of the task that will read them here
+  # (docs/scheduling.md, prefetching), as it would fetch a task's inputs;
+  # `held`: those it holds now. One it cannot fetch is left out (logged).
+  prefetch @6 (objects :List(Prefetch)) -> (held :List(Id));
+}
+
+struct Prefetch {
+  id @0 :Id;
+  kind @1 :ObjectKind;
+  size @2 :UInt64;
+  # Data service addresses of governors holding it.
+  sources @3 :List(Text);
 }
 
 struct Assignment {

@@ -83,6 +83,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool noSteal = false;
   app.add_flag("--no-steal", noSteal, "idle governors do not take queued tasks from loaded ones");
+  bool noPrefetch = false;
+  app.add_flag("--no-prefetch", noPrefetch,
+               "finished inputs of a task that waits for others are not sent ahead to where it will "
+               "probably run (docs/scheduling.md)");
   app.add_option("--log-level", logLevel, "trace, debug, info, warn, error or off")
       ->capture_default_str();
   app.add_option("--log", logPath,
@@ -184,6 +188,7 @@ int main(int argc, char** argv) {
   };
   schedulerOptions.placement = placement == "random" ? squall::Placement::RANDOM : squall::Placement::BLEVEL;
   schedulerOptions.steal = !noSteal;
+  schedulerOptions.prefetch = !noPrefetch;
   squall::Scheduler scheduler(schedulerOptions);
   squall::Dispatcher dispatcher(sessions, governors, scheduler, io.provider->getTimer(), *logger);
   squall::ServerContext context{sessions, sessionHistory, governors, dispatcher, *logger, secret, {}};

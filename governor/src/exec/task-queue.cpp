@@ -226,6 +226,22 @@ void TaskQueue::inputsReady(Id id, uint64_t serial) {
   }
 }
 
+kj::Promise<bool> TaskQueue::prefetch(Id id, wire::ObjectKind kind, kj::Array<kj::String> sources) {
+  if (env.store.find(id) != nullptr) return true;
+  kj::Promise<bool> held = false;
+  // Each source in turn, the next only if the one before failed.
+  for (size_t i = sources.size(); i > 0; i--) {
+    held = fetcher.fetch(id, kind, sources[i - 1])
+               .then([]() -> kj::Promise<bool> { return true; },
+                     [this, id, next = kj::mv(held), from = kj::str(sources[i - 1])](kj::Exception&& e) mutable {
+                       env.logger.debug("event=prefetch-failed object={} from={} error=\"{}\"", kj::str(id).cStr(),
+                                        from.cStr(), e.getDescription().cStr());
+                       return kj::mv(next);
+                     });
+  }
+  return held;
+}
+
 void TaskQueue::makeReady(Task& task) {
   task.state = State::READY;
   ready.insert(ReadyEntry{task.spec->getPriority(), task.serial, task.id});

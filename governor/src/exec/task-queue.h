@@ -47,6 +47,11 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   // placed together and its readers may have attached).
   bool retract(Id id);
 
+  // Fetches `id` into the store ahead of the task that will read it here
+  // (the server's prefetch), from the first of `sources` that gives it;
+  // resolves true once held, false when none could (logged).
+  kj::Promise<bool> prefetch(Id id, wire::ObjectKind kind, kj::Array<kj::String> sources);
+
   // Cancels everything; resolves once no task runs (every child is reaped
   // and every sandbox removed). Later assignments are refused.
   kj::Promise<void> shutdown();

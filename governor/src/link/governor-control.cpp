@@ -52,6 +52,30 @@ kj::Promise<void> GovernorControlImpl::retract(RetractContext context) {
 
 kj::Promise<void> GovernorControlImpl::ping(PingContext) { return kj::READY_NOW; }
 
+kj::Promise<void> GovernorControlImpl::prefetch(PrefetchContext context) {
+  auto objects = context.getParams().getObjects();
+  kj::Vector<kj::Promise<kj::Maybe<Id>>> fetches;
+  for (auto o : objects) {
+    auto sources = kj::heapArrayBuilder<kj::String>(o.getSources().size());
+    for (auto s : o.getSources()) sources.add(kj::str(s));
+    Id id = Id::from(o.getId());
+    fetches.add(queue.prefetch(id, o.getKind(), sources.finish()).then([id](bool held) -> kj::Maybe<Id> {
+      if (held) return id;
+      return nullptr;
+    }));
+  }
+  logger.debug("event=prefetch objects={}", objects.size());
+  return kj::joinPromises(fetches.releaseAsArray()).then([context](kj::Array<kj::Maybe<Id>> done) mutable {
+    size_t n = 0;
+    for (auto& d : done) n += d != nullptr;
+    auto list = context.getResults().initHeld(n);
+    uint i = 0;
+    for (auto& d : done) {
+      KJ_IF_MAYBE(id, d) { id->to(list[i++]); }
+    }
+  });
+}
+
 kj::Promise<void> GovernorControlImpl::resultsDurable(ResultsDurableContext context) {
   batcher.durable(context.getParams().getThrough());
   return kj::READY_NOW;

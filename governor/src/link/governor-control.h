@@ -25,6 +25,7 @@ class GovernorControlImpl final : public wire::GovernorControl::Server {
   kj::Promise<void> retract(RetractContext context) override;
   kj::Promise<void> resultsDurable(ResultsDurableContext context) override;
   kj::Promise<void> ping(PingContext context) override;
+  kj::Promise<void> prefetch(PrefetchContext context) override;
 
  private:
   ObjectStore& store;

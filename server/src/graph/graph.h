@@ -70,6 +70,9 @@ struct ObjectNode {
   uint64_t hash = 0;
   // Governors holding a copy (finished objects only).
   std::vector<GovernorId> locations;
+  // Governors asked to fetch a copy ahead of a reader (prefetch), not yet
+  // answered.
+  std::vector<GovernorId> prefetching;
   std::vector<std::shared_ptr<Waiter>> waiters;
 };
 
@@ -108,6 +111,9 @@ struct TaskNode {
   uint64_t assignedAt = 0;
   // Its governor is being asked to give it back (retract).
   bool retracting = false;
+  // Where its finished inputs are being sent ahead while it waits for the
+  // others (0 = nowhere yet): Scheduler::prefetch.
+  GovernorId prefetchTo = 0;
   // 1 for the first run; counts up with retries.
   uint32_t attempt = 1;
   // Times it was placed again because an input's source went away.

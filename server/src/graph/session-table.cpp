@@ -180,6 +180,14 @@ kj::Maybe<TaskNode&> SessionTable::findTask(Id id) {
   return nullptr;
 }
 
+kj::Maybe<ObjectNode&> SessionTable::findObject(Id id) {
+  KJ_IF_MAYBE(session, find(id.session)) {
+    auto it = session->objects.find(id.n);
+    if (it != session->objects.end()) return it->second;
+  }
+  return nullptr;
+}
+
 void SessionTable::retracted(TaskNode& task) {
   auto& session = sessions.at(task.id.session);
   task.governor = 0;
@@ -349,6 +357,8 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
           session.state == Session::State::OPEN) {
         session.setTaskState(*consumer, TaskNode::State::READY);
         pending.ready.push_back(consumer->id);
+      } else if (consumer->state == TaskNode::State::WAITING && consumer->inputs.size() > 1) {
+        pending.inputFinished.push_back(consumer->id);
       }
     }
     notify(object.waiters);

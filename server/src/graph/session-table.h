@@ -25,6 +25,9 @@ struct Effects {
   // READY tasks to place again after a pause (an input's source went away;
   // see SessionTable::taskResult), in order.
   std::vector<Id> readyLater;
+  // WAITING tasks an input of which just finished (candidates for
+  // prefetching the finished ones); may repeat.
+  std::vector<Id> inputFinished;
 };
 
 class SessionTable {
@@ -59,6 +62,7 @@ class SessionTable {
   kj::Maybe<Session&> find(uint64_t id);
   // A task of an open session, or nullptr.
   kj::Maybe<TaskNode&> findTask(Id id);
+  kj::Maybe<ObjectNode&> findObject(Id id);
   void close(uint64_t id);
   void closeOwnedBy(const void* owner);
   // Drops a session from memory only (one that could not be restored: its

@@ -20,6 +20,9 @@ struct ServerStats {
   // Input bytes a governor fetched from another governor to run a task
   // (seen when the task finishes on a governor that did not hold them).
   uint64_t bytesFetched = 0;
+  // Input bytes sent ahead to where a waiting task will probably run
+  // (Scheduler::prefetch), as the governors confirmed them.
+  uint64_t bytesPrefetched = 0;
   // Constant bytes the server sent to governors with assignments.
   uint64_t bytesConstants = 0;
 

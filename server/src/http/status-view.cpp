@@ -327,6 +327,7 @@ Json StatusView::overview() {
           {"bytes",
            {{"produced", stats.bytesProduced},
             {"fetched", stats.bytesFetched},
+            {"prefetched", stats.bytesPrefetched},
             {"constants", stats.bytesConstants}}},
           {"scheduling",
            {{"passes", stats.passes},
@@ -768,8 +769,10 @@ std::string StatusView::metrics(size_t eventClients) {
   }
 
   header("squall_bytes_moved_total", "counter",
-         "Bytes moved to governors: inputs fetched from another governor, constants sent by the server.");
+         "Bytes moved to governors: inputs fetched from another governor (when their task ran, or sent ahead "
+         "while it waited: prefetched), constants sent by the server.");
   line("squall_bytes_moved_total{kind=\"fetched\"} " + std::to_string(stats.bytesFetched));
+  line("squall_bytes_moved_total{kind=\"prefetched\"} " + std::to_string(stats.bytesPrefetched));
   line("squall_bytes_moved_total{kind=\"constants\"} " + std::to_string(stats.bytesConstants));
   header("squall_bytes_produced_total", "counter", "Bytes of the objects tasks made.");
   line("squall_bytes_produced_total " + std::to_string(stats.bytesProduced));

@@ -156,7 +156,9 @@ void Dispatcher::pass() {
   if (!holding) {
     scheduler.place(sessions, governors);
     for (auto& retraction : scheduler.steal(sessions, governors)) retract(kj::mv(retraction));
+    for (auto& order : scheduler.prefetch(effects.inputFinished, sessions, governors)) sendPrefetch(order);
   }
+  effects.inputFinished.clear();
   if (sessions.sessionLog() == nullptr) {
     send(cutAll());
   } else {
@@ -276,6 +278,65 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
     req.setThrough(cut.durableUpdate);
     rpcs.add(req.send().ignoreResult());
   }
+}
+
+void Dispatcher::sendPrefetch(const PrefetchOrder& order) {
+  KJ_IF_MAYBE(governor, governors.find(order.to)) {
+    auto req = governor->control.prefetchRequest();
+    auto list = req.initObjects(order.objects.size());
+    std::vector<Id> ids;
+    for (uint i = 0; i < list.size(); i++) {
+      auto& object = *order.objects[i];
+      auto item = list[i];
+      object.id.to(item.initId());
+      item.setKind(object.kind);
+      item.setSize(object.size);
+      std::vector<kj::StringPtr> sources;
+      for (auto g : object.locations) {
+        KJ_IF_MAYBE(holder, governors.find(g)) { sources.push_back(holder->dataAddress); }
+      }
+      auto list = item.initSources(sources.size());
+      for (uint j = 0; j < sources.size(); j++) list.set(j, sources[j]);
+      ids.push_back(object.id);
+    }
+    GovernorId to = order.to;
+    rpcs.add(req.send().then(
+        [this, to, ids](capnp::Response<wire::GovernorControl::PrefetchResults> response) {
+          std::vector<Id> held;
+          for (auto id : response.getHeld()) held.push_back(Id::from(id));
+          prefetched(to, ids, held);
+        },
+        [this, to, ids](kj::Exception&& e) {
+          logger.debug("event=prefetch-failed governor={} error=\"{}\"", to, e.getDescription().cStr());
+          prefetched(to, ids, {});
+        }));
+  }
+}
+
+void Dispatcher::prefetched(GovernorId to, const std::vector<Id>& asked, const std::vector<Id>& held) {
+  bool removing = false;
+  for (auto& id : asked) {
+    bool has = std::find(held.begin(), held.end(), id) != held.end();
+    KJ_IF_MAYBE(object, sessions.findObject(id)) {
+      auto& waiting = object->prefetching;
+      waiting.erase(std::remove(waiting.begin(), waiting.end(), to), waiting.end());
+      if (has && object->state == ObjectNode::State::FINISHED) {
+        if (std::find(object->locations.begin(), object->locations.end(), to) == object->locations.end()) {
+          object->locations.push_back(to);
+          sessions.stats().bytesPrefetched += object->size;
+        }
+        continue;
+      }
+    }
+    // Not needed any more (removed, or its session went) while it came.
+    if (has) {
+      KJ_IF_MAYBE(governor, governors.find(to)) {
+        governor->toRemove.push_back(id);
+        removing = true;
+      }
+    }
+  }
+  if (removing) kick();
 }
 
 void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assign,

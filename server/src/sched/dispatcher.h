@@ -106,6 +106,11 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
                   const std::vector<size_t>& which, const std::vector<ObjectNode*>& constants);
   void assignFailed(GovernorId governor, const std::vector<Id>& sent, const std::vector<Id>& constants,
                     kj::Exception&& e);
+  // Asks the order's governor to fetch its objects ahead of their readers.
+  void sendPrefetch(const PrefetchOrder& order);
+  // Records the copies the governor confirmed (and removes those no longer
+  // needed).
+  void prefetched(GovernorId to, const std::vector<Id>& asked, const std::vector<Id>& held);
   // Asks the governor for the tasks back; those it gives are queued again.
   void retract(Retraction retraction);
   void retracted(const Retraction& retraction, const std::vector<Id>& back);

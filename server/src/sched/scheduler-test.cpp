@@ -119,6 +119,85 @@ TEST_F(SchedulerTest, AWaitingStreamGroupDrainsQueuesInsteadOfStarving) {
 }
 
 
+// Prefetching: a merge of three inputs made on two governors. When the
+// first is made, its governor becomes the merge's target (it holds the
+// most); each input made elsewhere after that is sent there, once.
+TEST_F(SchedulerTest, AWaitingMergesFinishedInputsGoAheadToTheGovernorHoldingMost) {
+  GovernorPool pool;
+  pool.add("a", "127.0.0.1:1", 2, nullptr);
+  pool.add("b", "127.0.0.1:2", 2, nullptr);
+  TestGraph g(1);
+  g.output(1).output(2).output(3).output(4);
+  g.task({10, {}, {1}}).task({11, {}, {2}}).task({12, {}, {3}}).task({13, {1, 2, 3}, {4}});
+  auto& s = submit(g);
+  Scheduler scheduler(SchedulerOptions{.queueDepth = 0, .prefetchMinBytes = 0});
+  enqueue(scheduler);
+  scheduler.place(table, pool);
+  auto finish = [&](uint64_t n, uint64_t output) {
+    auto where = s.tasks.at(n).governor;
+    pool.release(where, {1, n});
+    report({1, n}, true, where, {output});
+    auto waiting = table.effects().inputFinished;
+    table.effects().inputFinished.clear();
+    return scheduler.prefetch(waiting, table, pool);
+  };
+  GovernorId first = s.tasks.at(10).governor;
+  // Made where the target is: nothing to send.
+  EXPECT_TRUE(finish(10, 1).empty());
+  EXPECT_EQ(s.tasks.at(13).prefetchTo, first);
+  // 11 and 12: one of them ran on the other governor.
+  uint64_t elsewhere = s.tasks.at(11).governor != first ? 11 : 12;
+  uint64_t same = elsewhere == 11 ? 12 : 11;
+  ASSERT_NE(s.tasks.at(elsewhere).governor, first);
+  auto orders = finish(elsewhere, elsewhere - 9);
+  ASSERT_EQ(orders.size(), 1u);
+  EXPECT_EQ(orders[0].to, first);
+  ASSERT_EQ(orders[0].objects.size(), 1u);
+  EXPECT_EQ(orders[0].objects[0]->id, (Id{1, elsewhere - 9}));
+  EXPECT_EQ(s.objects.at(elsewhere - 9).prefetching, std::vector<GovernorId>{first});
+  // Asked once only, even when the merge comes up again.
+  EXPECT_TRUE(scheduler.prefetch({{1, 13}}, table, pool).empty());
+  // The copy confirmed (the dispatcher's part), the last input made: the
+  // merge goes where all its inputs are.
+  s.objects.at(elsewhere - 9).locations.push_back(first);
+  if (s.tasks.at(same).governor == first) {
+    EXPECT_TRUE(finish(same, same - 9).empty());
+  } else {
+    finish(same, same - 9);
+  }
+  enqueue(scheduler);
+  scheduler.place(table, pool);
+  EXPECT_EQ(s.tasks.at(13).governor, first);
+}
+
+TEST_F(SchedulerTest, NothingGoesAheadForSmallInputsRandomPlacementOrWhenOff) {
+  uint64_t next = 1;  // the sessions' ids, as the table gives them
+  for (auto options : {SchedulerOptions{.queueDepth = 0},  // 5-byte inputs: under the default minimum
+                       SchedulerOptions{.queueDepth = 0, .placement = Placement::RANDOM, .prefetchMinBytes = 0},
+                       SchedulerOptions{.queueDepth = 0, .prefetch = false, .prefetchMinBytes = 0}}) {
+    GovernorPool pool;
+    pool.add("a", "127.0.0.1:1", 1, nullptr);
+    pool.add("b", "127.0.0.1:2", 1, nullptr);
+    TestGraph g(next++);
+    g.output(1).output(2).output(3).output(4);
+    g.task({10, {}, {1}}).task({11, {}, {2}}).task({12, {}, {3}}).task({13, {1, 2, 3}, {4}});
+    auto& s = submit(g);
+    Scheduler scheduler(options);
+    enqueue(scheduler);
+    scheduler.place(table, pool);
+    for (uint64_t n : {10, 11}) {
+      auto where = s.tasks.at(n).governor;
+      pool.release(where, {s.id, n});
+      report({s.id, n}, true, where, {n - 9});
+    }
+    auto waiting = table.effects().inputFinished;
+    table.effects().inputFinished.clear();
+    EXPECT_EQ(waiting.size(), 2u);
+    EXPECT_TRUE(scheduler.prefetch(waiting, table, pool).empty());
+    EXPECT_EQ(s.tasks.at(13).prefetchTo, 0u);
+  }
+}
+
 // b-level: the longest expected path to the end of the graph goes first,
 // though it became ready last.
 TEST_F(SchedulerTest, TheLongestPathToTheEndIsPlacedFirst) {

@@ -128,6 +128,64 @@ GovernorState* Scheduler::choose(const TaskNode& task, GovernorPool& governors, 
   return best;
 }
 
+std::vector<PrefetchOrder> Scheduler::prefetch(const std::vector<Id>& waiting, SessionTable& sessions,
+                                               GovernorPool& governors) {
+  std::vector<PrefetchOrder> orders;
+  if (!options.prefetch || options.placement != Placement::BLEVEL) return orders;
+  std::map<GovernorId, size_t> orderOf;
+  for (auto& id : waiting) {
+    KJ_IF_MAYBE(task, sessions.findTask(id)) {
+      if (task->state != TaskNode::State::WAITING) continue;
+      // What could go ahead: finished inputs big enough to matter.
+      std::vector<ObjectNode*> worth;
+      for (size_t i = 0; i < task->inputs.size(); i++) {
+        auto* input = task->inputs[i];
+        if (!task->liveInputs[i] && !input->constant && input->state == ObjectNode::State::FINISHED &&
+            input->size >= options.prefetchMinBytes && !input->locations.empty()) {
+          worth.push_back(input);
+        }
+      }
+      if (worth.empty()) continue;
+      GovernorState* target = nullptr;
+      if (task->prefetchTo != 0) {
+        KJ_IF_MAYBE(g, governors.find(task->prefetchTo)) { target = g; }
+      }
+      if (target == nullptr) {
+        // The governor holding most of its finished input bytes, among
+        // those that offer what it needs; the least loaded among equals.
+        double bestLoad = 0;
+        uint64_t bestLocal = 0;
+        for (auto& [gid, g] : governors.all()) {
+          if (!offers(g, *task) || g.cpus < task->cpus) continue;
+          uint64_t local = localBytes(*task, gid);
+          double load = double(g.load) / double(g.cpus);
+          if (target == nullptr || local > bestLocal || (local == bestLocal && load < bestLoad)) {
+            target = &g;
+            bestLocal = local;
+            bestLoad = load;
+          }
+        }
+        if (target == nullptr) continue;
+        task->prefetchTo = target->id;
+      }
+      for (auto* input : worth) {
+        auto has = [&](const std::vector<GovernorId>& list) {
+          return std::find(list.begin(), list.end(), target->id) != list.end();
+        };
+        if (has(input->locations) || has(input->prefetching)) continue;
+        input->prefetching.push_back(target->id);
+        auto at = orderOf.find(target->id);
+        if (at == orderOf.end()) {
+          at = orderOf.emplace(target->id, orders.size()).first;
+          orders.push_back(PrefetchOrder{target->id, {}});
+        }
+        orders[at->second].objects.push_back(input);
+      }
+    }
+  }
+  return orders;
+}
+
 void Scheduler::place(SessionTable& sessions, GovernorPool& governors) {
   passes++;
   std::vector<ReadyQueue::Entry> waiting;

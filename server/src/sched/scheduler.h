@@ -32,6 +32,18 @@ struct SchedulerOptions {
   uint64_t seed = 1;
   // Whether idle governors take queued tasks from loaded ones (BLEVEL).
   bool steal = true;
+  // Whether a waiting task's finished inputs go ahead to where it will
+  // probably run (BLEVEL).
+  bool prefetch = true;
+  // Inputs smaller than this are not sent ahead (fetching them when the
+  // task starts costs about nothing).
+  uint64_t prefetchMinBytes = 16 * 1024;
+};
+
+// Objects for one governor to fetch ahead of their readers.
+struct PrefetchOrder {
+  GovernorId to;
+  std::vector<ObjectNode*> objects;
 };
 
 // Queued tasks to take back from one governor (GovernorControl.retract)
@@ -74,6 +86,17 @@ class Scheduler {
   // The governor answered (or the call failed): the thief no longer waits
   // for those cpus' worth (the tasks given back are queued again).
   void retractionSettled(const Retraction& retraction);
+  // Prefetching, after place(): a task in `waiting` (an input of it just
+  // finished; it still waits for others) reads several inputs, made on
+  // several governors, and whichever governor runs it must fetch those made
+  // elsewhere, after the last one is made. Instead its finished inputs go
+  // ahead, as they finish, to one governor chosen when the first does (the
+  // one holding most of its input bytes among those offering what it
+  // needs), which then holds the most and is where place() puts it, all
+  // else equal. Marks each object sent for in ObjectNode::prefetching; the
+  // caller sends the orders and records the copies the governors confirm.
+  std::vector<PrefetchOrder> prefetch(const std::vector<Id>& waiting, SessionTable& sessions,
+                                      GovernorPool& governors);
 
   size_t readyCount() const { return ready.size(); }
   // The queue in placement order (tests, `squall explain`).
