@@ -19,6 +19,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// An empty directory of this test process's own, for `what`.
+fs::path freshDir(const std::string& what) {
+  auto dir = fs::temp_directory_path() / ("squall-" + what + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
 struct Gated {
   fs::path dir;
   fs::path gate() const { return dir / "gate"; }
@@ -41,10 +49,7 @@ struct Gated {
 // queue); a second governor joins. Returns, per task, the governor that
 // ran it.
 std::vector<std::string> runGatedThenAddGovernor(bool steal) {
-  auto dir =
-      fs::temp_directory_path() / ("squall-steal-" + std::to_string(getpid()) + (steal ? "-on" : "-off"));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  auto dir = freshDir(std::string("steal-") + (steal ? "on" : "off"));
   Gated gated{dir};
   ClusterOptions options;
   options.governors = 1;
@@ -114,9 +119,7 @@ TEST(SchedulingE2eTest, TheHeadOfTheLongestChainRunsFirst) {
   options.cpus = 1;
   LocalCluster cluster(options);
   cluster.start();
-  auto dir = fs::temp_directory_path() / ("squall-blevel-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  auto dir = freshDir("blevel");
   auto order = (dir / "order").string();
   {
     Client client(cluster.serverAddress());
@@ -162,10 +165,7 @@ uint64_t metric(const LocalCluster& cluster, const std::string& name) {
 // nothing is fetched. With --no-prefetch, the control, it is fetched when
 // the merge runs. Either way the merge reads the right bytes.
 void runMergeOfInputsMadeOnTwoGovernors(bool prefetch) {
-  auto dir = fs::temp_directory_path() /
-             ("squall-prefetch-" + std::to_string(getpid()) + (prefetch ? "-on" : "-off"));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  auto dir = freshDir(std::string("prefetch-") + (prefetch ? "on" : "off"));
   Gated gated{dir};
   ClusterOptions options;
   options.governors = 2;
