@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <kj/exception.h>
 
 namespace squall {
 namespace {
@@ -42,8 +43,19 @@ TEST(TokenTest, FileIsTrimmedAndMissingFileIsAnError) {
   close(fd);
   std::ofstream(path) << "  secret\n";
   EXPECT_EQ(resolveToken("", path), "secret");
+  // An empty (or blank) file and a missing one: errors that say so, in
+  // words (no assertion text).
+  auto errorOf = [&]() -> std::string {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { resolveToken("", path); })) {
+      return e->getDescription().cStr();
+    }
+    return "no error";
+  };
+  std::ofstream(path) << " \n";
+  EXPECT_EQ(errorOf(), std::string("the token file ") + path +
+                           " is empty: it should hold the cluster's shared secret (docs/deploy.md)");
   std::remove(path);
-  EXPECT_ANY_THROW(resolveToken("", path));
+  EXPECT_EQ(errorOf(), std::string("cannot read the token file ") + path + ": No such file or directory");
 }
 
 TEST(TokenTest, TheDefaultFileIsMadeOnceOwnerOnlyAndFoundLast) {

@@ -13,19 +13,23 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <squall/proto/errors.h>
+#include <cerrno>
+#include <cstring>
 
 namespace squall {
 
 namespace {
 std::string readTokenFile(const std::string& path) {
   std::ifstream in(path);
-  KJ_REQUIRE(in.good(), "cannot read token file", path);
+  SQUALL_REQUIRE(in.good(), "cannot read the token file ", path.c_str(), ": ", strerror(errno));
   std::stringstream buffer;
   buffer << in.rdbuf();
   std::string text = buffer.str();
   auto begin = text.find_first_not_of(" \t\r\n");
   auto end = text.find_last_not_of(" \t\r\n");
-  KJ_REQUIRE(begin != std::string::npos, "token file is empty", path);
+  SQUALL_REQUIRE(begin != std::string::npos, "the token file ", path.c_str(),
+                 " is empty: it should hold the cluster's shared secret (docs/deploy.md)");
   return text.substr(begin, end - begin + 1);
 }
 }  // namespace
