@@ -117,6 +117,12 @@ class SlurmCluster {
     node = std::string(host).substr(0, std::string(host).find('.'));
     conf = (root / "slurm.conf").string();
     writeFile(conf, config(freePort(), freePort()));
+    // slurmd 22.05 loads its cgroup plugin whatever the configuration, and
+    // the default (autodetect) fails where nothing is mounted on
+    // /sys/fs/cgroup (a chroot, a fresh root): "Unable to initialize cgroup
+    // plugin". Naming the v1 plugin skips the detection; with
+    // proctrack/linuxproc and task/none nothing then uses cgroups.
+    writeFile(root / "cgroup.conf", "CgroupPlugin=cgroup/v1\n");
     setenv("SLURM_CONF", conf.c_str(), 1);
 
     auto m = (root / "munge").string();
