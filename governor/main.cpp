@@ -3,6 +3,7 @@
 // Single-threaded (the KJ loop, with libuv inside); libuv's pool does file work.
 #include "data-service.h"
 #include "dir-tree.h"
+#include "actor-host.h"
 #include "executor-pool.h"
 #include "governor-control.h"
 #include "input-isolation.h"
@@ -309,6 +310,9 @@ int run(const Flags& flags) {
       return 1;
     }
     env.executors = executors;
+    // Declared before the queue, whose actor tasks and calls use it.
+    ActorHosts actors(executors, timer, logger);
+    env.actors = actors;
 
     // Results wait in the batcher while no server connection is up.
     ResultBatcher batcher(timer, logger);

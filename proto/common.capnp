@@ -14,7 +14,9 @@ $Cxx.namespace("squall::wire");
 # Also 3: getState, getTasks and findSession answer for closed sessions the
 # server keeps (SessionState.closed).
 # Also 3: writable inputs and outputs in place (TaskInput.writable).
-const protocolVersion :UInt32 = 3;
+# 4: actors (TaskSpec.config actor and actorCall, FunctionInfo.actor,
+# ClientService.killActor; docs/actors.md).
+const protocolVersion :UInt32 = 4;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.
@@ -129,6 +131,17 @@ struct TaskSpec {
     store @13 :StoreConfig;
     # A function of an executor program (tasklib) the governor keeps warm.
     call @15 :CallConfig;
+    # An actor: one instance of an actor type of an executor program, in a
+    # process of its own on one governor, holding the task's resources for
+    # its whole life. The task has no outputs; it runs until the actor is
+    # killed (it then ends cancelled) or its session closes, or fails when
+    # the actor cannot be started or died more than maxRestarts times. It
+    # does not count among the tasks a wait for "every task" waits for.
+    actor @16 :ActorConfig;
+    # A method call on an actor (ActorCallConfig.actor, a task of type
+    # actor): runs in the actor's process, on its resources (the call asks
+    # for none), after every call on that actor submitted before it.
+    actorCall @17 :ActorCallConfig;
   }
   policy @14 :TaskPolicy;
 }
@@ -141,7 +154,9 @@ struct CallConfig {
   config @2 :Data;
 }
 
-# A function an executor offers (tasklib).
+# A function an executor offers (tasklib). An actor type is announced as
+# one entry with `actor` set (its name is the type's, its outputs none),
+# and each of its methods as an entry named "Type.method".
 struct FunctionInfo {
   name @0 :Text;
   # Its outputs, in order: names when the function declared them, else
@@ -149,6 +164,32 @@ struct FunctionInfo {
   outputs @1 :List(Text);
   # Whether the outputs were declared by name.
   named @2 :Bool;
+  # An actor type (its constructor), not a function.
+  actor @3 :Bool;
+}
+
+struct ActorConfig {
+  # The executor and the actor type it registered ("stats" and "Counter"
+  # for the task type stats/Counter).
+  executor @0 :Text;
+  type @1 :Text;
+  # Bytes handed to the constructor as its config (with the task's inputs).
+  config @2 :Data;
+  # How often the governor starts the actor again (the constructor run
+  # anew on the same inputs) after its process died; 0: never.
+  maxRestarts @3 :UInt32;
+  # How often a call that was running when the process died is run again
+  # on the restarted actor before it fails; 0: it fails at once.
+  maxCallRetries @4 :UInt32;
+}
+
+struct ActorCallConfig {
+  # The actor's task (a task of type actor in the same session).
+  actor @0 :Id;
+  # A method of the actor's type, as registered.
+  method @1 :Text;
+  # Bytes handed to the method as its config.
+  config @2 :Data;
 }
 
 # An executor a governor keeps (--executor NAME=PROGRAM) and its functions.

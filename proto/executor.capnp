@@ -14,7 +14,8 @@ $Cxx.namespace("squall::wire");
 using Common = import "common.capnp";
 
 # Raised when the protocol changes incompatibly; describe() reports it.
-const executorProtocolVersion :UInt32 = 3;
+# 4: actors (construct, FunctionInfo.actor, methods called as "Type.method").
+const executorProtocolVersion :UInt32 = 4;
 
 # One end of a pipe, travelling as a file descriptor attached to the
 # message (capnp's fd passing: the capability's getFd()). The holder
@@ -71,4 +72,12 @@ interface Executor {
            outputKinds :List(Common.ObjectKind), outputDir :Text,
            outputStreams :List(PipeEnd))
       -> (outputs :List(CallOutput), runUs :UInt64);
+
+  # Makes this process the home of one actor: runs the constructor of the
+  # actor type `type` on `inputs` and `config`. Afterwards `call` also
+  # takes the type's methods, as "Type.method", run on that instance. A
+  # process holds at most one actor, for its whole life (the governor gives
+  # each actor a process of its own). A constructor that throws fails the
+  # call with its message.
+  construct @2 (type :Text, config :Data, inputs :List(CallInput)) -> (runUs :UInt64);
 }

@@ -79,6 +79,11 @@ interface ClientService {
   # them, room on governors, its place in the queue); for one that ended,
   # how. `summary` is one line, `details` the facts behind it.
   explain @15 (session :UInt64, task :UInt64) -> (summary :Text, details :List(Text));
+  # Ends an actor (a task of type actor, docs/actors.md): its process is
+  # stopped, its task ends cancelled (not a failure), and its calls not yet
+  # run fail saying it was killed. Killing an actor that has ended does
+  # nothing.
+  killActor @16 (session :UInt64, actor :UInt64);
 }
 
 # What the server knows of a data object.

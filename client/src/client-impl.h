@@ -135,7 +135,7 @@ struct LocalObject {
 
 struct LocalTask {
   uint64_t n = 0;
-  enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE, CALL } type =
+  enum class Type { CONCAT, SLEEP, EXECUTE, MAKE_DIR, SLICE_DIR, LOAD, LOAD_DIR, STORE, CALL, ACTOR, ACTOR_CALL } type =
       Type::CONCAT;
   std::string name;
   std::optional<uint32_t> cpus;  // unset: the default (1), see Program::cpus
@@ -161,10 +161,16 @@ struct LocalTask {
   uint64_t expectedMs = 0;
   std::string attributes;
   bool strictPipes = false;  // execute: earlyCloseIsError on its inputs
-  // call: "executor/function" split, and its config bytes.
+  // call: "executor/function" split, and its config bytes; actor:
+  // "executor/Type" split, its constructor's config; actor call: the
+  // method in `function`, its config.
   std::string executor;
   std::string function;
   std::string callConfig;
+  uint32_t maxRestarts = 0;
+  uint32_t maxCallRetries = 0;
+  // actor call: the actor's task.
+  uint64_t actor = 0;
 };
 
 struct SessionImpl {
@@ -177,6 +183,8 @@ struct SessionImpl {
   // Built since the last submit.
   std::vector<LocalObject> objects;
   std::vector<LocalTask> tasks;
+  // The types of the actors made here ("executor/Type"), naming their calls.
+  std::unordered_map<uint64_t, std::string> actorTypes;
   std::unordered_map<uint64_t, size_t> objectIndex;
   std::unordered_map<uint64_t, size_t> taskIndex;
   // Outputs of every task built in this session, and kinds of its objects.

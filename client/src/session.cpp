@@ -113,6 +113,22 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
       call.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(task.callConfig.data()), task.callConfig.size()));
       break;
     }
+    case LocalTask::Type::ACTOR: {
+      auto actor = config.initActor();
+      actor.setExecutor(task.executor);
+      actor.setType(task.function);
+      actor.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(task.callConfig.data()), task.callConfig.size()));
+      actor.setMaxRestarts(task.maxRestarts);
+      actor.setMaxCallRetries(task.maxCallRetries);
+      break;
+    }
+    case LocalTask::Type::ACTOR_CALL: {
+      auto call = config.initActorCall();
+      setId(call.initActor(), session, task.actor);
+      call.setMethod(task.function);
+      call.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(task.callConfig.data()), task.callConfig.size()));
+      break;
+    }
     case LocalTask::Type::SLICE_DIR: config.setSliceDir(task.path); break;
     case LocalTask::Type::LOAD: config.setLoad(task.path); break;
     case LocalTask::Type::LOAD_DIR: config.setLoadDir(task.path); break;
@@ -469,6 +485,79 @@ Task Session::call(const std::string& function, const std::vector<DataObject>& i
   task.name = function;
   for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
   return Task(impl.get(), task.n);
+}
+
+Actor Session::actor(const std::string& type, const std::vector<DataObject>& inputs, std::string config) {
+  auto slash = type.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == type.size() ||
+      type.find('/', slash + 1) != std::string::npos || type.find('.', slash) != std::string::npos) {
+    throw Error("actor: '" + type + "' is not executor/Type");
+  }
+  for (auto& input : inputs) impl->checkInput(input, input.session);
+  auto& task = impl->newTask(client::LocalTask::Type::ACTOR, {});
+  task.executor = type.substr(0, slash);
+  task.function = type.substr(slash + 1);
+  task.callConfig = std::move(config);
+  task.name = type;
+  impl->actorTypes[task.n] = type;
+  for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
+  return Actor(impl.get(), task.n);
+}
+
+Actor Session::actorHandle(uint64_t actorTask) { return Actor(impl.get(), actorTask); }
+
+Task Actor::call(const std::string& method, const std::vector<DataObject>& inputs, std::string config,
+                 const std::vector<ObjectKind>& outputs) {
+  if (method.empty() || method.find('.') != std::string::npos || method.find('/') != std::string::npos) {
+    throw Error("actor call: '" + method + "' is not a method name");
+  }
+  for (auto& input : inputs) session->checkInput(input, input.session);
+  auto known = session->actorTypes.find(n);
+  std::string type = known != session->actorTypes.end() ? known->second : "actor " + std::to_string(n);
+  auto& task = session->newTask(client::LocalTask::Type::ACTOR_CALL, outputs);
+  task.actor = n;
+  task.function = method;
+  task.callConfig = std::move(config);
+  task.name = type + "." + method;
+  for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
+  return Task(session, task.n);
+}
+
+Task Actor::task() const { return Task(session, n); }
+
+Actor& Actor::maxRestarts(uint32_t count) {
+  session->pendingTask(n).maxRestarts = count;
+  return *this;
+}
+
+Actor& Actor::maxCallRetries(uint32_t count) {
+  session->pendingTask(n).maxCallRetries = count;
+  return *this;
+}
+
+Actor& Actor::resource(const std::string& name, double amount) {
+  task().resource(name, amount);
+  return *this;
+}
+
+Actor& Actor::resource(const std::string& name, const std::string& amount) {
+  task().resource(name, amount);
+  return *this;
+}
+
+Actor& Actor::cpus(uint32_t count) {
+  task().cpus(count);
+  return *this;
+}
+
+void Actor::kill() {
+  session->checkOpen();
+  session->client.retrying([&]() {
+    auto req = session->client.svc().killActorRequest();
+    req.setSession(session->id);
+    req.setActor(n);
+    req.send().wait(session->client.waitScope());
+  });
 }
 
 Task Session::sleep(std::chrono::milliseconds duration, std::optional<DataObject> input) {

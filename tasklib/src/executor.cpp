@@ -1,6 +1,7 @@
 // The executor side of tasklib: the Executor RPC service (proto/
 // executor.capnp) over the socket its governor handed over, calling the
-// registered functions on the process's one thread.
+// registered functions, and the methods of the one actor it may hold, on
+// the process's one thread.
 #include <squall/tasklib/tasklib.h>
 
 #include <chrono>
@@ -84,6 +85,9 @@ DataKind dataKind(wire::ObjectKind kind) {
     default: return DataKind::BLOB;
   }
 }
+
+// For kj::str(), which takes no std::string_view.
+kj::ArrayPtr<const char> chars(std::string_view text) { return kj::arrayPtr(text.data(), text.size()); }
 
 const char* kindName(DataKind kind) {
   switch (kind) {
@@ -208,14 +212,22 @@ class ExecutorService final : public wire::Executor::Server {
     auto results = context.getResults();
     results.setVersion(wire::EXECUTOR_PROTOCOL_VERSION);
     results.setName(executor.name());
-    auto list = results.initFunctions(executor.functions().size());
+    size_t count = executor.functions().size();
+    for (auto& [type, actor] : executor.actors()) count += 1 + actor.methods.size();
+    auto list = results.initFunctions(count);
     uint i = 0;
-    for (auto& [name, entry] : executor.functions()) {
+    auto describeOne = [&list, &i](const std::string& name, const std::vector<std::string>& outputs, bool named) {
       auto f = list[i++];
       f.setName(name);
-      f.setNamed(entry.named);
-      auto outputs = f.initOutputs(entry.outputs.size());
-      for (uint j = 0; j < entry.outputs.size(); j++) outputs.set(j, entry.outputs[j]);
+      f.setNamed(named);
+      auto names = f.initOutputs(outputs.size());
+      for (uint j = 0; j < outputs.size(); j++) names.set(j, outputs[j]);
+      return f;
+    };
+    for (auto& [name, entry] : executor.functions()) describeOne(name, entry.outputs, entry.named);
+    for (auto& [type, actor] : executor.actors()) {
+      describeOne(type, {}, false).setActor(true);
+      for (auto& [name, method] : actor.methods) describeOne(type + "." + name, method.outputs, method.named);
     }
     return kj::READY_NOW;
   }
@@ -223,38 +235,170 @@ class ExecutorService final : public wire::Executor::Server {
   kj::Promise<void> call(CallContext context) override {
     auto params = context.getParams();
     std::string_view function(params.getFunction().cStr(), params.getFunction().size());
+    const std::vector<std::string>* outputNames = nullptr;
+    // The body to run, bound to this process's instance for a method.
+    kj::Function<void(Call&)> body;
     auto found = executor.functions().find(function);
-    if (found == executor.functions().end()) {
+    if (found != executor.functions().end()) {
+      auto& entry = found->second;
+      outputNames = &entry.outputs;
+      body = [&entry](Call& call) { entry.fn(call); };
+    } else if (auto dot = function.find('.'); dot != std::string_view::npos) {
+      auto& method = findMethod(function.substr(0, dot), function.substr(dot + 1));
+      outputNames = &method.outputs;
+      body = [&method, instance = heldInstance(function.substr(0, dot), function)](Call& call) {
+        method.fn(instance.get(), call);
+      };
+    } else {
+      SQUALL_REQUIRE(executor.actors().count(function) == 0, params.getFunction(), " is an actor type of executor ",
+                     executor.name(), ": construct it, then call its methods as ", params.getFunction(),
+                     ".method");
       std::string known;
       for (auto& [name, entry] : executor.functions()) known += (known.empty() ? "" : ", ") + name;
       SQUALL_FAIL("executor ", executor.name(), " has no function ", params.getFunction(), " (it has ",
                   known, ")");
     }
-    auto& entry = found->second;
     auto kinds = params.getOutputKinds();
-    SQUALL_REQUIRE(kinds.size() == entry.outputs.size(), "function ", executor.name(), "/", params.getFunction(),
-                   " makes ", entry.outputs.size(), " outputs; the task has ", kinds.size());
+    SQUALL_REQUIRE(kinds.size() == outputNames->size(), found != executor.functions().end() ? "function " : "method ",
+                   executor.name(), "/", params.getFunction(), " makes ", outputNames->size(),
+                   " outputs; the task has ", kinds.size());
     std::string outputDir(params.getOutputDir().cStr());
 
     auto call = kj::heap<Call>();
-    // Streams' pipe ends come as descriptors attached to the message; each
-    // fills the fd_ of its input or output once it is there.
-    kj::Vector<kj::Promise<kj::Maybe<int>>> pipes;
-    std::vector<int*> pipeFds;
-    auto config = params.getConfig();
-    call->config_ = std::string_view(reinterpret_cast<const char*>(config.begin()), config.size());
-    auto inputs = params.getInputs();
-    call->inputs_.resize(inputs.size());
+    Pipes pipes;
+    setUpInputs(*call, params.getConfig(), params.getInputs(), pipes);
+    auto outputStreams = params.getOutputStreams();
+    uint nextStream = 0;
+    call->outputs_.resize(kinds.size());
+    for (uint i = 0; i < kinds.size(); i++) {
+      auto& output = call->outputs_[i];
+      output.kind_ = dataKind(kinds[i]);
+      if (output.kind_ == DataKind::STREAM) {
+        SQUALL_REQUIRE(nextStream < outputStreams.size(), "stream output ", i, " came without its pipe");
+        pipes.ends.add(outputStreams[nextStream++].getFd());
+        pipes.fds.push_back(&output.fd_);
+      }
+      output.name_ = (*outputNames)[i];
+      output.dirPath_ = outputDir;
+      output.entry_ = std::to_string(i);
+    }
+    return whenPipesArrive(kj::mv(call), kj::mv(pipes),
+                           [this, body = kj::mv(body), context, outputDir = kj::mv(outputDir)](Call& call) mutable {
+                             run(body, call, context, outputDir);
+                           });
+  }
+
+  kj::Promise<void> construct(ConstructContext context) override {
+    auto params = context.getParams();
+    std::string_view typeName(params.getType().cStr(), params.getType().size());
+    auto found = executor.actors().find(typeName);
+    if (found == executor.actors().end()) {
+      std::string known;
+      for (auto& [name, actor] : executor.actors()) known += (known.empty() ? "" : ", ") + name;
+      SQUALL_FAIL("executor ", executor.name(), " has no actor type ", params.getType(), " (it has ",
+                  known.empty() ? "none" : known, ")");
+    }
+    KJ_IF_MAYBE(h, held) { SQUALL_FAIL("this process already holds actor ", h->type); }
+    auto call = kj::heap<Call>();
+    Pipes pipes;
+    setUpInputs(*call, params.getConfig(), params.getInputs(), pipes);
+
+    auto& entry = found->second;
+    uint64_t attempt = ++constructs;
+    held = Held{found->first, nullptr, attempt};
+    auto body = [this, &entry, attempt, context](Call& init) mutable {
+      auto began = std::chrono::steady_clock::now();
+      auto instance = runReporting([&]() {
+        // Released at once, so that the next construct finds none.
+        KJ_ON_SCOPE_FAILURE(held = nullptr);
+        return entry.make(init);
+      });
+      KJ_IF_MAYBE(h, held) {
+        KJ_ASSERT(h->construct == attempt, "another construct took this one's place");
+        h->instance = kj::mv(instance);
+      }
+      context.getResults().setRunUs(sinceUs(began));
+    };
+    return kj::evalNow([&]() { return whenPipesArrive(kj::mv(call), kj::mv(pipes), kj::mv(body)); })
+        .catch_([this, attempt](kj::Exception&& e) {
+          // A failure before the constructor ran (a pipe end that did not
+          // come) releases the place too.
+          KJ_IF_MAYBE(h, held) {
+            if (h->construct == attempt && h->instance == nullptr) held = nullptr;
+          }
+          kj::throwFatalException(kj::mv(e));
+        });
+  }
+
+ private:
+  const Executor& executor;
+
+  // The one actor this process holds, from its construct on; `instance`
+  // is null while the constructor has not yet run.
+  struct Held {
+    std::string type;
+    std::shared_ptr<void> instance;
+    // Which construct made it (they are counted).
+    uint64_t construct;
+  };
+  kj::Maybe<Held> held;
+  uint64_t constructs = 0;
+
+  // A request's stream pipe ends (they come as descriptors attached to the
+  // message), and the fd_ of the input or output each one fills.
+  struct Pipes {
+    kj::Vector<kj::Promise<kj::Maybe<int>>> ends;
+    std::vector<int*> fds;
+  };
+
+  const Executor::MethodEntry& findMethod(std::string_view type, std::string_view name) {
+    auto actor = executor.actors().find(type);
+    if (actor == executor.actors().end()) {
+      std::string known;
+      for (auto& [function, entry] : executor.functions()) known += (known.empty() ? "" : ", ") + function;
+      SQUALL_FAIL("executor ", executor.name(), " has no function ", chars(type), ".", chars(name), " (it has ", known,
+                  ")");
+    }
+    auto method = actor->second.methods.find(name);
+    if (method == actor->second.methods.end()) {
+      std::string known;
+      for (auto& [other, entry] : actor->second.methods) known += (known.empty() ? "" : ", ") + other;
+      SQUALL_FAIL("actor type ", executor.name(), "/", chars(type), " has no method ", chars(name), " (it has ",
+                  known.empty() ? "none" : known, ")");
+    }
+    return method->second;
+  }
+
+  // The instance of actor type `type` this process holds, for calling
+  // `function` on it.
+  std::shared_ptr<void> heldInstance(std::string_view type, std::string_view function) {
+    KJ_IF_MAYBE(h, held) {
+      SQUALL_REQUIRE(h->type == type, "this process holds actor ", h->type, ", not ", chars(type),
+                     ": cannot call ", chars(function));
+      SQUALL_REQUIRE(h->instance != nullptr, "actor ", chars(type), " is still being constructed: cannot call ",
+                     chars(function), " yet");
+      return h->instance;
+    }
+    SQUALL_FAIL("no actor ", chars(type), " was constructed in this process: cannot call ", chars(function));
+  }
+
+  // Fills `call`'s config and inputs from a call's or construct's params;
+  // a stream input's pipe end goes into `pipes`. The call refers to the
+  // params' bytes: it must not outlive them.
+  static void setUpInputs(Call& call, capnp::Data::Reader config, capnp::List<wire::CallInput>::Reader inputs,
+                          Pipes& pipes) {
+    call.config_ = std::string_view(reinterpret_cast<const char*>(config.begin()), config.size());
+    call.inputs_.resize(inputs.size());
     for (uint i = 0; i < inputs.size(); i++) {
       auto in = inputs[i];
-      auto& input = call->inputs_[i];
+      auto& input = call.inputs_[i];
       input.label_ = in.getLabel();
       input.size_ = in.getSize();
       input.kind_ = dataKind(in.getKind());
       if (input.kind_ == DataKind::STREAM) {
         SQUALL_REQUIRE(in.isStream(), "input ", i, " is a live stream without its pipe");
-        pipes.add(in.getStream().getFd());
-        pipeFds.push_back(&input.fd_);
+        pipes.ends.add(in.getStream().getFd());
+        pipes.fds.push_back(&input.fd_);
       } else if (in.isData()) {
         SQUALL_REQUIRE(input.kind_ == DataKind::BLOB, "input ", i, " is a dir carried as data");
         auto data = in.getData();
@@ -269,51 +413,42 @@ class ExecutorService final : public wire::Executor::Server {
         }
       }
     }
-    auto outputStreams = params.getOutputStreams();
-    uint nextStream = 0;
-    call->outputs_.resize(kinds.size());
-    for (uint i = 0; i < kinds.size(); i++) {
-      auto& output = call->outputs_[i];
-      output.kind_ = dataKind(kinds[i]);
-      if (output.kind_ == DataKind::STREAM) {
-        SQUALL_REQUIRE(nextStream < outputStreams.size(), "stream output ", i, " came without its pipe");
-        pipes.add(outputStreams[nextStream++].getFd());
-        pipeFds.push_back(&output.fd_);
-      }
-      output.name_ = entry.outputs[i];
-      output.dirPath_ = outputDir;
-      output.entry_ = std::to_string(i);
-    }
+  }
 
-    if (pipes.size() == 0) {
-      run(entry, *call, context, outputDir);
+  // Runs `body` on `call` once its pipe ends are in it: at once (before
+  // returning) when there are none.
+  static kj::Promise<void> whenPipesArrive(kj::Own<Call> call, Pipes pipes, kj::Function<void(Call&)> body) {
+    if (pipes.ends.size() == 0) {
+      body(*call);
       return kj::READY_NOW;
     }
-    return kj::joinPromises(pipes.releaseAsArray())
-        .then([this, &entry, call = kj::mv(call), pipeFds = std::move(pipeFds), context,
-               outputDir = std::move(outputDir)](kj::Array<kj::Maybe<int>> fds) mutable {
-          for (uint i = 0; i < fds.size(); i++) {
+    return kj::joinPromises(pipes.ends.releaseAsArray())
+        .then([call = kj::mv(call), fds = std::move(pipes.fds),
+               body = kj::mv(body)](kj::Array<kj::Maybe<int>> received) mutable {
+          for (uint i = 0; i < received.size(); i++) {
             // The descriptor is the RPC system's until the call's params
             // go: the function gets a copy of its own.
-            int received = KJ_REQUIRE_NONNULL(fds[i], "a stream's pipe end came without its descriptor");
+            int end = KJ_REQUIRE_NONNULL(received[i], "a stream's pipe end came without its descriptor");
             int fd;
-            KJ_SYSCALL(fd = fcntl(received, F_DUPFD_CLOEXEC, 0));
+            KJ_SYSCALL(fd = fcntl(end, F_DUPFD_CLOEXEC, 0));
             call->ownedFds_.push_back(fd);
-            *pipeFds[i] = fd;
+            *fds[i] = fd;
           }
-          run(entry, *call, context, outputDir);
+          body(*call);
         });
   }
 
- private:
-  const Executor& executor;
+  static uint64_t sinceUs(std::chrono::steady_clock::time_point began) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count());
+  }
 
-  // Calls the function and makes the answer.
-  void run(const Executor::FunctionEntry& entry, Call& call, CallContext& context, const std::string& outputDir) {
+  // Calls the function (or method) and makes the answer.
+  void run(kj::Function<void(Call&)>& body, Call& call, CallContext& context, const std::string& outputDir) {
     auto began = std::chrono::steady_clock::now();
     runReporting([&]() {
       try {
-        entry.fn(call);
+        body(call);
       } catch (const StreamClosed&) {
         // Every reader of a stream output went: the end of a pipeline
         // stage, not an error (the governor knows if a reader said so).
@@ -321,8 +456,7 @@ class ExecutorService final : public wire::Executor::Server {
       return 0;
     });
     auto results = context.getResults(answerSize(call));
-    results.setRunUs(static_cast<uint64_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count()));
+    results.setRunUs(sinceUs(began));
     // The streams' ends: readers see end of file once the RPC system's
     // copies go with the call.
     for (int fd : call.ownedFds_) close(fd);
@@ -404,21 +538,67 @@ Executor& Executor::add(std::string name, Function fn, size_t outputs) {
   return *this;
 }
 
+namespace {
+
+void checkOutputNames(const std::string& what, const std::vector<std::string>& names) {
+  for (size_t i = 0; i < names.size(); i++) {
+    for (size_t j = 0; j < i; j++) {
+      if (names[i] == names[j]) throw std::invalid_argument(what + " names two outputs " + names[i]);
+    }
+  }
+}
+
+// An actor type's or method's name: a plain name without '.', since
+// "Type.method" is split at its first '.'.
+void checkActorName(const char* what, const std::string& name) {
+  if (!isPlainName(kj::StringPtr(name.c_str(), name.size())) || name.find('.') != std::string::npos) {
+    throw std::invalid_argument(std::string(what) + " name '" + name +
+                                "': use 1 to 128 letters, digits, '-' and '_' (no '.': methods are called as "
+                                "Type.method)");
+  }
+}
+
+}  // namespace
+
 Executor& Executor::add(std::string name, Function fn, std::vector<std::string> outputNames) {
   if (!isPlainName(kj::StringPtr(name.c_str(), name.size()))) {
     throw std::invalid_argument("function name '" + name + "': " + PLAIN_NAME_RULE);
   }
   if (functions_.count(name) != 0) throw std::invalid_argument("function " + name + " is added twice");
-  if (!fn) throw std::invalid_argument("function " + name + " has no body");
-  for (size_t i = 0; i < outputNames.size(); i++) {
-    for (size_t j = 0; j < i; j++) {
-      if (outputNames[i] == outputNames[j]) {
-        throw std::invalid_argument("function " + name + " names two outputs " + outputNames[i]);
-      }
-    }
+  if (actors_.count(name) != 0) throw std::invalid_argument("function " + name + ": an actor type has that name");
+  // "Counter.add" would be both this function and a method of Counter.
+  if (auto dot = name.find('.'); dot != std::string::npos && actors_.count(name.substr(0, dot)) != 0) {
+    throw std::invalid_argument("function " + name + ": " + name.substr(0, dot) +
+                                " is an actor type, whose methods are called so");
   }
+  if (!fn) throw std::invalid_argument("function " + name + " has no body");
+  checkOutputNames("function " + name, outputNames);
   functions_[name] = FunctionEntry{std::move(fn), std::move(outputNames), true};
   return *this;
+}
+
+void Executor::addActorType(std::string name, ActorFactory make) {
+  checkActorName("actor type", name);
+  if (actors_.count(name) != 0) throw std::invalid_argument("actor type " + name + " is added twice");
+  if (functions_.count(name) != 0) throw std::invalid_argument("actor type " + name + ": a function has that name");
+  auto after = functions_.lower_bound(name + ".");
+  if (after != functions_.end() && after->first.compare(0, name.size() + 1, name + ".") == 0) {
+    throw std::invalid_argument("actor type " + name + ": the function " + after->first +
+                                " would be called as its method");
+  }
+  actors_[name] = ActorEntry{std::move(make), {}};
+}
+
+void Executor::addMethod(const std::string& type, std::string name, ActorMethod fn, std::vector<std::string> outputs,
+                         bool named) {
+  auto actor = actors_.find(type);
+  KJ_ASSERT(actor != actors_.end(), "methods are added through the ActorType of a registered type");
+  checkActorName("method", name);
+  auto& methods = actor->second.methods;
+  if (methods.count(name) != 0) throw std::invalid_argument("method " + type + "." + name + " is added twice");
+  if (!fn) throw std::invalid_argument("method " + type + "." + name + " has no body");
+  checkOutputNames("method " + type + "." + name, outputs);
+  methods[name] = MethodEntry{std::move(fn), std::move(outputs), named};
 }
 
 int Executor::serveFd(int fd) {
@@ -438,12 +618,16 @@ int Executor::serve(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     std::string_view arg = argv[i];
     if (arg == "--squall-describe") {
-      for (auto& [name, entry] : functions_) {
-        std::string outputs;
-        for (auto& o : entry.outputs) outputs += (outputs.empty() ? "" : ", ") + o;
-        printf("%s/%s -> %zu output%s%s%s%s\n", name_.c_str(), name.c_str(), entry.outputs.size(),
-               entry.outputs.size() == 1 ? "" : "s", entry.named ? " (" : "", entry.named ? outputs.c_str() : "",
-               entry.named ? ")" : "");
+      auto line = [this](const std::string& name, const std::vector<std::string>& outputs, bool named) {
+        std::string names;
+        for (auto& o : outputs) names += (names.empty() ? "" : ", ") + o;
+        printf("%s/%s -> %zu output%s%s%s%s\n", name_.c_str(), name.c_str(), outputs.size(),
+               outputs.size() == 1 ? "" : "s", named ? " (" : "", named ? names.c_str() : "", named ? ")" : "");
+      };
+      for (auto& [name, entry] : functions_) line(name, entry.outputs, entry.named);
+      for (auto& [type, actor] : actors_) {
+        printf("%s/%s: actor type\n", name_.c_str(), type.c_str());
+        for (auto& [name, method] : actor.methods) line(type + "." + name, method.outputs, method.named);
       }
       return 0;
     }
@@ -468,7 +652,7 @@ int Executor::serve(int argc, char** argv) {
   if (fd < 0) {
     fprintf(stderr,
             "%s: this is the squall executor '%s'; a governor starts it (squall-governor --executor "
-            "%s=PROGRAM). --squall-describe lists its functions.\n",
+            "%s=PROGRAM). --squall-describe lists its functions and actor types.\n",
             program, name_.c_str(), name_.c_str());
     return 2;
   }

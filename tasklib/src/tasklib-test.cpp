@@ -9,10 +9,12 @@
 #include <fstream>
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
+#include <kj/io.h>
 #include <squall/proto/errors.h>
 #include <squall/wire/executor.capnp.h>
 #include <sys/socket.h>
 #include <thread>
+#include <unistd.h>
 
 namespace squall {
 namespace {
@@ -29,15 +31,16 @@ void writeFile(const fs::path& path, const std::string& bytes) {
   out << bytes;
 }
 
-// An executor serving on its own thread, and the governor's end of it.
+// An executor serving on its own thread, and the governor's end of it
+// (which sends pipe ends, as a governor does).
 class Served {
  public:
   explicit Served(Executor& executor) : io(kj::setupAsyncIo()) {
     int fds[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
     thread = std::thread([&executor, fd = fds[1]]() { executor.serveFd(fd); });
-    stream = io.lowLevelProvider->wrapSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
-    client = kj::heap<capnp::TwoPartyClient>(*stream);
+    stream = io.lowLevelProvider->wrapUnixSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+    client = kj::heap<capnp::TwoPartyClient>(*stream, 4);
     cap = client->bootstrap().castAs<wire::Executor>();
   }
   ~Served() {
@@ -50,9 +53,20 @@ class Served {
 
   kj::AsyncIoContext io;
   std::thread thread;
-  kj::Own<kj::AsyncIoStream> stream;
+  kj::Own<kj::AsyncCapabilityStream> stream;
   kj::Own<capnp::TwoPartyClient> client;
   wire::Executor::Client cap = nullptr;
+};
+
+// A pipe end travelling with a call, as the governor's does: its
+// descriptor goes along with the message.
+class PipeEndCap final : public wire::PipeEnd::Server {
+ public:
+  explicit PipeEndCap(int fd) : fd(fd) {}
+  kj::Maybe<int> getFd() override { return fd.get(); }
+
+ private:
+  kj::AutoCloseFd fd;
 };
 
 class TasklibTest : public ::testing::Test {
@@ -76,36 +90,86 @@ class TasklibTest : public ::testing::Test {
     std::string path;  // or
     std::string data;
     std::string label;
+    // A live stream's read end (kind stream), given away with the call.
+    int stream = -1;
   };
 
-  // Calls `function` and waits for the answer (or the error, rethrown).
-  capnp::Response<wire::Executor::CallResults> call(Served& served, const std::string& function,
-                                                  const std::vector<In>& inputs,
-                                                  const std::vector<wire::ObjectKind>& outputs,
-                                                  const std::string& out, const std::string& config = "") {
-    auto request = served.cap.callRequest();
-    request.setFunction(function);
-    request.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(config.data()), config.size()));
-    auto list = request.initInputs(inputs.size());
+  static void setInputs(capnp::List<wire::CallInput>::Builder list, const std::vector<In>& inputs) {
     for (uint i = 0; i < inputs.size(); i++) {
       list[i].setKind(inputs[i].kind);
       list[i].setLabel(inputs[i].label);
-      if (inputs[i].path.empty()) {
+      if (inputs[i].stream >= 0) {
+        list[i].setStream(kj::heap<PipeEndCap>(inputs[i].stream));
+      } else if (inputs[i].path.empty()) {
         list[i].setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(inputs[i].data.data()), inputs[i].data.size()));
         list[i].setSize(inputs[i].data.size());
       } else {
         list[i].setPath(inputs[i].path);
       }
     }
+  }
+
+  static kj::ArrayPtr<const kj::byte> bytes(const std::string& text) {
+    return kj::arrayPtr(reinterpret_cast<const kj::byte*>(text.data()), text.size());
+  }
+
+  // Sends a call of `function` without waiting for it.
+  kj::Promise<capnp::Response<wire::Executor::CallResults>> sendCall(Served& served, const std::string& function,
+                                                                    const std::vector<In>& inputs,
+                                                                    const std::vector<wire::ObjectKind>& outputs,
+                                                                    const std::string& out,
+                                                                    const std::string& config = "") {
+    auto request = served.cap.callRequest();
+    request.setFunction(function);
+    request.setConfig(bytes(config));
+    setInputs(request.initInputs(inputs.size()), inputs);
     auto kinds = request.initOutputKinds(outputs.size());
     for (uint i = 0; i < outputs.size(); i++) kinds.set(i, outputs[i]);
     request.setOutputDir(out);
+    return request.send();
+  }
+
+  // Calls `function` and waits for the answer (or the error, rethrown).
+  capnp::Response<wire::Executor::CallResults> call(Served& served, const std::string& function,
+                                                  const std::vector<In>& inputs,
+                                                  const std::vector<wire::ObjectKind>& outputs,
+                                                  const std::string& out, const std::string& config = "") {
+    return sendCall(served, function, inputs, outputs, out, config).wait(served.io.waitScope);
+  }
+
+  // Makes the executor's process the home of an actor of `type`; the
+  // error, rethrown.
+  capnp::Response<wire::Executor::ConstructResults> construct(Served& served, const std::string& type,
+                                                            const std::string& config = "",
+                                                            const std::vector<In>& inputs = {}) {
+    auto request = served.cap.constructRequest();
+    request.setType(type);
+    request.setConfig(bytes(config));
+    setInputs(request.initInputs(inputs.size()), inputs);
     return request.send().wait(served.io.waitScope);
   }
 
+  // The message a construct that must fail fails with ("" if it succeeded).
+  std::string constructRefusal(Served& served, const std::string& type, const std::string& config = "") {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { construct(served, type, config); })) {
+      return userMessage(*e).cStr();
+    }
+    return "";
+  }
+
+  // A method call with one blob output and `config`: what it wrote.
+  std::string callText(Served& served, const std::string& function, const std::string& config = "") {
+    return text(call(served, function, {}, {wire::ObjectKind::BLOB}, outputDir(), config).getOutputs()[0].getData());
+  }
+
+  static std::string text(capnp::Data::Reader data) {
+    return std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+  }
+
   // The message a call that must fail fails with ("" if it succeeded).
-  std::string refusal(Served& served, const std::string& function, const std::vector<wire::ObjectKind>& outputs) {
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { call(served, function, {}, outputs, outputDir()); })) {
+  std::string refusal(Served& served, const std::string& function, const std::vector<wire::ObjectKind>& outputs,
+                      const std::string& config = "") {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { call(served, function, {}, outputs, outputDir(), config); })) {
       return userMessage(*e).cStr();
     }
     return "";
@@ -311,6 +375,248 @@ TEST_F(TasklibTest, StartedByHandItExplainsWhatItIs) {
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(ex.serve(2, describeArgv), 0);
   EXPECT_EQ(::testing::internal::GetCapturedStdout(), "text/wordcount -> 1 output\n");
+}
+
+// ------------------------------------------------------------ actors
+
+long number(std::string_view text) { return text.empty() ? 0 : std::stol(std::string(text)); }
+
+// Counters destroyed; read once the executor's thread has ended.
+int countersDestroyed = 0;
+
+// A running total: starts at its constructor's config, `add` adds its
+// call's config and writes the total.
+struct Counter {
+  explicit Counter(Call& init) : total(number(init.config())) {}
+  ~Counter() { countersDestroyed++; }
+  void add(Call& call) {
+    total += number(call.config());
+    call.output(0).write(std::to_string(total));
+  }
+  void get(Call& call) const { call.output(0).write(std::to_string(total)); }
+  long total;
+};
+
+// Refuses any config but "good".
+struct Picky {
+  explicit Picky(Call& init) : config(init.config()) {
+    if (config != "good") throw std::invalid_argument("Picky wants a good config, not '" + config + "'");
+  }
+  void get(Call& call) { call.output(0).write(config); }
+  std::string config;
+};
+
+// What std::invalid_argument a registration throws ("" if none).
+template <typename Register>
+std::string misuse(Register&& doRegister) {
+  try {
+    doRegister();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(TasklibTest, DescribeListsActorTypesAndTheirMethodsBesideFunctions) {
+  Executor ex("stats");
+  ex.add("mean", [](Call&) {});
+  ex.actor<Counter>("Counter")
+      .method("add", &Counter::add)
+      .method("split", [](Counter&, Call&) {}, std::vector<std::string>{"head", "tail"})
+      .method("reset", [](Counter& c, Call&) { c.total = 0; }, 0);
+  Served served(ex);
+  auto answer = served.cap.describeRequest().send().wait(served.io.waitScope);
+  EXPECT_EQ(answer.getVersion(), 4u);
+  auto functions = answer.getFunctions();
+  ASSERT_EQ(functions.size(), 5u);
+  std::vector<std::string> seen;
+  for (auto f : functions) {
+    std::string line = std::string(f.getName().cStr()) + (f.getActor() ? " actor" : "") + (f.getNamed() ? " named" : "");
+    for (auto o : f.getOutputs()) line += " " + std::string(o.cStr());
+    seen.push_back(line);
+  }
+  EXPECT_EQ(seen, (std::vector<std::string>{"mean 0", "Counter actor", "Counter.add 0", "Counter.reset",
+                                            "Counter.split named head tail"}));
+
+  char name[] = "stats-executor";
+  char describe[] = "--squall-describe";
+  char* argv[] = {name, describe, nullptr};
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(ex.serve(2, argv), 0);
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(),
+            "stats/mean -> 1 output\n"
+            "stats/Counter: actor type\n"
+            "stats/Counter.add -> 1 output\n"
+            "stats/Counter.reset -> 0 outputs\n"
+            "stats/Counter.split -> 2 outputs (head, tail)\n");
+}
+
+// The governor sends an actor's calls while the one before runs: they run
+// on the one instance, in the order sent. The instance goes with the
+// process (here: when serving ends).
+TEST_F(TasklibTest, AnActorKeepsItsStateAcrossCallsRunInTheOrderSent) {
+  Executor ex("stats");
+  ex.actor<Counter>("Counter")
+      .method("add", &Counter::add)
+      .method("get", &Counter::get)  // const: through std::function
+      .method("slow-add", [](Counter& counter, Call& call) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+        counter.add(call);
+      });
+  countersDestroyed = 0;
+  {
+    Served served(ex);
+    auto made = construct(served, "Counter", "10");
+    EXPECT_LT(made.getRunUs(), 30000000u);
+    std::vector<std::pair<std::string, std::string>> sends{
+        {"Counter.slow-add", "1"}, {"Counter.add", "2"}, {"Counter.add", "3"}, {"Counter.add", "4"}, {"Counter.get", ""}};
+    kj::Vector<kj::Promise<capnp::Response<wire::Executor::CallResults>>> answers;
+    for (auto& [function, config] : sends) {
+      answers.add(sendCall(served, function, {}, {wire::ObjectKind::BLOB}, outputDir(), config));
+    }
+    auto done = kj::joinPromises(answers.releaseAsArray()).wait(served.io.waitScope);
+    std::vector<std::string> totals;
+    for (auto& answer : done) totals.push_back(text(answer.getOutputs()[0].getData()));
+    EXPECT_EQ(totals, (std::vector<std::string>{"11", "13", "16", "20", "20"}));
+    EXPECT_GE(done[0].getRunUs(), 30000u);
+    EXPECT_EQ(countersDestroyed, 0);
+  }
+  EXPECT_EQ(countersDestroyed, 1);
+}
+
+// Inputs come as a call's do (a store file, bytes in the call, a live
+// stream); the constructor copies what it keeps, since they go with the
+// construct.
+TEST_F(TasklibTest, AConstructorReadsItsInputsAndConfig) {
+  struct Index {
+    explicit Index(Call& init) : config(init.config()) {
+      EXPECT_EQ(init.outputCount(), 0u);
+      for (size_t i = 0; i < init.inputCount(); i++) {
+        contents += init.input(i).label() + "=" + std::string(init.input(i).text()) + ";";
+      }
+    }
+    void show(Call& call) {
+      call.output("contents").write(contents);
+      call.output("config").write(config);
+    }
+    std::string config;
+    std::string contents;
+  };
+  writeFile(dir / "input", "from a file");
+  int pipe[2];
+  ASSERT_EQ(pipe2(pipe, O_CLOEXEC), 0);
+  ASSERT_EQ(write(pipe[1], "streamed", 8), 8);
+  close(pipe[1]);
+  Executor ex("search");
+  ex.actor<Index>("Index").method("show", &Index::show, std::vector<std::string>{"contents", "config"});
+  Served served(ex);
+  construct(served, "Index", "cfg",
+            {{wire::ObjectKind::BLOB, (dir / "input").string(), "", "file"},
+             {wire::ObjectKind::BLOB, "", "carried", "data"},
+             {wire::ObjectKind::STREAM, "", "", "live", pipe[0]}});
+  auto answer = call(served, "Index.show", {}, {wire::ObjectKind::BLOB, wire::ObjectKind::BLOB}, outputDir());
+  EXPECT_EQ(text(answer.getOutputs()[0].getData()), "file=from a file;data=carried;live=streamed;");
+  EXPECT_EQ(text(answer.getOutputs()[1].getData()), "cfg");
+}
+
+TEST_F(TasklibTest, AConstructorThatThrowsFailsWithItsMessageAndLeavesNoActor) {
+  Executor ex("stats");
+  ex.actor<Picky>("Picky").method("get", &Picky::get);
+  Served served(ex);
+  EXPECT_EQ(constructRefusal(served, "Picky", "bad"), "Picky wants a good config, not 'bad'");
+  EXPECT_EQ(refusal(served, "Picky.get", {wire::ObjectKind::BLOB}),
+            "no actor Picky was constructed in this process: cannot call Picky.get");
+  EXPECT_EQ(constructRefusal(served, "Picky", "good"), "");
+  EXPECT_EQ(callText(served, "Picky.get"), "good");
+}
+
+TEST_F(TasklibTest, MisdirectedActorRequestsAreRefusedByName) {
+  Executor ex("stats");
+  ex.add("mean", [](Call&) {});
+  ex.actor<Counter>("Counter").method("add", &Counter::add);
+  ex.actor<Picky>("Picky").method("get", &Picky::get);
+  Served served(ex);
+  EXPECT_EQ(refusal(served, "Counter.add", {wire::ObjectKind::BLOB}),
+            "no actor Counter was constructed in this process: cannot call Counter.add");
+  EXPECT_EQ(constructRefusal(served, "Countr"), "executor stats has no actor type Countr (it has Counter, Picky)");
+  EXPECT_EQ(constructRefusal(served, "Counter", "1"), "");
+  EXPECT_EQ(refusal(served, "Picky.get", {wire::ObjectKind::BLOB}),
+            "this process holds actor Counter, not Picky: cannot call Picky.get");
+  EXPECT_EQ(refusal(served, "Counter.ad", {wire::ObjectKind::BLOB}),
+            "actor type stats/Counter has no method ad (it has add)");
+  EXPECT_EQ(refusal(served, "Countr.add", {wire::ObjectKind::BLOB}),
+            "executor stats has no function Countr.add (it has mean)");
+  EXPECT_EQ(refusal(served, "Counter.add", {wire::ObjectKind::BLOB, wire::ObjectKind::BLOB}),
+            "method stats/Counter.add makes 1 outputs; the task has 2");
+  EXPECT_EQ(refusal(served, "Counter", {}),
+            "Counter is an actor type of executor stats: construct it, then call its methods as Counter.method");
+  EXPECT_EQ(constructRefusal(served, "Counter"), "this process already holds actor Counter");
+  EXPECT_EQ(constructRefusal(served, "Picky", "good"), "this process already holds actor Counter");
+  // None of that touched the actor.
+  EXPECT_EQ(callText(served, "Counter.add", "1"), "2");
+}
+
+TEST_F(TasklibTest, AMethodThatThrowsFailsItsCallAndTheActorGoesOn) {
+  Executor ex("stats");
+  ex.actor<Counter>("Counter")
+      .method("add", &Counter::add)
+      .method("add-then-fail", [](Counter& counter, Call& call) {
+        counter.total += number(call.config());
+        throw std::runtime_error("the counter refuses after adding");
+      });
+  Served served(ex);
+  construct(served, "Counter");
+  EXPECT_EQ(callText(served, "Counter.add", "2"), "2");
+  EXPECT_EQ(refusal(served, "Counter.add-then-fail", {wire::ObjectKind::BLOB}, "3"),
+            "the counter refuses after adding");
+  // The instance stays, with what the method left.
+  EXPECT_EQ(callText(served, "Counter.add", "4"), "9");
+}
+
+TEST_F(TasklibTest, FunctionsWorkBesideAnActor) {
+  Executor ex("stats");
+  ex.add("echo", [](Call& call) { call.output(0).write(call.config()); });
+  ex.actor<Counter>("Counter").method("add", &Counter::add);
+  Served served(ex);
+  EXPECT_EQ(callText(served, "echo", "before"), "before");
+  construct(served, "Counter");
+  kj::Vector<kj::Promise<capnp::Response<wire::Executor::CallResults>>> answers;
+  answers.add(sendCall(served, "Counter.add", {}, {wire::ObjectKind::BLOB}, outputDir(), "1"));
+  answers.add(sendCall(served, "echo", {}, {wire::ObjectKind::BLOB}, outputDir(), "between"));
+  answers.add(sendCall(served, "Counter.add", {}, {wire::ObjectKind::BLOB}, outputDir(), "2"));
+  auto done = kj::joinPromises(answers.releaseAsArray()).wait(served.io.waitScope);
+  EXPECT_EQ(text(done[0].getOutputs()[0].getData()), "1");
+  EXPECT_EQ(text(done[1].getOutputs()[0].getData()), "between");
+  EXPECT_EQ(text(done[2].getOutputs()[0].getData()), "3");
+}
+
+TEST_F(TasklibTest, ActorRegistrationMisuseIsANamedError) {
+  Executor ex("stats");
+  ex.add("mean", [](Call&) {});
+  ex.add("Stats.x", [](Call&) {});
+  auto counter = ex.actor<Counter>("Counter");
+  counter.method("add", &Counter::add);
+  EXPECT_EQ(misuse([&]() { ex.actor<Counter>("Counter"); }), "actor type Counter is added twice");
+  EXPECT_EQ(misuse([&]() { ex.actor<Counter>("mean"); }), "actor type mean: a function has that name");
+  EXPECT_EQ(misuse([&]() { ex.actor<Counter>("Stats"); }),
+            "actor type Stats: the function Stats.x would be called as its method");
+  EXPECT_EQ(misuse([&]() { ex.actor<Counter>("a.b"); }),
+            "actor type name 'a.b': use 1 to 128 letters, digits, '-' and '_' (no '.': methods are called as "
+            "Type.method)");
+  EXPECT_NE(misuse([&]() { ex.actor<Counter>(""); }), "");
+  EXPECT_EQ(misuse([&]() { ex.add("Counter", [](Call&) {}); }), "function Counter: an actor type has that name");
+  EXPECT_EQ(misuse([&]() { ex.add("Counter.add", [](Call&) {}); }),
+            "function Counter.add: Counter is an actor type, whose methods are called so");
+  EXPECT_EQ(misuse([&]() { counter.method("add", &Counter::add); }), "method Counter.add is added twice");
+  EXPECT_NE(misuse([&]() { counter.method("a.b", &Counter::add); }), "");
+  EXPECT_NE(misuse([&]() { counter.method("a/b", &Counter::add); }), "");
+  EXPECT_EQ(misuse([&]() { counter.method("pair", &Counter::add, std::vector<std::string>{"x", "x"}); }),
+            "method Counter.pair names two outputs x");
+  EXPECT_EQ(misuse([&]() { counter.method("none", std::function<void(Counter&, Call&)>()); }),
+            "method Counter.none has no body");
+  // What was refused left nothing behind.
+  EXPECT_EQ(ex.actors().size(), 1u);
+  EXPECT_EQ(ex.actors().at("Counter").methods.size(), 1u);
 }
 
 }  // namespace

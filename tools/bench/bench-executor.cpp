@@ -2,6 +2,9 @@
 // - "bench/noop" (squall-bench --functions-only): does nothing and makes one
 //   empty blob, to measure what a call task costs against a built-in task
 //   and a `true` program.
+// - "bench/Counter", an actor type (squall-bench --actors-only): increment
+//   adds one and makes the count as its output, as Ray's and Dask's actor
+//   benchmarks do.
 // - "bench/estee-N" (squall-replay, tools/bench/estee/): a task of an ESTEE
 //   graph replayed, with N outputs. Its config (estee-task.h) says how long
 //   it sleeps and the sizes of its inputs and outputs: it reads every input
@@ -91,11 +94,22 @@ void esteeTask(squall::Call& call) {
   for (size_t i = 0; i < call.outputCount(); i++) writeOutput(call.output(i), task.outputSizes[i]);
 }
 
+// The actor of the actor benchmark.
+class Counter {
+ public:
+  explicit Counter(squall::Call&) {}
+  void increment(squall::Call& call) { call.output(0).write(std::to_string(++count)); }
+
+ private:
+  uint64_t count = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
   squall::Executor ex("bench");
   ex.add("noop", [](squall::Call&) {});
+  ex.actor<Counter>("Counter").method("increment", &Counter::increment);
   size_t outputs = 4;
   if (const char* max = getenv("SQUALL_BENCH_ESTEE_MAX_OUTPUTS"); max != nullptr && *max != '\0') {
     outputs = std::max<size_t>(outputs, std::strtoul(max, nullptr, 10));

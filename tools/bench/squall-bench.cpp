@@ -98,6 +98,38 @@ double functionTasksPerSecond(squall::Client& client, int n) {
   return n / seconds(start);
 }
 
+// Actor calls (docs/actors.md), the shapes of ../shared/peers/dask_actors.py
+// and Ray's published figures: `n` calls of increment on one actor, each
+// submitted and waited for before the next (sync: the round trip); `n`
+// calls on one actor submitted at once (async: pipelined through the
+// server and governor); `n` calls spread over 2 actors on 2 governors, at
+// once. The actors are made, and warm, before the clock starts.
+double actorCallsPerSecond(squall::Client& client, int n, int actors, bool sync) {
+  auto session = client.newSession("bench-actors");
+  std::vector<squall::Actor> counters;
+  for (int a = 0; a < actors; a++) {
+    counters.push_back(session.actor("bench/Counter"));
+    counters.back().call("increment");
+  }
+  session.submit();
+  session.waitAll();
+  auto start = Clock::now();
+  if (sync) {
+    for (int i = 0; i < n; i++) {
+      auto call = counters[0].call("increment");
+      session.submit();
+      call.wait();
+    }
+  } else {
+    for (int i = 0; i < n; i++) counters[i % actors].call("increment");
+    session.submit();
+    session.waitAll();
+  }
+  double rate = n / seconds(start);
+  session.close();
+  return rate;
+}
+
 // The bench executor, which lives beside this program.
 std::string benchExecutor() {
   return (std::filesystem::canonical("/proc/self/exe").parent_path() / "squall-bench-executor").string();
@@ -275,7 +307,7 @@ int main(int argc, char** argv) {
   int governors = 2, cpus = 1, n = 20000, layers = 10, latencyN = 500, programs = 2000, reps = 3;
   int streamMib = 2048;
   bool streamsOnly = false, recoveryOnly = false, inputsOnly = false, functionsOnly = false, buildOnly = false;
-  bool callsOnly = false;
+  bool callsOnly = false, actorsOnly = false;
   std::vector<std::string> governorArgs;
   int recoveryTasks = 100000;
   std::string server;
@@ -302,6 +334,9 @@ int main(int argc, char** argv) {
   app.add_flag("--calls-only", callsOnly,
                "run only the calls of --functions-only (with --server: its governors must have the bench "
                "executor), e.g. to count the processes' cpu time per call");
+  app.add_flag("--actors-only", actorsOnly,
+               "run only the actor benchmark: calls on one actor one after another and at once, and over "
+               "two actors at once (--trivial of them; docs/benchmarks.md)");
   app.add_option("--governor-arg", governorArgs,
                  "an argument for every governor started (e.g. --governor-arg=--input-isolation=copy)");
   app.add_flag("--recovery-only", recoveryOnly,
@@ -318,7 +353,7 @@ int main(int argc, char** argv) {
       options.governors = governors;
       options.cpus = cpus;
       options.governorArgs = governorArgs;
-      if (functionsOnly || callsOnly) {
+      if (functionsOnly || callsOnly || actorsOnly) {
         options.governorArgs.push_back("--executor");
         options.governorArgs.push_back("bench=" + benchExecutor());
       }
@@ -351,6 +386,13 @@ int main(int argc, char** argv) {
     squall::Client client(server);
     if (buildOnly) {
       run("squall_cpp_build_ns_per_task", [&]() { return buildNanosPerTask(client, n); });
+      return 0;
+    }
+    if (actorsOnly) {
+      fprintf(stderr, "# actors: %d governors x %d cpus; N=%d calls\n", governors, cpus, n);
+      run("squall_actor_calls_sync_per_s", [&]() { return actorCallsPerSecond(client, n, 1, true); });
+      run("squall_actor_calls_async_per_s", [&]() { return actorCallsPerSecond(client, n, 1, false); });
+      run("squall_actor_calls_2actors_per_s", [&]() { return actorCallsPerSecond(client, n, 2, false); });
       return 0;
     }
     if (callsOnly) {

@@ -1,5 +1,6 @@
 // Built-in tasks (concat, sleep), the task dispatcher and TaskControl.
 // Loop thread only; file work on the libuv pool.
+#include "actor-host.h"
 #include "task-env.h"
 
 #include "executor-pool.h"
@@ -81,6 +82,11 @@ kj::Promise<TaskOutcome> runTask(TaskEnv& env, wire::Assignment::Reader spec, Ta
     case wire::TaskSpec::Config::LOAD_DIR: return runLoad(env, spec, control);
     case wire::TaskSpec::Config::STORE: return runStore(env, spec, control);
     case wire::TaskSpec::Config::CALL: return runCall(env, spec, control);
+    case wire::TaskSpec::Config::ACTOR:
+      KJ_IF_MAYBE(actors, env.actors) { return actors->run(env, spec, control); }
+      return TaskOutcome::failure(Id::from(task.getId()),
+                                  kj::str("governor ", env.governorName, " has no executors to host actors"));
+    case wire::TaskSpec::Config::ACTOR_CALL: return runActorCall(env, spec, control);
   }
   return TaskOutcome::failure(Id::from(task.getId()),
                               kj::str("unknown task type (config union ",

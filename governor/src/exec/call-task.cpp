@@ -9,6 +9,7 @@
 // socket: the function reads and writes it as it runs, as a program stage
 // of a streamed pipeline would. Loop thread only; hashing and sealing on
 // the pool.
+#include "actor-host.h"
 #include "dir-tree.h"
 #include "executor-pool.h"
 #include "input-isolation.h"
@@ -94,17 +95,36 @@ kj::Promise<CallEnd> callFailed(kj::String error) { return CallEnd{kj::mv(error)
 
 // About how big a call's message is, so that capnp makes it that size:
 // without a hint it allocates, and zeroes, 8 KiB for every call.
-capnp::MessageSize callSize(wire::Assignment::Reader spec, kj::StringPtr outputDir) {
+capnp::MessageSize callSize(wire::TaskSpec::Reader task, kj::StringPtr function, size_t configBytes,
+                            size_t outputs, kj::StringPtr outputDir) {
   auto textWords = [](size_t bytes) { return (bytes + 8) / 8; };
-  auto task = spec.getTask();
-  auto call = task.getConfig().getCall();
-  uint64_t words = 16 + textWords(call.getFunction().size()) + textWords(call.getConfig().size()) +
-                   textWords(outputDir.size()) + spec.getOutputKinds().size();
+  uint64_t words = 16 + textWords(function.size()) + textWords(configBytes) + textWords(outputDir.size()) + outputs;
   for (auto input : task.getInputs()) {
     // Its label, and a store path or bytes held in memory (the larger).
     words += 8 + textWords(input.getLabel().size()) + textWords(256);
   }
   return capnp::MessageSize{words, 0};
+}
+
+// One input as the store holds it (not read live).
+void setStoredInput(TaskEnv& env, wire::TaskInput::Reader input, wire::CallInput::Builder in) {
+  in.setLabel(input.getLabel());
+  Id id = Id::from(input.getObject());
+  auto meta = KJ_REQUIRE_NONNULL(env.store.find(id), "input is not held", id);
+  // A stream that has ended and was kept is read as the blob it is.
+  in.setKind(meta.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : meta.kind);
+  in.setSize(meta.size);
+  auto data = KJ_REQUIRE_NONNULL(env.store.data(id), "input is not held", id);
+  KJ_SWITCH_ONEOF(data) {
+    KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { in.setData(blob->bytes); }
+    KJ_CASE_ONEOF(path, kj::String) {
+      KJ_IF_MAYBE(view, env.storeView) {
+        in.setPath(view->viewOf(path));
+      } else {
+        in.setPath(path);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -120,7 +140,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
     pool = p;
     KJ_IF_MAYBE(f, p->find(call.getExecutor(), call.getFunction())) { declared = f; }
   }
-  if (declared == nullptr) {
+  if (declared == nullptr || declared->actor || call.getFunction().findFirst('.') != nullptr) {
     return TaskOutcome::failure(taskId, kj::str("governor ", env.governorName, " does not offer the function ",
                                                 function));
   }
@@ -171,7 +191,10 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         // The executor makes the directory when an output needs it (most
         // calls answer with bytes and never do).
         auto outDir = kj::heap<StoreTemp>(env.store);
-        auto request = lease->executor().callRequest(callSize(spec, outDir->path()));
+        auto callConfig = task.getConfig().getCall();
+        auto request = lease->executor().callRequest(callSize(task, callConfig.getFunction(),
+                                                              callConfig.getConfig().size(),
+                                                              spec.getOutputKinds().size(), outDir->path()));
         request.setFunction(task.getConfig().getCall().getFunction());
         request.setConfig(task.getConfig().getCall().getConfig());
         auto inputs = task.getInputs();
@@ -186,28 +209,13 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         uint nextLive = 0;
         for (uint i = 0; i < inputs.size(); i++) {
           auto in = list[i];
-          in.setLabel(inputs[i].getLabel());
           if (i < locations.size() && locations[i].getLive()) {
+            in.setLabel(inputs[i].getLabel());
             in.setKind(wire::ObjectKind::STREAM);
             in.setStream(kj::heap<PipeEndCap>(kj::mv(ends->taskInputEnds[nextLive++])));
             continue;
           }
-          Id id = Id::from(inputs[i].getObject());
-          auto meta = KJ_REQUIRE_NONNULL(env.store.find(id), "input is not held", id);
-          // A stream that has ended and was kept is read as the blob it is.
-          in.setKind(meta.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : meta.kind);
-          in.setSize(meta.size);
-          auto data = KJ_REQUIRE_NONNULL(env.store.data(id), "input is not held", id);
-          KJ_SWITCH_ONEOF(data) {
-            KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { in.setData(blob->bytes); }
-            KJ_CASE_ONEOF(path, kj::String) {
-              KJ_IF_MAYBE(view, env.storeView) {
-                in.setPath(view->viewOf(path));
-              } else {
-                in.setPath(path);
-              }
-            }
-          }
+          setStoredInput(env, inputs[i], in);
         }
         auto kinds = spec.getOutputKinds();
         auto outKinds = request.initOutputKinds(kinds.size());
@@ -345,6 +353,103 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
             })
             .attach(kj::mv(ends));
       });
+}
+
+void setStoredCallInputs(TaskEnv& env, wire::TaskSpec::Reader task,
+                         capnp::List<wire::CallInput, capnp::Kind::STRUCT>::Builder list) {
+  auto inputs = task.getInputs();
+  for (uint i = 0; i < inputs.size() && i < list.size(); i++) setStoredInput(env, inputs[i], list[i]);
+}
+
+kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control) {
+  auto task = spec.getTask();
+  Id taskId = Id::from(task.getId());
+  auto config = task.getConfig().getActorCall();
+  Id actorId = Id::from(config.getActor());
+  ActorHosts* hosts = nullptr;
+  ExecutorPool* pool = nullptr;
+  KJ_IF_MAYBE(a, env.actors) { hosts = a; }
+  KJ_IF_MAYBE(p, env.executors) { pool = p; }
+  if (hosts == nullptr || pool == nullptr) {
+    return TaskOutcome::failure(taskId, kj::str("governor ", env.governorName, " hosts no actors"));
+  }
+  ActorHosts::TypeName type;
+  KJ_IF_MAYBE(t, hosts->typeOf(actorId)) {
+    type = *t;
+  } else {
+    return TaskOutcome::failure(taskId, kj::str("actor ", actorId, " is not on governor ", env.governorName));
+  }
+  auto function = kj::str(type.type, ".", config.getMethod());
+  auto method = kj::str(type.executor, "/", function);
+  auto kinds = spec.getOutputKinds();
+  KJ_IF_MAYBE(declared, pool->find(type.executor, function)) {
+    if (kinds.size() != declared->outputs.size()) {
+      return TaskOutcome::failure(taskId, kj::str("method ", method, " makes ", declared->outputs.size(),
+                                                  " outputs; the task has ", kinds.size()));
+    }
+  } else {
+    return TaskOutcome::failure(taskId, kj::str("governor ", env.governorName, " does not offer the method ",
+                                                method));
+  }
+  for (auto kind : kinds) {
+    if (kind == wire::ObjectKind::STREAM) {
+      return TaskOutcome::failure(taskId, kj::str("method ", method, ": an actor's methods write no streams"));
+    }
+  }
+  for (auto location : spec.getInputs()) {
+    if (location.getLive()) {
+      return TaskOutcome::failure(taskId, kj::str("method ", method, ": an actor's methods read no live streams"));
+    }
+  }
+  // Made again for each attempt: a restarted actor gets the call anew.
+  auto build = [&env, spec, function = kj::str(function)](wire::Executor::Client& cap) {
+    auto task = spec.getTask();
+    auto config = task.getConfig().getActorCall();
+    auto outDir = kj::heap<StoreTemp>(env.store);
+    auto kinds = spec.getOutputKinds();
+    auto request = cap.callRequest(callSize(task, function, config.getConfig().size(), kinds.size(), outDir->path()));
+    request.setFunction(function);
+    request.setConfig(config.getConfig());
+    setStoredCallInputs(env, task, request.initInputs(task.getInputs().size()));
+    auto outKinds = request.initOutputKinds(kinds.size());
+    for (uint i = 0; i < kinds.size(); i++) outKinds.set(i, kinds[i]);
+    request.setOutputDir(outDir->path());
+    return ActorHosts::Built{kj::mv(request), kj::mv(outDir)};
+  };
+  return hosts->call(actorId, taskId, kj::mv(build))
+      .exclusiveJoin(control.whenCancelled().then([hosts, actorId, taskId]() -> kj::Promise<ActorHosts::Answer> {
+        hosts->abandon(actorId, taskId);
+        return KJ_EXCEPTION(FAILED, "cancelled");
+      }))
+      .then(
+          [&env, spec, taskId, method = kj::str(method)](ActorHosts::Answer answer) -> kj::Promise<TaskOutcome> {
+            auto outputs = answer.response.getOutputs();
+            auto ids = spec.getTask().getOutputs();
+            auto kinds = spec.getOutputKinds();
+            SQUALL_REQUIRE(outputs.size() == ids.size(), "method ", method, " answered with ", outputs.size(),
+                           " outputs for ", ids.size());
+            kj::Vector<kj::Promise<OutputInfo>> adopted;
+            bool anyFile = false;
+            for (uint i = 0; i < ids.size(); i++) {
+              anyFile = anyFile || outputs[i].isFile();
+              adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], answer.outDir->path(), method));
+            }
+            // No file output: the executor made no directory (see runCall).
+            if (!anyFile) answer.outDir->release();
+            return kj::joinPromises(adopted.releaseAsArray())
+                .attach(kj::mv(answer.response), kj::mv(answer.outDir))
+                .then([taskId](kj::Array<OutputInfo> done) {
+                  TaskOutcome outcome;
+                  outcome.id = taskId;
+                  outcome.ok = true;
+                  for (auto& info : done) outcome.outputs.add(info);
+                  return outcome;
+                });
+          },
+          [&control, taskId, method = kj::str(method)](kj::Exception&& e) {
+            if (control.isCancelled()) return TaskOutcome::failure(taskId, kj::str("cancelled"));
+            return TaskOutcome::failure(taskId, kj::str("method ", method, " failed: ", userMessage(e)));
+          });
 }
 
 }  // namespace squall

@@ -11,12 +11,12 @@
 
 namespace squall {
 
-namespace {
-
 kj::String exitText(const ProcessExit& exit) {
   if (exit.termSignal != 0) return kj::str("was killed by ", signalName(exit.termSignal));
   return kj::str("exited with status ", exit.exitStatus);
 }
+
+namespace {
 
 // How long an executor has to describe itself at start.
 constexpr kj::Duration DESCRIBE_TIMEOUT = 30 * kj::SECONDS;
@@ -50,20 +50,12 @@ struct ExecutorPool::Slot {
   kj::Own<StoreTemp> outDir;
 };
 
-struct ExecutorPool::Worker {
-  Worker(ExecutorPool& pool, kj::StringPtr executor) : pool(pool), executor(kj::str(executor)) { pool.alive++; }
+struct ExecutorPool::Worker final : public ExecutorProcess {
+  Worker(ExecutorPool& pool, kj::StringPtr executor) : ExecutorProcess(executor), pool(pool) { pool.alive++; }
   ~Worker() noexcept(false) { pool.alive--; }
   KJ_DISALLOW_COPY(Worker);
 
   ExecutorPool& pool;
-  kj::String executor;
-  kj::Own<ChildProcess> child;
-  kj::Own<RpcClient> rpc;
-  wire::Executor::Client cap = nullptr;
-  // Set once the process's exit is seen; `exited` resolves then.
-  kj::Maybe<ProcessExit> exit;
-  kj::ForkedPromise<void> exited = nullptr;
-  kj::Promise<void> watch = nullptr;
   // Its connection failed: no call goes to it any more.
   bool broken = false;
 
@@ -124,7 +116,8 @@ ExecutorPool::Function* ExecutorPool::findFunction(kj::StringPtr executor, kj::S
   return nullptr;
 }
 
-ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr program) {
+void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
+                          const std::vector<std::string>& extraEnv) {
   int fds[2];
   KJ_SYSCALL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds));
   kj::AutoCloseFd ours(fds[0]);
@@ -135,36 +128,50 @@ ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr 
   options.args.add(kj::str("--squall-executor-fd"));
   options.args.add(kj::str("0"));
   for (auto& e : env) options.env.add(kj::str(e));
+  for (auto& e : extraEnv) options.env.add(kj::str(e));
   options.cwd = kj::str(cwd);
   options.stdinFd = theirs.get();
   options.stdoutFd = STDERR_FILENO;
   options.stderrFd = STDERR_FILENO;
   auto started = ChildProcess::spawn(bridge, options);
   KJ_IF_MAYBE(code, started.tryGet<int>()) {
-    SQUALL_FAIL("cannot start executor ", executor, " (", program, "): ", strerror(-*code));
+    SQUALL_FAIL("cannot start executor ", process.executor, " (", program, "): ", strerror(-*code));
   }
-  workers.push_back(kj::heap<Worker>(*this, executor));
-  auto* worker = workers.back().get();
-  worker->child = kj::mv(started.get<kj::Own<ChildProcess>>());
+  process.child = kj::mv(started.get<kj::Own<ChildProcess>>());
   theirs = nullptr;
   // A Unix socket that carries descriptors too: the pipe ends of streams
   // (call-task.cpp). Executors send none back, but capnp 0.9 attaches
   // descriptors to outgoing messages only when the network accepts some.
-  worker->rpc = kj::heap<RpcClient>(io.wrapUnixSocketFd(ours.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP), 1);
-  worker->cap = worker->rpc->bootstrap<wire::Executor>();
+  process.rpc =
+      kj::heap<RpcClient>(io.wrapUnixSocketFd(ours.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP), 1);
+  process.cap = process.rpc->bootstrap<wire::Executor>();
   auto paf = kj::newPromiseAndFulfiller<void>();
-  worker->exited = paf.promise.fork();
-  worker->watch = worker->child->onExit()
-                      .then([w = worker, fulfiller = kj::mv(paf.fulfiller)](ProcessExit exit) mutable {
-                        w->exit = exit;
-                        w->pool.logger.info("event=executor-exited executor={} pid={} how=\"{}\"",
-                                            w->executor.cStr(), w->child->pid(), exitText(exit).cStr());
+  process.exited = paf.promise.fork();
+  process.watch = process.child->onExit()
+                      .then([p = &process, &logger = logger, fulfiller = kj::mv(paf.fulfiller)](ProcessExit exit) mutable {
+                        p->exit = exit;
+                        logger.info("event=executor-exited executor={} pid={} how=\"{}\"", p->executor.cStr(),
+                                    p->child->pid(), exitText(exit).cStr());
                         fulfiller->fulfill();
                       })
                       .eagerlyEvaluate(nullptr);
-  logger.info("event=executor-started executor={} program={} pid={}", executor.cStr(), program.cStr(),
-              worker->child->pid());
+  logger.info("event=executor-started executor={} program={} pid={}", process.executor.cStr(), program.cStr(),
+              process.child->pid());
+}
+
+ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr program) {
+  workers.push_back(kj::heap<Worker>(*this, executor));
+  auto* worker = workers.back().get();
+  KJ_ON_SCOPE_FAILURE(workers.pop_back());
+  launch(*worker, program, {});
   return *worker;
+}
+
+kj::Own<ExecutorProcess> ExecutorPool::startProcess(kj::StringPtr executor, const std::vector<std::string>& extraEnv) {
+  auto& k = KJ_REQUIRE_NONNULL(findExecutor(executor), "this governor has no executor", executor);
+  auto process = kj::heap<ExecutorProcess>(executor);
+  launch(*process, k.program, extraEnv);
+  return process;
 }
 
 kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
@@ -205,6 +212,7 @@ kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
                             Known k{kj::mv(name), kj::mv(program), {}};
                             for (auto f : response.getFunctions()) {
                               Function function{kj::str(f.getName()), {}, f.getNamed()};
+                              function.actor = f.getActor();
                               for (auto o : f.getOutputs()) function.outputs.add(kj::str(o));
                               k.functions.add(kj::mv(function));
                             }

@@ -38,6 +38,7 @@
 #include <kj/async-io.h>
 #include <kj/vector.h>
 #include <spdlog/logger.h>
+#include <squall/proto/rpc.h>
 #include <squall/wire/executor.capnp.h>
 #include <vector>
 
@@ -52,6 +53,27 @@ struct ExecutorDecl {
 kj::Maybe<ExecutorDecl> parseExecutorDecl(kj::StringPtr text, kj::String& error);
 
 class ExecutorLease;
+
+// One running executor program and its connection. The pool's processes
+// are these; an actor's process (actor-host.h) is one of its own, outside
+// the pool. Loop thread only.
+struct ExecutorProcess {
+  explicit ExecutorProcess(kj::StringPtr executor) : executor(kj::str(executor)) {}
+  virtual ~ExecutorProcess() noexcept(false) = default;
+  KJ_DISALLOW_COPY(ExecutorProcess);
+
+  kj::String executor;
+  kj::Own<ChildProcess> child;
+  kj::Own<RpcClient> rpc;
+  wire::Executor::Client cap = nullptr;
+  // Set once the process's exit is seen; `exited` resolves then.
+  kj::Maybe<ProcessExit> exit;
+  kj::ForkedPromise<void> exited = nullptr;
+  kj::Promise<void> watch = nullptr;
+};
+
+// "exited with status 3", "was killed by SIGSEGV".
+kj::String exitText(const ProcessExit& exit);
 
 class ExecutorPool {
  public:
@@ -74,6 +96,9 @@ class ExecutorPool {
     kj::String name;
     kj::Vector<kj::String> outputs;
     bool named = false;
+    // An actor type (its constructor; its methods are "Type.method"
+    // entries), not a function to call.
+    bool actor = false;
     // Its calls answered, and how long they ran on average (a moving one,
     // recent calls weighing most; the executor's timing).
     uint32_t calls = 0;
@@ -98,6 +123,7 @@ class ExecutorPool {
   kj::Promise<void> start(kj::Vector<ExecutorDecl> decls);
 
   const kj::Vector<Known>& executors() const { return known; }
+  kj::Maybe<const Known&> findExecutor(kj::StringPtr name) const;
   kj::Maybe<const Function&> find(kj::StringPtr executor, kj::StringPtr function) const;
 
   // A process of `executor` for a call of `function`: an idle one, or a new
@@ -114,6 +140,13 @@ class ExecutorPool {
   // otherwise. The caller checks the call itself may wait (no live stream,
   // no time limit).
   kj::Maybe<kj::Own<ExecutorLease>> join(kj::StringPtr executor, kj::StringPtr function, uint64_t cpuUnits);
+
+  // A process of `executor` of its own, not in the pool: an actor's
+  // (actor-host.h). `extraEnv` (NAME=VALUE) is added to its environment:
+  // the resources its actor holds. Throws naming the executor when it
+  // cannot start. Its owner stops it (killGroup, or dropping its
+  // connection, which ends its serve()).
+  kj::Own<ExecutorProcess> startProcess(kj::StringPtr executor, const std::vector<std::string>& extraEnv);
 
   // At the governor's end, after the tasks: idle processes see their
   // socket close and exit by themselves (their destructors run), busy ones
@@ -156,10 +189,11 @@ class ExecutorPool {
   // destroyed before them.
   kj::TaskSet calls;
 
-  kj::Maybe<const Known&> findExecutor(kj::StringPtr name) const;
   Function* findFunction(kj::StringPtr executor, kj::StringPtr function);
   // A fresh process of `executor` running `program`; throws naming it.
   Worker& spawn(kj::StringPtr executor, kj::StringPtr program);
+  // Starts `program` as `process`, with `extraEnv` besides the pool's.
+  void launch(ExecutorProcess& process, kj::StringPtr program, const std::vector<std::string>& extraEnv);
   // Sends `request` on `worker` as the call of `lease`.
   kj::Promise<void> send(Worker& worker, ExecutorLease& lease,
                          capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,

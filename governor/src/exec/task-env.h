@@ -14,6 +14,7 @@
 #include <kj/async.h>
 #include <kj/timer.h>
 #include <spdlog/logger.h>
+#include <squall/wire/executor.capnp.h>
 #include <squall/wire/service.capnp.h>
 
 namespace squall {
@@ -29,6 +30,7 @@ inline kj::Duration taskMilliseconds(uint64_t ms) {
 
 class ExecutorPool;
 class ExecutorLease;
+class ActorHosts;
 class StreamHub;
 class StoreView;
 
@@ -55,6 +57,8 @@ struct TaskEnv {
   kj::Maybe<const StoreView&> storeView = nullptr;
   // Warm executor processes (--executor); without it, call tasks fail.
   kj::Maybe<ExecutorPool&> executors = nullptr;
+  // The actors living here (actor-host.h); set with `executors`.
+  kj::Maybe<ActorHosts&> actors = nullptr;
 };
 
 // Resources a task was granted, as an object that gives them back when
@@ -145,6 +149,14 @@ kj::Promise<TaskOutcome> runSleep(TaskEnv& env, wire::Assignment::Reader spec, T
 kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 // call-task.cpp
 kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+// A method call on an actor living here (actor-host.h).
+kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
+// Fills `list` (one per input) with the task's inputs as the store holds
+// them, for an executor: a store path (through the read-only view when
+// inputs are isolated by mount) or a small blob's bytes. None may be read
+// live.
+void setStoredCallInputs(TaskEnv& env, wire::TaskSpec::Reader task,
+                         capnp::List<wire::CallInput, capnp::Kind::STRUCT>::Builder list);
 // dir-tasks.cpp
 kj::Promise<TaskOutcome> runMakeDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 kj::Promise<TaskOutcome> runSliceDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);

@@ -1,6 +1,7 @@
 // The local task queue. Loop thread only.
 #include "task-queue.h"
 
+#include "actor-host.h"
 #include "executor-pool.h"
 #include "stream-hub.h"
 
@@ -46,6 +47,7 @@ kj::String producerName(wire::TaskSpec::Reader task) {
 
 void TaskQueue::ended(wire::Assignment::Reader assignment, TaskOutcome outcome) {
   KJ_IF_MAYBE(hub, env.streams) { hub->taskEnded(assignment, outcome.ok, outcome.error); }
+  KJ_IF_MAYBE(actors, env.actors) { actors->taskEnded(assignment, outcome.error); }
   report(kj::mv(outcome));
 }
 
@@ -146,8 +148,26 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
     ended(assignment, TaskOutcome::failure(id, kj::str("governor ", env.governorName, " is shutting down")));
     return;
   }
-  // A stream reader sharing its group's cpu holds none of its own.
-  uint32_t needed = assignment.getSharesCpus() ? 0 : spec.getResources().getCpus();
+  auto which = spec.getConfig().which();
+  bool actorCall = which == wire::TaskSpec::Config::ACTOR_CALL;
+  if (which == wire::TaskSpec::Config::ACTOR || actorCall) {
+    KJ_IF_MAYBE(actors, env.actors) {
+      if (actorCall) {
+        KJ_IF_MAYBE(why, actors->enqueue(Id::from(spec.getConfig().getActorCall().getActor()), id)) {
+          ended(assignment, TaskOutcome::failure(id, kj::mv(*why)));
+          return;
+        }
+      } else {
+        actors->expect(assignment);
+      }
+    } else {
+      ended(assignment, TaskOutcome::failure(id, kj::str("governor ", env.governorName, " hosts no actors")));
+      return;
+    }
+  }
+  // A stream reader sharing its group's cpu holds none of its own; a
+  // method call runs on its actor's.
+  uint32_t needed = assignment.getSharesCpus() || actorCall ? 0 : spec.getResources().getCpus();
   if (needed > cpus) {
     ended(assignment, TaskOutcome::failure(id, kj::str("task needs ", needed, " cpus but governor ",
                                                        env.governorName, " has only ", cpus)));
@@ -155,6 +175,7 @@ void TaskQueue::assign(wire::Assignment::Reader assignment) {
   }
   std::vector<ResourceNeed> needs{{"cpus", uint64_t(needed) * RESOURCE_UNIT, false}};
   for (auto request : spec.getResources().getRequests()) {
+    if (actorCall) break;
     needs.push_back({request.getName().cStr(), request.getAmount(), request.getAll()});
   }
   if (auto why = allocator.impossible(needs)) {
@@ -220,6 +241,12 @@ void TaskQueue::inputsReady(Id id, uint64_t serial) {
                                         env.governorName, " before the task started"));
         return;
       }
+    }
+    if (task->spec->getTask().getConfig().isActorCall()) {
+      // It needs no resources (its actor holds them) and waits for its
+      // turn on the actor, not behind other tasks.
+      start(*task);
+      return;
     }
     makeReady(*task);
     pump();
@@ -310,7 +337,8 @@ void TaskQueue::start(Task& task) {
   auto which = task.spec->getTask().getConfig().which();
   // execute and call end when their process is killed.
   bool abandonable = which != wire::TaskSpec::Config::EXECUTE && which != wire::TaskSpec::Config::SLEEP &&
-                     which != wire::TaskSpec::Config::CALL;
+                     which != wire::TaskSpec::Config::CALL && which != wire::TaskSpec::Config::ACTOR &&
+                     which != wire::TaskSpec::Config::ACTOR_CALL;
   auto runner = kj::evalNow([this, &task]() { return runTask(env, *task.spec, task.control); });
   if (abandonable) {
     // A built-in's file work on the pool cannot be interrupted: on cancel or
@@ -416,6 +444,9 @@ bool TaskQueue::retract(Id id) {
   auto it = tasks.find(id);
   if (it == tasks.end() || it->second->state == State::RUNNING) return false;
   if (touchesLiveStreams(*it->second->spec)) return false;
+  // An actor's calls have taken their turns here.
+  auto which = it->second->spec->getTask().getConfig().which();
+  if (which == wire::TaskSpec::Config::ACTOR || which == wire::TaskSpec::Config::ACTOR_CALL) return false;
   // A fetch under way goes on (its object may serve a later task); its
   // continuation finds the task gone by its serial.
   tasks.erase(it);

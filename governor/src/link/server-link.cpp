@@ -63,6 +63,7 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
         auto& f = known[i].functions[j];
         functions[j].setName(f.name);
         functions[j].setNamed(f.named);
+        functions[j].setActor(f.actor);
         auto outputs = functions[j].initOutputs(f.outputs.size());
         for (uint k = 0; k < f.outputs.size(); k++) outputs.set(k, f.outputs[k]);
       }

@@ -7,6 +7,7 @@
 #include <capnp/message.h>
 #include <cstdint>
 #include <kj/async.h>
+#include <map>
 #include <memory>
 #include <squall/proto/ids.h>
 #include <squall/wire/common.capnp.h>
@@ -20,6 +21,22 @@ using GovernorId = uint32_t;
 
 struct TaskNode;
 struct Session;
+
+// An actor (a task of type actor) and its method calls, in their turns:
+// the order they were submitted in (docs/actors.md). Calls are placed on
+// the actor's governor, in turn order, once the actor task is placed;
+// a call not ready yet holds back the calls behind it.
+struct ActorNode {
+  TaskNode* task = nullptr;
+  // The next call's turn.
+  uint64_t nextTurn = 0;
+  // Calls by turn; done ones leave from the front (Scheduler::placeCalls).
+  std::map<uint64_t, TaskNode*> calls;
+  // Killed by its client (ClientService.killActor): its end is no failure.
+  bool killed = false;
+  // Its calls that finished ok.
+  uint64_t callsDone = 0;
+};
 
 // Tasks joined by streams read live: a producer and its readers, and their
 // producers and readers in turn. They run at the same time, so they are
@@ -95,9 +112,16 @@ struct TaskNode {
   uint32_t cpus = 1;
   // What it needs besides cpus (resource-fit.h).
   std::vector<ResourceAsk> resources;
-  // "executor/function" of a call task (placed only where it is offered);
-  // empty for other types.
+  // "executor/function" of a call task, "executor/Type" of an actor (placed
+  // only where it is offered); empty for other types.
   std::string function;
+  // An actor task: it lives (holding its resources) until killed, and is
+  // not among the tasks a wait for every task waits for.
+  bool isActor = false;
+  // A method call: its actor (whose governor runs it, on the actor's
+  // resources) and its turn there.
+  ActorNode* actor = nullptr;
+  uint64_t turn = 0;
   // The governor whose capacity the task holds while assigned (0 = none).
   GovernorId governor = 0;
   // Its expected run time in ms (or a stand-in, see b-level.h), and the
@@ -158,6 +182,8 @@ struct Session {
   // into them.
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;
   std::vector<std::unique_ptr<StreamGroup>> groups;
+  // Its actors, by their task's n.
+  std::unordered_map<uint64_t, ActorNode> actors;
 
   uint64_t unfinishedTasks = 0;
   // Lowest id no task or object of the session has used.
@@ -170,6 +196,15 @@ struct Session {
   std::vector<std::shared_ptr<Waiter>> allWaiters;
   // Every pending waiter, so that a failure or close reaches all of them.
   std::vector<std::shared_ptr<Waiter>> everyWaiter;
+
+  // A task ended (or was counted unfinished again): waits for every task
+  // count every task but actors.
+  void countDone(const TaskNode& task) {
+    if (!task.isActor) unfinishedTasks--;
+  }
+  void countUndone(const TaskNode& task) {
+    if (!task.isActor) unfinishedTasks++;
+  }
 
   void setTaskState(TaskNode& task, TaskNode::State state) {
     counts[static_cast<int>(task.state)]--;

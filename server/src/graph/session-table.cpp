@@ -266,9 +266,10 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
     return;
   }
   session.setTaskState(task, TaskNode::State::FAILED);
-  session.unfinishedTasks--;
+  session.countDone(task);
   counters.tasksFailed++;
   record(session, task, result);
+  if (task.isActor) actorEnded(session, session.actors.at(task.id.n));
   if (policy.getAllowFailure()) {
     abandon(session, task);
     return;
@@ -282,6 +283,46 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
        &task, result);
 }
 
+void SessionTable::killActor(Session& session, uint64_t n) {
+  auto it = session.actors.find(n);
+  SQUALL_REQUIRE(it != session.actors.end(), "task ", n, " of session ", session.id, " is not an actor");
+  auto& actor = it->second;
+  auto& task = *actor.task;
+  if (task.done()) return;
+  actor.killed = true;
+  if (task.state == TaskNode::State::ASSIGNED) {
+    pending.cancel.emplace_back(task.governor, task.id);
+    task.governor = 0;
+  }
+  session.setTaskState(task, TaskNode::State::CANCELLED);
+  task.error = "killed";
+  logger.info("event=actor-killed session={} task={} calls_left={}", session.id, n, actor.calls.size());
+  record(session, task, {});
+  actorEnded(session, actor);
+  taskDone(session, task);
+}
+
+void SessionTable::actorEnded(Session& session, ActorNode& actor) {
+  auto why = actor.killed ? kj::str("actor ", actor.task->id.n, " was killed before the call ran")
+                          : kj::str("actor ", actor.task->id.n, " ended before the call ran",
+                                    actor.task->error.empty() ? kj::str() : kj::str(": ", actor.task->error.c_str()));
+  auto calls = std::move(actor.calls);
+  actor.calls.clear();
+  for (auto& [turn, call] : calls) {
+    if (call->done()) continue;
+    if (call->state == TaskNode::State::ASSIGNED) {
+      // Its governor fails it too; that report is dropped.
+      pending.cancel.emplace_back(call->governor, call->id);
+      call->governor = 0;
+    }
+    session.setTaskState(*call, actor.killed ? TaskNode::State::CANCELLED : TaskNode::State::FAILED);
+    session.countDone(*call);
+    call->error = why.cStr();
+    record(session, *call, {});
+    abandon(session, *call);
+  }
+}
+
 void SessionTable::abandon(Session& session, TaskNode& failed) {
   std::vector<TaskNode*> stack = {&failed};
   while (!stack.empty()) {
@@ -289,7 +330,7 @@ void SessionTable::abandon(Session& session, TaskNode& failed) {
     stack.pop_back();
     auto skip = [&](TaskNode& skipped, std::string why) {
       session.setTaskState(skipped, TaskNode::State::SKIPPED);
-      session.unfinishedTasks--;
+      session.countDone(skipped);
       skipped.error = std::move(why);
       stack.push_back(&skipped);
     };
@@ -331,8 +372,12 @@ void SessionTable::taskDone(Session& session, TaskNode& task) {
 void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result,
                               GovernorId from) {
   session.setTaskState(task, TaskNode::State::FINISHED);
-  session.unfinishedTasks--;
+  session.countDone(task);
   counters.tasksFinished++;
+  if (task.actor != nullptr) {
+    task.actor->callsDone++;
+    counters.actorCallsFinished++;
+  }
   logger.debug("event=task-finished session={} task={} governor={}", task.id.session, task.id.n, from);
   record(session, task, result);
   auto infos = result.getOutputs();
@@ -430,7 +475,7 @@ void SessionTable::fail(Session& session, std::string message, const TaskNode* t
       case TaskNode::State::WAITING:
       case TaskNode::State::READY:
         session.setTaskState(t, TaskNode::State::CANCELLED);
-        session.unfinishedTasks--;
+        session.countDone(t);
         break;
       default:
         break;
@@ -575,7 +620,7 @@ bool SessionTable::remake(Session& session, ObjectNode& lost, kj::StringPtr gove
     // inputs are needed again.
     if (producer->done()) {
       session.setTaskState(*producer, TaskNode::State::WAITING);
-      session.unfinishedTasks++;
+      session.countUndone(*producer);
       touched.push_back(producer);
       for (auto* input : producer->inputs) {
         input->unfinishedConsumers++;

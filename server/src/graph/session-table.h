@@ -98,6 +98,17 @@ class SessionTable {
                                           capnp::List<wire::Id>::Reader tasks,
                                           capnp::List<wire::ObjectInfo>::Reader objects);
 
+  // Ends an actor at its client's word (docs/actors.md): its task ends
+  // cancelled (its governor is told to stop it), not failed, and so do its
+  // calls that have not run (their outputs are never made; what reads them
+  // is skipped). Nothing for an actor that has ended. Throws FAILED for a
+  // task that is no actor.
+  void killActor(Session& session, uint64_t n);
+  // The actor's task has ended: its calls not done end too (cancelled if it
+  // was killed, else failed, saying why), without failing the session
+  // again; what reads their outputs is skipped.
+  void actorEnded(Session& session, ActorNode& actor);
+
   // Fails the session: its unfinished tasks are cancelled.
   void fail(Session& session, std::string message, const TaskNode* task = nullptr,
             wire::TaskResult::Reader result = {});

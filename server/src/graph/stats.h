@@ -15,6 +15,8 @@ struct ServerStats {
   uint64_t taskRetries = 0;
   // Queued tasks governors gave back for idle ones (work stealing).
   uint64_t tasksStolen = 0;
+  // Method calls on actors that finished ok (docs/actors.md).
+  uint64_t actorCallsFinished = 0;
   // Sizes of the objects tasks made.
   uint64_t bytesProduced = 0;
   // Input bytes a governor fetched from another governor to run a task

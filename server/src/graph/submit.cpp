@@ -23,6 +23,17 @@ namespace squall {
 
 namespace {
 
+// A call or method call makes as many outputs as its function declares
+// (`declared`, by name); FAILED naming them otherwise.
+void requireOutputCount(kj::StringPtr label, kj::StringPtr what, kj::StringPtr name,
+                        const std::vector<std::string>& declared, size_t outputs) {
+  if (declared.size() == outputs) return;
+  std::string names;
+  for (auto& o : declared) names += (names.empty() ? "" : ", ") + o;
+  SQUALL_FAIL(label, ": ", what, " ", name, " makes ", declared.size(), " output(s) (", names.c_str(),
+              "); the task has ", outputs);
+}
+
 
 kj::String taskLabel(wire::TaskSpec::Reader spec) {
   if (spec.getName().size() > 0) return kj::str("task ", spec.getId().getN(), " (", spec.getName(), ")");
@@ -488,6 +499,13 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
         SQUALL_REQUIRE(call.getExecutor().size() > 0 && call.getFunction().size() > 0, label,
                        ": a call names an executor and a function (executor/function)");
         auto function = callName(call);
+        if (capacity.actorTypes != nullptr) {
+          SQUALL_REQUIRE(capacity.actorTypes->count(function.cStr()) == 0, label, ": ", function,
+                         " is an actor type, not a function: make an actor of it (docs/actors.md)");
+          SQUALL_REQUIRE(call.getFunction().findFirst('.') == nullptr ||
+                             capacity.functions->count(function.cStr()) == 0,
+                         label, ": ", function, " is a method of an actor type: call it on an actor (docs/actors.md)");
+        }
         if (capacity.functions != nullptr) {
           auto& offered = *capacity.functions;
           auto found = offered.find(function.cStr());
@@ -506,12 +524,66 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
                                                   "NAME=PROGRAM)")
                                         : kj::str(" (offered: ", names.c_str(), ")"));
           }
-          if (found->second.size() != outputs.size()) {
+          requireOutputCount(label, "function", function, found->second, outputs.size());
+        }
+        break;
+      }
+      case wire::TaskSpec::Config::ACTOR: {
+        auto actor = task.getConfig().getActor();
+        SQUALL_REQUIRE(isPlainName(actor.getExecutor()) && isPlainName(actor.getType()) &&
+                           actor.getType().findFirst('.') == nullptr,
+                       label, ": an actor names an executor and an actor type (executor/Type)");
+        SQUALL_REQUIRE(outputs.size() == 0, label, ": an actor has no outputs (its calls have)");
+        SQUALL_REQUIRE(task.getPolicy().getRetries() == 0, label,
+                       ": an actor is not retried; it is restarted (max_restarts)");
+        SQUALL_REQUIRE(actor.getMaxRestarts() <= 1000 && actor.getMaxCallRetries() <= 1000, label,
+                       ": at most 1000 restarts and 1000 call retries");
+        auto type = actorTypeName(actor);
+        if (capacity.actorTypes != nullptr) {
+          if (capacity.actorTypes->count(type.cStr()) == 0) {
             std::string names;
-            for (auto& o : found->second) names += (names.empty() ? "" : ", ") + o;
-            SQUALL_FAIL(label, ": function ", function, " makes ", found->second.size(), " output(s) (",
-                        names.c_str(), "); the task has ", outputs.size());
+            for (auto& name : *capacity.actorTypes) names += (names.empty() ? "" : ", ") + name;
+            SQUALL_FAIL(label, ": no governor offers the actor type ", type,
+                        capacity.actorTypes->empty() ? kj::str(" (no governor has actor types)")
+                                                     : kj::str(" (offered: ", names.c_str(), ")"));
           }
+        }
+        break;
+      }
+      case wire::TaskSpec::Config::ACTOR_CALL: {
+        auto call = task.getConfig().getActorCall();
+        SQUALL_REQUIRE(isPlainName(call.getMethod()) && call.getMethod().findFirst('.') == nullptr, label,
+                       ": method name '", call.getMethod(), "': ", PLAIN_NAME_RULE, ", without '.'");
+        auto actorId = call.getActor();
+        SQUALL_REQUIRE(actorId.getSession() == session, label, " calls actor ", actorId.getSession(), "/",
+                       actorId.getN(), " of another session");
+        wire::ActorConfig::Reader actor;
+        auto fresh = newTasks.find(actorId.getN());
+        if (fresh != newTasks.end()) {
+          SQUALL_REQUIRE(fresh->second.getConfig().isActor(), label, " calls task ", actorId.getN(),
+                         ", which is not an actor");
+          actor = fresh->second.getConfig().getActor();
+        } else {
+          auto it = target.tasks.find(actorId.getN());
+          SQUALL_REQUIRE(it != target.tasks.end(), label, " calls unknown actor ", actorId.getN());
+          SQUALL_REQUIRE(it->second.isActor, label, " calls task ", actorId.getN(), ", which is not an actor");
+          SQUALL_REQUIRE(!it->second.done(), label, " calls actor ", actorId.getN(), ", which has ended",
+                         it->second.error.empty() ? kj::str() : kj::str(" (", it->second.error.c_str(), ")"));
+          actor = it->second.spec.getConfig().getActor();
+        }
+        SQUALL_REQUIRE(!task.getResources().getCpusAsked() && task.getResources().getRequests().size() == 0,
+                       label, ": a method call runs on its actor's resources and asks for none");
+        auto method = kj::str(actorTypeName(actor), ".", call.getMethod());
+        for (uint i = 0; i < outputs.size(); i++) {
+          SQUALL_REQUIRE(outputKind(i) != wire::ObjectKind::STREAM, label, ": output ", outputs[i].getN(),
+                         " is a stream; an actor's methods write blobs and dirs");
+        }
+        if (capacity.functions != nullptr && capacity.actorTypes != nullptr &&
+            capacity.actorTypes->count(actorTypeName(actor).cStr()) != 0) {
+          auto found = capacity.functions->find(method.cStr());
+          SQUALL_REQUIRE(found != capacity.functions->end(), label, ": actor type ", actorTypeName(actor),
+                         " has no method ", call.getMethod());
+          requireOutputCount(label, "method", method, found->second, outputs.size());
         }
         break;
       }
@@ -703,12 +775,38 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     task.cpus = spec.getResources().getCpus();
     task.resources = resourceAsks(spec);
     if (spec.getConfig().isCall()) task.function = callName(spec.getConfig().getCall()).cStr();
+    if (spec.getConfig().isActor()) {
+      task.function = actorTypeName(spec.getConfig().getActor()).cStr();
+      task.isActor = true;
+      target.actors[n].task = &task;
+    }
+    if (spec.getConfig().isActorCall()) {
+      // It runs on its actor's resources.
+      task.cpus = 0;
+      task.resources.clear();
+    }
     target.counts[static_cast<int>(TaskNode::State::WAITING)]++;
-    target.unfinishedTasks++;
+    target.countUndone(task);
     for (auto output : spec.getOutputs()) {
       auto& object = target.objects.at(output.getN());
       object.producer = &task;
       task.outputs.push_back(&object);
+    }
+  }
+  {
+    // Method calls take their turns on their actors in the order they
+    // were made: by id within a submit (ids grow as the client makes
+    // tasks), after every earlier submit's.
+    std::vector<TaskNode*> calls;
+    for (auto spec : taskOrder) {
+      if (spec.getConfig().isActorCall()) calls.push_back(&target.tasks.at(spec.getId().getN()));
+    }
+    std::sort(calls.begin(), calls.end(), [](TaskNode* a, TaskNode* b) { return a->id.n < b->id.n; });
+    for (auto* call : calls) {
+      auto& actor = target.actors.at(call->spec.getConfig().getActorCall().getActor().getN());
+      call->actor = &actor;
+      call->turn = actor.nextTurn++;
+      actor.calls[call->turn] = call;
     }
   }
   for (auto spec : taskOrder) {

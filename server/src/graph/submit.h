@@ -5,6 +5,7 @@
 #include "graph.h"
 #include <map>
 #include <memory>
+#include <set>
 #include "server-limits.h"
 
 #include <functional>
@@ -23,6 +24,9 @@ struct ClusterCapacity {
   // names); null when not known (no governor yet, a replay): call tasks are
   // then not checked against them.
   std::shared_ptr<const std::map<std::string, std::vector<std::string>>> functions;
+  // Of those, the actor types ("executor/Type"; their methods are in
+  // `functions` as "executor/Type.method"); null when not known.
+  std::shared_ptr<const std::set<std::string>> actorTypes;
   // Each governor's cpus and pools; null when not known (as above).
   std::shared_ptr<const std::vector<std::pair<uint32_t, Pools>>> governors;
 };

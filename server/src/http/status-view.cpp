@@ -105,6 +105,22 @@ Json configJson(wire::TaskSpec::Reader spec) {
       out["function"] = config.getCall().getFunction().cStr();
       out["configBytes"] = config.getCall().getConfig().size();
       break;
+    case wire::TaskSpec::Config::ACTOR: {
+      auto actor = config.getActor();
+      out["executor"] = actor.getExecutor().cStr();
+      out["actorType"] = actor.getType().cStr();
+      out["configBytes"] = actor.getConfig().size();
+      out["maxRestarts"] = actor.getMaxRestarts();
+      out["maxCallRetries"] = actor.getMaxCallRetries();
+      break;
+    }
+    case wire::TaskSpec::Config::ACTOR_CALL: {
+      auto call = config.getActorCall();
+      out["actor"] = call.getActor().getN();
+      out["method"] = call.getMethod().cStr();
+      out["configBytes"] = call.getConfig().size();
+      break;
+    }
   }
   return out;
 }
@@ -267,6 +283,29 @@ Json StatusView::sessionSummary(const Session& session) {
                       {"taskName", session.failedTaskName},
                       {"exitStatus", session.failedExitStatus},
                       {"stderrTail", session.failedStderrTail}};
+  }
+  if (!session.actors.empty()) {
+    // Its actors (docs/actors.md): type, where, state, calls waiting for
+    // their turn and calls finished.
+    Json actors = Json::array();
+    std::vector<const ActorNode*> sorted;
+    for (auto& [n, actor] : session.actors) sorted.push_back(&actor);
+    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->task->id.n < b->task->id.n; });
+    for (auto* actor : sorted) {
+      auto& task = *actor->task;
+      uint64_t queued = 0;
+      for (auto& [turn, call] : actor->calls) queued += call->done() ? 0 : 1;
+      std::string governor = task.governorName;
+      KJ_IF_MAYBE(g, governors.find(task.governor)) { governor = g->name; }
+      actors.push_back({{"id", task.id.n},
+                        {"type", task.function},
+                        {"state", taskStateName(task.state)},
+                        {"governor", governor},
+                        {"callsQueued", queued},
+                        {"callsDone", actor->callsDone},
+                        {"killed", actor->killed}});
+    }
+    out["actors"] = actors;
   }
   return out;
 }
@@ -724,6 +763,23 @@ std::string StatusView::metrics(size_t eventClients) {
   for (int i = 0; i < 7; i++) {
     line(std::string("squall_tasks{state=\"") + STATE_NAMES[i] + "\"} " + std::to_string(counts[i]));
   }
+  uint64_t actorsRunning = 0, actorsWaiting = 0, callsQueued = 0;
+  for (auto& [id, session] : sessions.all()) {
+    for (auto& [n, actor] : session.actors) {
+      if (actor.task->state == TaskNode::State::ASSIGNED) actorsRunning++;
+      if (actor.task->state == TaskNode::State::WAITING || actor.task->state == TaskNode::State::READY) {
+        actorsWaiting++;
+      }
+      for (auto& [turn, call] : actor.calls) callsQueued += call->done() ? 0 : 1;
+    }
+  }
+  header("squall_actors", "gauge", "Actors of the sessions not closed: placed (running) or waiting to be.");
+  line("squall_actors{state=\"running\"} " + std::to_string(actorsRunning));
+  line("squall_actors{state=\"waiting\"} " + std::to_string(actorsWaiting));
+  header("squall_actor_calls_queued", "gauge", "Method calls on actors not finished yet (running or waiting their turn).");
+  line("squall_actor_calls_queued " + std::to_string(callsQueued));
+  header("squall_actor_calls_finished_total", "counter", "Method calls on actors that finished ok.");
+  line("squall_actor_calls_finished_total " + std::to_string(stats.actorCallsFinished));
   header("squall_sessions", "gauge", "Sessions not closed, by state.");
   line("squall_sessions{state=\"open\"} " + std::to_string(open));
   line("squall_sessions{state=\"failed\"} " + std::to_string(failed));

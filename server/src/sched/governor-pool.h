@@ -5,6 +5,7 @@
 #include "graph.h"
 
 #include <map>
+#include <set>
 #include <squall/wire/service.capnp.h>
 
 namespace squall {
@@ -20,6 +21,8 @@ struct GovernorState {
   wire::GovernorControl::Client control;
   // The functions its executors offer: "executor/function" -> output names.
   std::map<std::string, std::vector<std::string>> functions;
+  // Of those, its actor types ("executor/Type").
+  std::set<std::string> actorTypes;
   std::unordered_map<Id, uint32_t, IdHash> assigned;
   // Its pools besides cpus, with what the tasks assigned to it hold.
   Pools pools;

@@ -39,7 +39,50 @@ uint64_t localBytes(const TaskNode& task, GovernorId g) {
 
 void Scheduler::enqueue(const std::vector<Id>& ids, SessionTable& sessions) {
   for (auto& id : ids) {
-    KJ_IF_MAYBE(task, sessions.findTask(id)) { ready.push(id, task->bLevel); }
+    KJ_IF_MAYBE(task, sessions.findTask(id)) {
+      if (task->actor != nullptr) {
+        // A method call waits for its turn on its actor, not here (a call
+        // run again after a loss takes its old turn back).
+        task->actor->calls[task->turn] = task;
+        actorsToPlace.push_back(task->actor->task->id);
+        continue;
+      }
+      ready.push(id, task->bLevel);
+    }
+  }
+}
+
+void Scheduler::placeCalls(SessionTable& sessions, GovernorPool& governors) {
+  if (actorsToPlace.empty()) return;
+  auto ids = kj::mv(actorsToPlace);
+  actorsToPlace.clear();
+  std::sort(ids.begin(), ids.end(), [](Id a, Id b) { return a.session != b.session ? a.session < b.session : a.n < b.n; });
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  for (auto id : ids) {
+    KJ_IF_MAYBE(session, sessions.find(id.session)) {
+      auto it = session->actors.find(id.n);
+      if (it == session->actors.end()) continue;
+      auto& actor = it->second;
+      if (actor.task->done()) {
+        sessions.actorEnded(*session, actor);
+        continue;
+      }
+      if (actor.task->state != TaskNode::State::ASSIGNED) continue;
+      GovernorState* governor = nullptr;
+      KJ_IF_MAYBE(g, governors.find(actor.task->governor)) { governor = g; }
+      if (governor == nullptr) continue;
+      for (auto call = actor.calls.begin(); call != actor.calls.end();) {
+        auto* task = call->second;
+        if (task->done()) {
+          call = actor.calls.erase(call);
+          continue;
+        }
+        // Not ready: the calls behind it wait for it.
+        if (task->state == TaskNode::State::WAITING) break;
+        if (task->state == TaskNode::State::READY) assign(*task, *governor, sessions, governors);
+        ++call;
+      }
+    }
   }
 }
 
@@ -53,6 +96,8 @@ void Scheduler::assign(TaskNode& task, GovernorState& governor, SessionTable& se
   governors.hold(governor, task.id, task.cpus, task.resources);
   sessions.assigned(task, governor.id);
   task.assignedAt = passes;
+  // Its calls may follow it now.
+  if (task.isActor) actorsToPlace.push_back(task.id);
 }
 
 bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors) {
@@ -135,7 +180,8 @@ std::vector<PrefetchOrder> Scheduler::prefetch(const std::vector<Id>& waiting, S
   std::map<GovernorId, size_t> orderOf;
   for (auto& id : waiting) {
     KJ_IF_MAYBE(task, sessions.findTask(id)) {
-      if (task->state != TaskNode::State::WAITING) continue;
+      // A method call runs where its actor lives.
+      if (task->state != TaskNode::State::WAITING || task->actor != nullptr) continue;
       // What could go ahead: finished inputs big enough to matter.
       std::vector<ObjectNode*> worth;
       for (size_t i = 0; i < task->inputs.size(); i++) {
@@ -262,7 +308,8 @@ std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& g
       std::vector<TaskNode*> candidates;
       for (auto& [id, cpus] : victim->assigned) {
         KJ_IF_MAYBE(task, sessions.findTask(id)) {
-          if (task->retracting || task->group != nullptr || task->state != TaskNode::State::ASSIGNED ||
+          // An actor and its calls stay where the actor lives.
+          if (task->retracting || task->group != nullptr || task->isActor || task->state != TaskNode::State::ASSIGNED ||
               task->cpus == 0 || task->cpus > left || !offers(thief, *task)) {
             continue;
           }

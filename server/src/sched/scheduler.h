@@ -98,6 +98,12 @@ class Scheduler {
   std::vector<PrefetchOrder> prefetch(const std::vector<Id>& waiting, SessionTable& sessions,
                                       GovernorPool& governors);
 
+  // Method calls (docs/actors.md), after place(): the calls of actors that
+  // something happened to (a call became ready, the actor was placed) go
+  // to their actor's governor, in their turns, as far as the first call
+  // that is not ready. Calls of an actor that has ended fail.
+  void placeCalls(SessionTable& sessions, GovernorPool& governors);
+
   size_t readyCount() const { return ready.size(); }
   // The queue in placement order (tests, `squall explain`).
   std::vector<Id> queued() const;
@@ -113,6 +119,8 @@ class Scheduler {
   // loaded governor.
   std::map<GovernorId, int64_t> incoming;
   std::map<GovernorId, int64_t> outgoing;
+  // Actors (their tasks' ids) whose calls placeCalls() looks at next.
+  std::vector<Id> actorsToPlace;
 
   // Places every member of `group` or none; false when they do not fit now.
   bool placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors);

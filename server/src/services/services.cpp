@@ -102,16 +102,19 @@ class SubmissionImpl final : public wire::Submission::Server {
   ClusterCapacity capacity() {
     ClusterCapacity capacity;
     auto functions = std::make_shared<std::map<std::string, std::vector<std::string>>>();
+    auto actorTypes = std::make_shared<std::set<std::string>>();
     auto governors = std::make_shared<std::vector<std::pair<uint32_t, Pools>>>();
     for (auto& [gid, governor] : context.governors.all()) {
       capacity.totalCpus += governor.cpus;
       capacity.largestCpus = std::max(capacity.largestCpus, governor.cpus);
       for (auto& function : governor.functions) functions->insert(function);
+      actorTypes->insert(governor.actorTypes.begin(), governor.actorTypes.end());
       governors->emplace_back(governor.cpus, governor.pools);
     }
     // With no governor, nothing is known yet (as for cpus).
     if (!context.governors.all().empty()) {
       capacity.functions = kj::mv(functions);
+      capacity.actorTypes = kj::mv(actorTypes);
       capacity.governors = kj::mv(governors);
     }
     return capacity;
@@ -285,6 +288,14 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> cancel(CancelContext call) override {
     auto& session = openSession(call.getParams().getSession());
     context.sessions.fail(session, "cancelled by the client");
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> killActor(KillActorContext call) override {
+    auto params = call.getParams();
+    auto& session = openSession(params.getSession());
+    context.sessions.killActor(session, params.getActor());
     context.dispatcher.kick();
     return kj::READY_NOW;
   }
@@ -705,8 +716,10 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
     }
     for (auto executor : info.getExecutors()) {
       for (auto function : executor.getFunctions()) {
-        auto& outputs = governor.functions[kj::str(executor.getName(), "/", function.getName()).cStr()];
+        auto name = kj::str(executor.getName(), "/", function.getName());
+        auto& outputs = governor.functions[name.cStr()];
         for (auto output : function.getOutputs()) outputs.push_back(output.cStr());
+        if (function.getActor()) governor.actorTypes.insert(name.cStr());
       }
     }
     context.logger.info("event=governor-registered governor={} name={} data={} cpus={} functions={}",

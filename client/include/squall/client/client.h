@@ -93,6 +93,7 @@ class DataObject {
   friend class Session;
   friend class Task;
   friend class Program;
+  friend class Actor;
   DataObject(client::SessionImpl* session, uint64_t n) : session(session), n(n) {}
   client::SessionImpl* session;
   uint64_t n;
@@ -258,7 +259,52 @@ class Task {
 
  private:
   friend class Session;
+  friend class Actor;
   Task(client::SessionImpl* session, uint64_t n) : session(session), n(n) {}
+  client::SessionImpl* session;
+  uint64_t n;
+};
+
+// An actor (docs/actors.md): one instance of an actor type that an
+// executor program registered (tasklib's Executor::actor), living in a
+// process of its own on one governor from when it is placed until it is
+// killed or its session closes. It holds the resources its task asks for
+// (cpus, gpus, ...) for its whole life. Its method calls are tasks like any
+// other (their outputs feed other tasks, other tasks' outputs feed them),
+// run one at a time, in the order they were made; calls on different
+// actors run in parallel. A wait for every task of the session does not
+// wait for actors, only for their calls. Valid while its Session lives.
+class Actor {
+ public:
+  // Its task's id (the actor is a task of type actor, without outputs).
+  uint64_t id() const { return n; }
+  // A call of `method` on `inputs` with `config` bytes, making outputs of
+  // the kinds given (blobs or dirs; as many as the method declares). The
+  // server refuses a method the actor type does not have, naming it.
+  Task call(const std::string& method, const std::vector<DataObject>& inputs = {}, std::string config = "",
+            const std::vector<ObjectKind>& outputs = {ObjectKind::BLOB});
+  // Its task: a name, attributes, allowFailure (its death then fails no
+  // session), expectedDuration... (set before submit).
+  Task task() const;
+  // What it holds while it lives (set before submit; see Task).
+  Actor& cpus(uint32_t n);
+  Actor& resource(const std::string& name, double amount);
+  Actor& resource(const std::string& name, const std::string& amount);
+  // Times its governor starts it again (the constructor run anew on the
+  // same inputs) after its process died; 0 by default: it ends failed and
+  // so do its calls not yet run.
+  Actor& maxRestarts(uint32_t n);
+  // Times a call that was running when the actor's process died is run
+  // again on the restarted actor before it fails; 0 by default.
+  Actor& maxCallRetries(uint32_t n);
+  // Ends the actor: its process is stopped, its task ends cancelled (not a
+  // failure), its calls not yet run end cancelled (what reads their
+  // outputs is skipped). Killing an actor that has ended does nothing.
+  void kill();
+
+ private:
+  friend class Session;
+  Actor(client::SessionImpl* session, uint64_t n) : session(session), n(n) {}
   client::SessionImpl* session;
   uint64_t n;
 };
@@ -312,6 +358,13 @@ class Session {
   // outputs it does not declare, naming it.
   Task call(const std::string& function, const std::vector<DataObject>& inputs = {}, std::string config = "",
             const std::vector<ObjectKind>& outputs = {ObjectKind::BLOB});
+  // An actor of `type` ("executor/Type", as its executor registered it),
+  // constructed from `inputs` and `config` (docs/actors.md). The server
+  // refuses a type no governor offers, naming it.
+  Actor actor(const std::string& type, const std::vector<DataObject>& inputs = {}, std::string config = "");
+  // A handle to the actor whose task is `actorTask` in this session (made
+  // by this or an earlier submit).
+  Actor actorHandle(uint64_t actorTask);
   // Sleeps; output 0 = `input`'s bytes (empty without input).
   Task sleep(std::chrono::milliseconds duration, std::optional<DataObject> input = std::nullopt);
   Task execute(const Program& program);

@@ -29,6 +29,8 @@ inline kj::StringPtr taskTypeName(wire::TaskSpec::Reader spec) {
     case wire::TaskSpec::Config::LOAD_DIR: return "load_dir";
     case wire::TaskSpec::Config::STORE: return "store";
     case wire::TaskSpec::Config::CALL: return "call";
+    case wire::TaskSpec::Config::ACTOR: return "actor";
+    case wire::TaskSpec::Config::ACTOR_CALL: return "actor_call";
   }
   return "unknown";
 }
@@ -44,6 +46,11 @@ inline bool isPlainName(kj::StringPtr name) {
     if (!ok) return false;
   }
   return true;
+}
+
+// "executor/Type": an actor's type, as governors announce it.
+inline kj::String actorTypeName(wire::ActorConfig::Reader actor) {
+  return kj::str(actor.getExecutor(), "/", actor.getType());
 }
 
 // "executor/function": a call task's type, as governors announce it.

@@ -20,6 +20,23 @@
 // the function goes (write(), fd()): a function can be a stage of a
 // streamed pipeline.
 //
+// An actor type is a class whose instance lives in one executor process,
+// its methods called one after another on its state (docs/actors.md):
+//
+//   struct Counter {
+//     explicit Counter(squall::Call& init) : total(std::stol(std::string(init.config()))) {}
+//     void add(squall::Call& call) {
+//       total += std::stol(std::string(call.config()));
+//       call.output(0).write(std::to_string(total));
+//     }
+//     long total;
+//   };
+//   ex.actor<Counter>("Counter").method("add", &Counter::add);
+//
+// The governor gives each actor a process of its own: it constructs one
+// instance there, then calls its methods as "Counter.add"; plain functions
+// of the same executor go on working beside it.
+//
 // Depends on proto only: Cap'n Proto and KJ, never the governor's insides.
 #pragma once
 
@@ -31,6 +48,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace squall {
@@ -153,6 +171,9 @@ class Call {
 
 using Function = std::function<void(Call&)>;
 
+template <typename T>
+class ActorType;
+
 class Executor {
  public:
   // `name` is the executor's name as tasks call it (`name/function`):
@@ -164,6 +185,16 @@ class Executor {
   Executor& add(std::string name, Function fn, size_t outputs = 1);
   // Registers `fn` with named outputs, in this order.
   Executor& add(std::string name, Function fn, std::vector<std::string> outputNames);
+
+  // Registers the actor type T as `name` (a function name without '.':
+  // its methods are called as "name.method"), then its methods through
+  // the handle returned. T is constructed from a Call bringing the actor
+  // task's inputs and config, and no outputs; like a method's, they are
+  // valid only while it runs, so T copies what it keeps. A constructor
+  // that throws fails the actor with its what(). The instance is
+  // destroyed when serve() returns, on the executor's thread.
+  template <typename T>
+  ActorType<T> actor(std::string name);
 
   // Serves the governor over the descriptor given as
   // --squall-executor-fd N, until the governor closes it: returns 0 then.
@@ -184,13 +215,86 @@ class Executor {
   const std::string& name() const { return name_; }
   const std::map<std::string, FunctionEntry, std::less<>>& functions() const { return functions_; }
 
+  // An actor type with its type erased: the instance is a T behind the
+  // void, and a method is only ever given an instance its own type made.
+  using ActorFactory = std::function<std::shared_ptr<void>(Call&)>;
+  using ActorMethod = std::function<void(void*, Call&)>;
+  struct MethodEntry {
+    ActorMethod fn;
+    // Output names: declared, or "0", "1", ...
+    std::vector<std::string> outputs;
+    bool named = false;
+  };
+  struct ActorEntry {
+    ActorFactory make;
+    std::map<std::string, MethodEntry, std::less<>> methods;
+  };
+  const std::map<std::string, ActorEntry, std::less<>>& actors() const { return actors_; }
+
   // A blob output written with write() comes back in the answer up to this
   // size, else through a file.
   static constexpr size_t INLINE_LIMIT = 64 << 10;
 
  private:
+  template <typename T>
+  friend class ActorType;
+
+  // What actor<T>() and ActorType<T> come down to.
+  void addActorType(std::string name, ActorFactory make);
+  // `outputs`: the declared names when `named`, else "0", "1", ...
+  void addMethod(const std::string& type, std::string name, ActorMethod fn, std::vector<std::string> outputs,
+                 bool named);
+
   std::string name_;
   std::map<std::string, FunctionEntry, std::less<>> functions_;
+  std::map<std::string, ActorEntry, std::less<>> actors_;
 };
+
+// The methods of one actor type, as Executor::actor() registered it:
+// names follow the rule of function names, without '.'; outputs are
+// declared as a function's are (a count, 1 by default, or names). A
+// method that throws fails its call with its what(); the instance stays,
+// with whatever state the method left. Holds the Executor by reference.
+template <typename T>
+class ActorType {
+ public:
+  ActorType& method(std::string name, void (T::*fn)(Call&), size_t outputs = 1) {
+    return method(std::move(name), std::function<void(T&, Call&)>(fn), outputs);
+  }
+  ActorType& method(std::string name, void (T::*fn)(Call&), std::vector<std::string> outputNames) {
+    return method(std::move(name), std::function<void(T&, Call&)>(fn), std::move(outputNames));
+  }
+  ActorType& method(std::string name, std::function<void(T&, Call&)> fn, size_t outputs = 1) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < outputs; i++) names.push_back(std::to_string(i));
+    executor_.addMethod(type_, std::move(name), erase(std::move(fn)), std::move(names), false);
+    return *this;
+  }
+  ActorType& method(std::string name, std::function<void(T&, Call&)> fn, std::vector<std::string> outputNames) {
+    executor_.addMethod(type_, std::move(name), erase(std::move(fn)), std::move(outputNames), true);
+    return *this;
+  }
+
+  const std::string& name() const { return type_; }
+
+ private:
+  friend class Executor;
+  ActorType(Executor& executor, std::string type) : executor_(executor), type_(std::move(type)) {}
+
+  static Executor::ActorMethod erase(std::function<void(T&, Call&)> fn) {
+    if (!fn) return nullptr;  // refused by name in addMethod
+    return [fn = std::move(fn)](void* self, Call& call) { fn(*static_cast<T*>(self), call); };
+  }
+
+  Executor& executor_;
+  std::string type_;
+};
+
+template <typename T>
+ActorType<T> Executor::actor(std::string name) {
+  static_assert(std::is_constructible_v<T, Call&>, "an actor type is constructed from a squall::Call&");
+  addActorType(name, [](Call& init) -> std::shared_ptr<void> { return std::make_shared<T>(init); });
+  return ActorType<T>(*this, std::move(name));
+}
 
 }  // namespace squall

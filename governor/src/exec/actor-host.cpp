@@ -1,0 +1,429 @@
+// Actors on this governor: their processes, their calls' turns, restarts.
+// Loop thread only.
+#include "actor-host.h"
+
+#include <squall/proto/errors.h>
+
+namespace squall {
+
+namespace {
+
+// How long a process that lost its connection has to exit before it is
+// killed (it is hung, or closed its socket by mistake).
+constexpr kj::Duration HUNG_GRACE = 2 * kj::SECONDS;
+// Calls sent to the process and not answered, at most. One: an executor
+// writes the answers of the calls it ran in one turn of its loop together
+// (proto/message-stream.h), so a process that dies in a call it had
+// queued behind others would take their answers with it, and a restarted
+// actor would run them again on its fresh state. One at a time, the call
+// that was running is the only one whose answer a death can take.
+constexpr size_t MAX_IN_FLIGHT = 1;
+
+}  // namespace
+
+struct ActorHosts::Call {
+  Id id;
+  // Set once its inputs are here and its runner waits for the answer.
+  kj::Maybe<BuildCall> build;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<Answer>>> fulfiller;
+  bool sent = false;
+  // Sent, and its process's connection ended before an answer came.
+  bool lost = false;
+  // Its task ended while it was sent (cancelled, timed out): its answer,
+  // or its loss, is dropped; it is never run again.
+  bool abandoned = false;
+  // Times it was run again because the actor died while running it.
+  uint32_t retries = 0;
+  kj::Own<StoreTemp> outDir;
+};
+
+struct ActorHosts::Actor {
+  Id id;
+  // "executor/Type", for logs and errors.
+  kj::String name;
+  kj::String executor;
+  kj::String type;
+  uint32_t maxRestarts = 0;
+  uint32_t maxCallRetries = 0;
+  enum class State { ASSIGNED, STARTING, ALIVE, ENDED };
+  State state = State::ASSIGNED;
+  // Calls in their turn order: the sent ones first.
+  std::deque<kj::Own<Call>> calls;
+  // Set while its task runs (run()).
+  TaskEnv* env = nullptr;
+  kj::Maybe<wire::Assignment::Reader> assignment;
+  TaskControl* control = nullptr;
+  kj::Own<kj::PromiseFulfiller<TaskOutcome>> ended;
+  kj::Own<ExecutorProcess> process;
+  // Bumped with every process, so that what an earlier one answers late
+  // is told apart.
+  uint64_t generation = 0;
+  uint32_t restarts = 0;
+  uint64_t callsDone = 0;
+
+  kj::String what() const { return kj::str("actor ", name, " (task ", id, ")"); }
+};
+
+ActorHosts::ActorHosts(ExecutorPool& pool, kj::Timer& timer, spdlog::logger& logger)
+    : pool(pool), timer(timer), logger(logger), tasks(*this) {}
+
+ActorHosts::~ActorHosts() noexcept(false) {}
+
+void ActorHosts::taskFailed(kj::Exception&& exception) {
+  logger.error("event=actor-tracking-failed error=\"{}\"", exception.getDescription().cStr());
+}
+
+kj::Maybe<ActorHosts::Actor&> ActorHosts::find(Id actor) {
+  auto it = actors.find(actor);
+  if (it == actors.end()) return nullptr;
+  return *it->second;
+}
+
+void ActorHosts::expect(wire::Assignment::Reader assignment) {
+  auto task = assignment.getTask();
+  auto config = task.getConfig().getActor();
+  Id id = Id::from(task.getId());
+  if (actors.count(id) != 0) return;
+  auto actor = kj::heap<Actor>();
+  actor->id = id;
+  actor->executor = kj::str(config.getExecutor());
+  actor->type = kj::str(config.getType());
+  actor->name = kj::str(config.getExecutor(), "/", config.getType());
+  actor->maxRestarts = config.getMaxRestarts();
+  actor->maxCallRetries = config.getMaxCallRetries();
+  actors.emplace(id, kj::mv(actor));
+}
+
+kj::Maybe<kj::String> ActorHosts::enqueue(Id actorId, Id callId) {
+  KJ_IF_MAYBE(actor, find(actorId)) {
+    if (actor->state == Actor::State::ENDED) return kj::str(actor->what(), " has ended");
+    auto call = kj::heap<Call>();
+    call->id = callId;
+    actor->calls.push_back(kj::mv(call));
+    return nullptr;
+  }
+  return kj::str("actor ", actorId, " is not on this governor");
+}
+
+kj::Maybe<ActorHosts::TypeName> ActorHosts::typeOf(Id actorId) const {
+  auto it = actors.find(actorId);
+  if (it == actors.end()) return nullptr;
+  return TypeName{it->second->executor, it->second->type};
+}
+
+kj::Promise<TaskOutcome> ActorHosts::run(TaskEnv& env, wire::Assignment::Reader assignment, TaskControl& control) {
+  Id id = Id::from(assignment.getTask().getId());
+  expect(assignment);
+  auto& actor = KJ_ASSERT_NONNULL(find(id));
+  KJ_IF_MAYBE(known, pool.findExecutor(actor.executor)) {
+    bool offered = false;
+    for (auto& f : known->functions) offered = offered || (f.actor && f.name == actor.type);
+    if (!offered) {
+      return TaskOutcome::failure(id, kj::str("executor ", actor.executor, " of governor ", env.governorName,
+                                              " has no actor type ", actor.type));
+    }
+  } else {
+    return TaskOutcome::failure(id, kj::str("governor ", env.governorName, " has no executor ", actor.executor));
+  }
+  actor.env = &env;
+  actor.assignment = assignment;
+  actor.control = &control;
+  auto paf = kj::newPromiseAndFulfiller<TaskOutcome>();
+  actor.ended = kj::mv(paf.fulfiller);
+  start(actor);
+  // Killed: its process goes with it, its calls fail.
+  auto killed = control.whenCancelled().then([this, id]() -> kj::Promise<TaskOutcome> {
+    KJ_IF_MAYBE(a, find(id)) {
+      if (a->state != Actor::State::ENDED) {
+        logger.info("event=actor-killed actor={} task={} calls_done={}", a->name.cStr(), kj::str(id).cStr(),
+                    a->callsDone);
+        end(*a, TaskOutcome::failure(id, kj::str("cancelled")), kj::str(a->what(), " was killed"));
+      }
+    }
+    return TaskOutcome::failure(id, kj::str("cancelled"));
+  });
+  return paf.promise.exclusiveJoin(kj::mv(killed));
+}
+
+void ActorHosts::start(Actor& actor) {
+  auto& env = *actor.env;
+  auto assignment = KJ_ASSERT_NONNULL(actor.assignment);
+  actor.state = Actor::State::STARTING;
+  actor.generation++;
+  uint64_t generation = actor.generation;
+  try {
+    actor.process = pool.startProcess(actor.executor, actor.control->resourceEnv());
+  } catch (kj::Exception& e) {
+    end(actor, TaskOutcome::failure(actor.id, kj::str(actor.what(), ": ", userMessage(e))),
+        kj::str(actor.what(), " could not start"));
+    return;
+  }
+  auto pid = actor.process->child->pid();
+  logger.info("event=actor-starting actor={} task={} pid={} restarts={}", actor.name.cStr(),
+              kj::str(actor.id).cStr(), pid, actor.restarts);
+  Id id = actor.id;
+  // Its exit, whenever it comes, is a death unless the actor has ended.
+  tasks.add(actor.process->exited.addBranch().then([this, id, generation]() {
+    KJ_IF_MAYBE(a, find(id)) { maybeDied(*a, generation); }
+  }));
+  auto task = assignment.getTask();
+  auto request = actor.process->cap.constructRequest();
+  request.setType(actor.type);
+  request.setConfig(task.getConfig().getActor().getConfig());
+  setStoredCallInputs(env, task, request.initInputs(task.getInputs().size()));
+  tasks.add(request.send().then(
+      [this, id, generation](auto) {
+        KJ_IF_MAYBE(a, find(id)) {
+          if (a->generation != generation || a->state != Actor::State::STARTING) return;
+          a->state = Actor::State::ALIVE;
+          logger.info("event=actor-started actor={} task={} pid={}", a->name.cStr(), kj::str(id).cStr(),
+                      a->process->child->pid());
+          pump(*a);
+        }
+      },
+      [this, id, generation](kj::Exception&& e) {
+        KJ_IF_MAYBE(a, find(id)) {
+          if (a->generation != generation || a->state != Actor::State::STARTING) return;
+          if (e.getType() == kj::Exception::Type::DISCONNECTED) {
+            // Its process went: its exit says how (died()).
+            a->process->child->killGroup(SIGKILL);
+            return;
+          }
+          auto error = kj::str(a->what(), ": its constructor failed: ", userMessage(e));
+          a->process->child->killGroup(SIGKILL);
+          end(*a, TaskOutcome::failure(id, kj::str(error)), error);
+        }
+      }));
+}
+
+void ActorHosts::pump(Actor& actor) {
+  if (actor.state != Actor::State::ALIVE) return;
+  size_t inFlight = 0;
+  for (auto& entry : actor.calls) {
+    auto& call = *entry;
+    if (call.sent) {
+      inFlight++;
+      continue;
+    }
+    // A call whose inputs are not here yet holds back those behind it.
+    if (call.build == nullptr || inFlight >= MAX_IN_FLIGHT) break;
+    auto built = KJ_ASSERT_NONNULL(call.build)(actor.process->cap);
+    call.outDir = kj::mv(built.outDir);
+    call.sent = true;
+    inFlight++;
+    Id id = actor.id;
+    uint64_t generation = actor.generation;
+    Call* which = &call;
+    tasks.add(built.request.send().then(
+        [this, id, generation, which](capnp::Response<wire::Executor::CallResults> response) {
+          KJ_IF_MAYBE(a, find(id)) { answered(*a, generation, *which, kj::mv(response), nullptr); }
+        },
+        [this, id, generation, which](kj::Exception&& e) {
+          KJ_IF_MAYBE(a, find(id)) { answered(*a, generation, *which, nullptr, kj::mv(e)); }
+        }));
+  }
+}
+
+void ActorHosts::answered(Actor& actor, uint64_t generation, Call& call,
+                          kj::Maybe<capnp::Response<wire::Executor::CallResults>> response,
+                          kj::Maybe<kj::Exception> error) {
+  // An answer of a process that has gone since (or to a call sent again
+  // since) is dropped: died() decided that call's fate.
+  if (generation != actor.generation || actor.state == Actor::State::ENDED || !call.sent) return;
+  KJ_IF_MAYBE(e, error) {
+    if (e->getType() == kj::Exception::Type::DISCONNECTED) {
+      // The process went, or its connection did: once its exit is seen
+      // and every call sent has its answer or is lost, died() decides.
+      call.lost = true;
+      maybeDied(actor, generation);
+      if (actor.generation == generation && actor.process->exit == nullptr) {
+        Id id = actor.id;
+        tasks.add(actor.process->exited.addBranch().exclusiveJoin(timer.afterDelay(HUNG_GRACE)).then(
+            [this, id, generation]() {
+              KJ_IF_MAYBE(a, find(id)) {
+                if (a->generation == generation && a->process->exit == nullptr) a->process->child->killGroup(SIGKILL);
+              }
+            }));
+      }
+      return;
+    }
+  }
+  kj::Own<Call> own;
+  for (auto it = actor.calls.begin(); it != actor.calls.end(); ++it) {
+    if (it->get() == &call) {
+      own = kj::mv(*it);
+      actor.calls.erase(it);
+      break;
+    }
+  }
+  if (own.get() == nullptr) return;
+  actor.callsDone++;
+  if (call.abandoned) {
+    pump(actor);
+    return;
+  }
+  KJ_IF_MAYBE(f, call.fulfiller) {
+    KJ_IF_MAYBE(e, error) {
+      (*f)->reject(kj::mv(*e));
+    } else {
+      (*f)->fulfill(Answer{KJ_ASSERT_NONNULL(kj::mv(response)), kj::mv(call.outDir)});
+    }
+  }
+  pump(actor);
+}
+
+void ActorHosts::maybeDied(Actor& actor, uint64_t generation) {
+  if (generation != actor.generation || actor.state == Actor::State::ENDED) return;
+  if (actor.process.get() == nullptr || actor.process->exit == nullptr) return;
+  // What the process answered before it went is still being read: the
+  // call it ran when it went is the first not answered.
+  for (auto& call : actor.calls) {
+    if (call->sent && !call->lost) return;
+  }
+  died(actor);
+}
+
+void ActorHosts::died(Actor& actor) {
+  auto& process = *actor.process;
+  kj::String how = kj::str("lost its connection");
+  KJ_IF_MAYBE(exit, process.exit) { how = exitText(*exit); }
+  auto reason = kj::str("its process (pid ", process.child->pid(), ") ", how);
+  // The first call sent was running; those behind it never started.
+  bool first = true;
+  for (size_t i = 0; i < actor.calls.size();) {
+    auto& call = *actor.calls[i];
+    if (!call.sent) break;
+    call.sent = false;
+    call.lost = false;
+    call.outDir = nullptr;
+    if (call.abandoned) {
+      // Its task has ended: it goes (and if it ran, it was why).
+      first = false;
+      actor.calls.erase(actor.calls.begin() + i);
+      continue;
+    }
+    if (first) {
+      first = false;
+      if (call.retries < actor.maxCallRetries) {
+        call.retries++;
+        logger.warn("event=actor-call-retried actor={} call={} retry={} why=\"{}\"", actor.name.cStr(),
+                    kj::str(call.id).cStr(), call.retries, reason.cStr());
+      } else {
+        KJ_IF_MAYBE(f, call.fulfiller) {
+          (*f)->reject(SQUALL_EXCEPTION(FAILED, actor.what(), " died while running the call: ", reason,
+                                        actor.maxCallRetries > 0
+                                            ? kj::str(" (run ", call.retries + 1, " times; max_call_retries ",
+                                                      actor.maxCallRetries, ")")
+                                            : kj::str("")));
+        }
+        actor.calls.erase(actor.calls.begin() + i);
+        continue;
+      }
+    }
+    i++;
+  }
+  if (actor.restarts >= actor.maxRestarts) {
+    auto error = kj::str(actor.what(), " died: ", reason,
+                         actor.maxRestarts > 0 ? kj::str(" (restarted ", actor.restarts, " times; max_restarts ",
+                                                         actor.maxRestarts, ")")
+                                               : kj::str(" (max_restarts 0)"));
+    logger.warn("event=actor-died actor={} task={} why=\"{}\"", actor.name.cStr(), kj::str(actor.id).cStr(),
+                error.cStr());
+    end(actor, TaskOutcome::failure(actor.id, kj::str(error)), error);
+    return;
+  }
+  actor.restarts++;
+  logger.warn("event=actor-restarting actor={} task={} restart={} why=\"{}\"", actor.name.cStr(),
+              kj::str(actor.id).cStr(), actor.restarts, reason.cStr());
+  start(actor);
+}
+
+kj::Promise<ActorHosts::Answer> ActorHosts::call(Id actorId, Id callId, BuildCall build) {
+  KJ_IF_MAYBE(actor, find(actorId)) {
+    for (auto& entry : actor->calls) {
+      if (entry->id != callId) continue;
+      KJ_REQUIRE(entry->build == nullptr, "a call is run once", callId);
+      auto paf = kj::newPromiseAndFulfiller<Answer>();
+      entry->build = kj::mv(build);
+      entry->fulfiller = kj::mv(paf.fulfiller);
+      pump(*actor);
+      return kj::mv(paf.promise);
+    }
+    return SQUALL_EXCEPTION(FAILED, actor->what(), " holds no turn for call ", callId);
+  }
+  return SQUALL_EXCEPTION(FAILED, "actor ", actorId, " is not on this governor");
+}
+
+void ActorHosts::abandon(Id actorId, Id callId) {
+  KJ_IF_MAYBE(actor, find(actorId)) {
+    for (size_t i = 0; i < actor->calls.size(); i++) {
+      auto& call = *actor->calls[i];
+      if (call.id != callId) continue;
+      call.fulfiller = nullptr;
+      if (!call.sent) {
+        actor->calls.erase(actor->calls.begin() + i);
+        return;
+      }
+      // Sent: it stays until answered or lost, and is never sent again.
+      call.abandoned = true;
+      if (i == 0 && actor->state == Actor::State::ALIVE && actor->process->exit == nullptr) {
+        // It runs: only stopping the process stops it.
+        logger.warn("event=actor-call-abandoned actor={} call={} action=stop-process", actor->name.cStr(),
+                    kj::str(callId).cStr());
+        actor->process->child->killGroup(SIGKILL);
+      }
+      return;
+    }
+  }
+}
+
+void ActorHosts::taskEnded(wire::Assignment::Reader assignment, kj::StringPtr error) {
+  auto task = assignment.getTask();
+  Id id = Id::from(task.getId());
+  auto config = task.getConfig();
+  if (config.isActor()) {
+    KJ_IF_MAYBE(actor, find(id)) {
+      if (actor->state != Actor::State::ENDED) {
+        // It never ran (cancelled while it waited), or its runner ended it.
+        end(*actor, TaskOutcome::failure(id, kj::str(error)), kj::str(actor->what(), " ended: ", error));
+      }
+      actors.erase(id);
+    }
+  } else if (config.isActorCall()) {
+    Id actorId = Id::from(config.getActorCall().getActor());
+    KJ_IF_MAYBE(actor, find(actorId)) {
+      for (size_t i = 0; i < actor->calls.size(); i++) {
+        auto& call = *actor->calls[i];
+        if (call.id != id) continue;
+        // Still queued (a failed input, a cancel before it ran); a sent
+        // one stays until the process answers it or dies.
+        if (!call.sent) {
+          actor->calls.erase(actor->calls.begin() + i);
+        } else {
+          call.fulfiller = nullptr;
+          call.abandoned = true;
+        }
+        break;
+      }
+    }
+  }
+}
+
+void ActorHosts::end(Actor& actor, TaskOutcome outcome, kj::StringPtr why) {
+  actor.state = Actor::State::ENDED;
+  auto calls = kj::mv(actor.calls);
+  actor.calls.clear();
+  for (auto& call : calls) {
+    KJ_IF_MAYBE(f, call->fulfiller) { (*f)->reject(SQUALL_EXCEPTION(FAILED, why)); }
+  }
+  if (actor.process.get() != nullptr && actor.process->exit == nullptr) {
+    actor.process->child->killGroup(SIGKILL);
+    // Kept until its exit is seen: the child is reaped by its watch.
+    auto process = kj::mv(actor.process);
+    auto& ref = *process;
+    tasks.add(ref.exited.addBranch().attach(kj::mv(process)));
+  }
+  if (actor.ended.get() != nullptr && actor.ended->isWaiting()) actor.ended->fulfill(kj::mv(outcome));
+}
+
+}  // namespace squall

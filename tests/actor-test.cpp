@@ -1,0 +1,389 @@
+// Actors end to end (docs/actors.md): a real server and governors keeping
+// the actor executor (tests/executors/actor-executor.cpp, "stats"): calls
+// in order, actors in parallel, resources held for an actor's life, crashes
+// with and without restarts, kill, bad types and methods at submit.
+#include "http-get.h"
+
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <signal.h>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace squall {
+namespace {
+
+std::string actorExecutor() {
+  const char* path = getenv("SQUALL_ACTOR_EXECUTOR");
+  return path != nullptr ? path : "";
+}
+
+// A fresh directory for marker files, removed at the end.
+struct TempDir {
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "squall-actor-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string path;
+};
+
+// The message of the error `wait` throws ("" when it throws none).
+template <typename Wait>
+std::string errorOf(Wait wait) {
+  try {
+    wait();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Whether process `pid` is gone, waiting up to 10 s for it to go.
+bool processGone(long pid) {
+  for (int i = 0; i < 1000; i++) {
+    if (kill(static_cast<pid_t>(pid), 0) != 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+class ActorTest : public ::testing::Test {
+ protected:
+  // Two governors of 2 cpus each, the second offering one GPU.
+  static void SetUpTestSuite() {
+    ClusterOptions options;
+    options.governors = 2;
+    options.cpus = 2;
+    options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+    options.governorArgsEach = {{}, {"--resource", "gpus=[0]"}};
+    cluster = new LocalCluster(options);
+    cluster->start();
+  }
+  static void TearDownTestSuite() {
+    delete cluster;
+    cluster = nullptr;
+  }
+  void TearDown() override {
+    for (size_t i = 0; i < cluster->governorCount(); i++) {
+      EXPECT_TRUE(cluster->governor(i).running()) << "governor " << i;
+    }
+  }
+  static inline LocalCluster* cluster = nullptr;
+};
+
+TEST_F(ActorTest, TenThousandCallsOnOneActorRunInTheOrderSubmitted) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("order");
+  auto counter = session.actor("stats/Counter");
+  // Four submits: the order holds within and across them.
+  std::string expected;
+  long long total = 0;
+  for (int part = 0; part < 4; part++) {
+    for (int i = 0; i < 2500; i++) {
+      int amount = part * 2500 + i + 1;
+      counter.call("add", {}, std::to_string(amount));
+      expected += std::to_string(amount) + "\n";
+      total += amount;
+    }
+    session.submit();
+  }
+  auto log = counter.call("log");
+  auto read = counter.call("read");
+  log.output().keep();
+  read.output().keep();
+  session.submit();
+  // Waits for the calls, not for the actor, which lives on.
+  session.waitAll();
+  EXPECT_EQ(read.output().fetch(), std::to_string(total));
+  EXPECT_TRUE(log.output().fetch() == expected) << "the calls ran out of order";
+  EXPECT_EQ(counter.task().info().state, "running");
+}
+
+TEST_F(ActorTest, CallsKeepTheirTurnsWhenTheirInputsArriveInAnotherOrder) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("turns");
+  auto counter = session.actor("stats/Counter");
+  std::string expected;
+  // Call i's input is made by a task that sleeps less the later the call:
+  // the inputs are ready last call first.
+  for (int i = 0; i < 20; i++) {
+    auto made = session.sleep(std::chrono::milliseconds(10 * (20 - i)), session.blob(std::to_string(i + 1)));
+    counter.call("addInput", {made.output()});
+    expected += std::to_string(i + 1) + "\n";
+  }
+  auto log = counter.call("log");
+  log.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(log.output().fetch(), expected);
+}
+
+TEST_F(ActorTest, AMethodsOutputFeedsTasksAndTasksOutputsFeedMethods) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("feeds");
+  auto counter = session.actor("stats/Counter", {}, "100");
+  auto added = counter.call("add", {}, "5");
+  auto doubled = session.call("stats/double", {added.output()});
+  auto again = counter.call("addInput", {doubled.output()});
+  again.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(again.output().fetch(), std::to_string(105 + 210));
+}
+
+TEST_F(ActorTest, ActorsRunInParallel) {
+  TempDir dir;
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("parallel");
+  auto a = session.actor("stats/Counter");
+  auto b = session.actor("stats/Counter");
+  // Each waits for the other's file: they finish only if both run at once.
+  auto fromA = a.call("meet", {}, dir.path + "/a " + dir.path + "/b");
+  auto fromB = b.call("meet", {}, dir.path + "/b " + dir.path + "/a");
+  auto pidA = a.call("pid");
+  auto pidB = b.call("pid");
+  for (auto* t : {&fromA, &fromB, &pidA, &pidB}) t->output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(fromA.output().fetch(), "met");
+  EXPECT_EQ(fromB.output().fetch(), "met");
+  EXPECT_NE(pidA.output().fetch(), pidB.output().fetch());
+}
+
+TEST_F(ActorTest, AnActorHoldsItsGpuForItsLifeUntilKilled) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("gpu");
+  auto first = session.actor("stats/Counter").resource("gpus", 1);
+  auto device = first.call("env", {}, "CUDA_VISIBLE_DEVICES");
+  device.output().keep();
+  session.submit();
+  device.wait();
+  EXPECT_EQ(device.output().fetch(), "0");
+
+  // The only GPU is held by the first actor, idle as it is.
+  auto second = session.actor("stats/Counter").resource("gpus", 1);
+  auto secondDevice = second.call("env", {}, "CUDA_VISIBLE_DEVICES");
+  secondDevice.output().keep();
+  session.submit();
+  auto explained = session.explain(second.id());
+  EXPECT_NE(second.task().info().state, "running") << explained.summary;
+  EXPECT_NE(secondDevice.info().state, "finished");
+
+  first.kill();
+  secondDevice.wait();
+  EXPECT_EQ(secondDevice.output().fetch(), "0");
+  EXPECT_EQ(first.task().info().state, "cancelled");
+  EXPECT_EQ(second.task().info().state, "running");
+}
+
+TEST_F(ActorTest, ACrashWithoutRestartsFailsTheCallAndTheActor) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("crash");
+  auto counter = session.actor("stats/Counter");
+  counter.call("add", {}, "1");
+  counter.call("crash");
+  auto after = counter.call("add", {}, "2");
+  session.submit();
+  auto failure = errorOf([&]() { session.waitAll(); });
+  EXPECT_NE(failure.find("died"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("SIGABRT"), std::string::npos) << failure;
+  EXPECT_NE(after.info().state, "finished");
+}
+
+TEST_F(ActorTest, ACrashWithRestartsRunsTheCallAgainOnAFreshActor) {
+  TempDir dir;
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("restart");
+  auto counter = session.actor("stats/Counter", {}, "10").maxRestarts(1).maxCallRetries(1);
+  auto before = counter.call("add", {}, "1");
+  auto pidBefore = counter.call("pid");
+  auto crash = counter.call("crash", {}, dir.path + "/marker");
+  auto after = counter.call("add", {}, "2");
+  auto pidAfter = counter.call("pid");
+  for (auto* t : {&before, &pidBefore, &crash, &after, &pidAfter}) t->output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(before.output().fetch(), "11");
+  // Run again on the restarted actor, whose constructor started over.
+  EXPECT_EQ(crash.output().fetch(), "survived");
+  EXPECT_EQ(after.output().fetch(), "12");
+  EXPECT_NE(pidBefore.output().fetch(), pidAfter.output().fetch());
+}
+
+TEST_F(ActorTest, ARestartWithoutCallRetriesFailsOnlyTheCrashedCall) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("restart without retries");
+  auto counter = session.actor("stats/Counter", {}, "10").maxRestarts(1);
+  auto crash = counter.call("crash");
+  crash.allowFailure();
+  auto after = counter.call("add", {}, "2");
+  after.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(crash.info().state, "failed");
+  EXPECT_NE(crash.info().error.find("died while running the call"), std::string::npos) << crash.info().error;
+  EXPECT_EQ(after.output().fetch(), "12");
+}
+
+TEST_F(ActorTest, AMethodThatThrowsFailsItsCallAndTheActorKeepsItsState) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("throw");
+  auto counter = session.actor("stats/Counter");
+  counter.call("add", {}, "3");
+  auto failing = counter.call("fail", {}, "on purpose");
+  failing.allowFailure();
+  auto after = counter.call("add", {}, "4");
+  after.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_NE(failing.info().error.find("asked to fail: on purpose"), std::string::npos) << failing.info().error;
+  EXPECT_EQ(after.output().fetch(), "7");
+}
+
+TEST_F(ActorTest, ATimeLimitStopsAMethodAndTheActorRestarts) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("time limit");
+  auto counter = session.actor("stats/Counter", {}, "1").maxRestarts(1);
+  auto spin = counter.call("spin");
+  spin.timeLimit(std::chrono::milliseconds(300)).allowFailure();
+  auto after = counter.call("read");
+  after.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_EQ(spin.info().state, "failed");
+  EXPECT_NE(spin.info().error.find("time limit"), std::string::npos) << spin.info().error;
+  EXPECT_EQ(after.output().fetch(), "1");
+}
+
+TEST_F(ActorTest, AKilledActorsProcessGoesAndItsWaitingCallsAreCancelled) {
+  TempDir dir;
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("kill");
+  auto counter = session.actor("stats/Counter");
+  auto pid = counter.call("pid");
+  pid.output().keep();
+  session.submit();
+  pid.wait();
+  long processId = std::stol(pid.output().fetch());
+  // A call that never ends, and calls behind it.
+  counter.call("meet", {}, dir.path + "/mine " + dir.path + "/never");
+  auto behind = counter.call("add", {}, "1");
+  auto reader = session.call("stats/double", {behind.output()});
+  session.submit();
+  counter.kill();
+  session.waitAll();
+  EXPECT_EQ(counter.task().info().state, "cancelled");
+  EXPECT_EQ(behind.info().state, "cancelled");
+  EXPECT_EQ(reader.info().state, "skipped");
+  EXPECT_TRUE(session.state().open) << "a kill fails no session";
+  EXPECT_TRUE(processGone(processId));
+  // Calls on an actor that has ended are refused.
+  counter.call("add", {}, "1");
+  try {
+    session.submit();
+    FAIL() << "a call on a killed actor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("has ended"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(ActorTest, ClosingTheSessionEndsItsActors) {
+  Client client(cluster->serverAddress());
+  long processId = 0;
+  {
+    auto session = client.newSession("close");
+    auto counter = session.actor("stats/Counter");
+    auto pid = counter.call("pid");
+    pid.output().keep();
+    session.submit();
+    processId = std::stol(pid.output().fetch());
+    session.close();
+  }
+  EXPECT_TRUE(processGone(processId));
+}
+
+TEST_F(ActorTest, UnknownTypesAndMethodsAreRefusedAtSubmitByName) {
+  Client client(cluster->serverAddress());
+  auto refused = [&](auto build, const std::string& words) {
+    auto session = client.newSession("refused");
+    build(session);
+    try {
+      session.submit();
+      ADD_FAILURE() << "accepted; expected: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused([](Session& s) { s.actor("stats/Nope"); }, "no governor offers the actor type stats/Nope");
+  refused([](Session& s) { s.actor("stats/Counter").call("nope"); }, "has no method nope");
+  refused([](Session& s) { s.actor("stats/Counter").call("add", {}, "1", {ObjectKind::BLOB, ObjectKind::BLOB}); },
+          "makes 1 output(s)");
+  refused([](Session& s) { s.call("stats/Counter"); }, "is an actor type, not a function");
+  refused([](Session& s) { s.call("stats/Counter.add"); }, "is a method of an actor type");
+  refused([](Session& s) { s.actorHandle(s.concat({}).id()).call("add"); }, "which is not an actor");
+}
+
+TEST_F(ActorTest, AConstructorThatThrowsFailsTheActorWithItsMessage) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("broken");
+  auto broken = session.actor("stats/Broken", {}, "no disk");
+  auto call = broken.call("get");
+  session.submit();
+  auto failure = errorOf([&]() { call.wait(); });
+  EXPECT_NE(failure.find("its constructor failed"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("cannot start: no disk"), std::string::npos) << failure;
+}
+
+TEST_F(ActorTest, AConstructorReadsACheckpointAMethodWrote) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("checkpoint");
+  auto first = session.actor("stats/Counter", {}, "40");
+  auto checkpoint = first.call("add", {}, "2");
+  checkpoint.output().keep();
+  session.submit();
+  checkpoint.wait();
+  first.kill();
+  // A new actor made from the checkpoint carries on where the first was.
+  auto second = session.actor("stats/Counter", {checkpoint.output()});
+  auto read = second.call("read");
+  read.output().keep();
+  session.submit();
+  EXPECT_EQ(read.output().fetch(), "42");
+}
+
+TEST_F(ActorTest, TheStatusApiAndMetricsShowActorsAndTheirCalls) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("status");
+  auto counter = session.actor("stats/Counter");
+  for (int i = 0; i < 3; i++) counter.call("add", {}, "1");
+  session.submit();
+  session.waitAll();
+  auto summary = getJson(cluster->httpAddress(), "/api/sessions/" + std::to_string(session.id()));
+  ASSERT_TRUE(summary.contains("actors")) << summary.dump();
+  ASSERT_EQ(summary["actors"].size(), 1u);
+  auto& actor = summary["actors"][0];
+  EXPECT_EQ(actor["id"], counter.id());
+  EXPECT_EQ(actor["type"], "stats/Counter");
+  EXPECT_EQ(actor["state"], "running");
+  EXPECT_EQ(actor["callsDone"], 3);
+  EXPECT_EQ(actor["callsQueued"], 0);
+  EXPECT_TRUE(actor["governor"].get<std::string>().rfind("governor-", 0) == 0) << actor.dump();
+  auto metrics = httpGet(cluster->httpAddress(), "/metrics").body;
+  EXPECT_NE(metrics.find("squall_actors{state=\"running\"} "), std::string::npos);
+  EXPECT_NE(metrics.find("squall_actor_calls_finished_total "), std::string::npos);
+  counter.kill();
+}
+
+}  // namespace
+}  // namespace squall
