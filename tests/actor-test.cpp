@@ -385,5 +385,44 @@ TEST_F(ActorTest, TheStatusApiAndMetricsShowActorsAndTheirCalls) {
   counter.kill();
 }
 
+// The server crashes while an actor lives and calls wait for their turns:
+// after its restart (the session log replayed, the governor reporting what
+// it runs) the same actor process carries on, and every call runs once, in
+// order.
+TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 2;
+  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("across a restart");
+  auto counter = session.actor("stats/Counter");
+  std::string expected;
+  for (int i = 1; i <= 300; i++) {
+    counter.call("add", {}, std::to_string(i));
+    expected += std::to_string(i) + "\n";
+  }
+  auto pidBefore = counter.call("pid");
+  pidBefore.output().keep();
+  session.submit();
+  cluster.restartServer();
+  for (int i = 301; i <= 600; i++) {
+    counter.call("add", {}, std::to_string(i));
+    expected += std::to_string(i) + "\n";
+  }
+  auto log = counter.call("log");
+  auto pidAfter = counter.call("pid");
+  log.output().keep();
+  pidAfter.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_TRUE(log.output().fetch() == expected) << "calls lost, repeated or out of order";
+  EXPECT_EQ(pidBefore.output().fetch(), pidAfter.output().fetch());
+  EXPECT_EQ(counter.task().info().state, "running");
+}
+
 }  // namespace
 }  // namespace squall

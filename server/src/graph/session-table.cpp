@@ -551,6 +551,8 @@ std::vector<TaskNode*> SessionTable::governorReturned(GovernorId governor, kj::S
         session->setTaskState(*task, TaskNode::State::ASSIGNED);
         task->governor = governor;
         adopted.push_back(task);
+        // Its calls may follow it now (Scheduler::placeCalls).
+        if (task->isActor) pending.actorsPlaced.push_back(task->id);
       } else if (it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
                  it->second.governor == governor) {
         continue;  // ours already

@@ -28,6 +28,9 @@ struct Effects {
   // WAITING tasks an input of which just finished (candidates for
   // prefetching the finished ones); may repeat.
   std::vector<Id> inputFinished;
+  // Actors adopted from a governor that came back: their calls may follow
+  // them (Scheduler::placeCalls).
+  std::vector<Id> actorsPlaced;
 };
 
 class SessionTable {

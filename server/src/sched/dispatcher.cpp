@@ -137,6 +137,8 @@ void Dispatcher::pass() {
   auto& effects = sessions.effects();
   scheduler.enqueue(effects.ready, sessions);
   effects.ready.clear();
+  scheduler.actorsPlaced(effects.actorsPlaced);
+  effects.actorsPlaced.clear();
   if (!effects.readyLater.empty()) {
     rpcs.add(timer.afterDelay(INPUT_RETRY_DELAY).then([this, later = kj::mv(effects.readyLater)]() {
       scheduler.enqueue(later, sessions);

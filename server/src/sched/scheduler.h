@@ -103,6 +103,11 @@ class Scheduler {
   // to their actor's governor, in their turns, as far as the first call
   // that is not ready. Calls of an actor that has ended fail.
   void placeCalls(SessionTable& sessions, GovernorPool& governors);
+  // Actors placed other than by this scheduler (adopted from a governor
+  // that came back): placeCalls() looks at their calls.
+  void actorsPlaced(const std::vector<Id>& actors) {
+    actorsToPlace.insert(actorsToPlace.end(), actors.begin(), actors.end());
+  }
 
   size_t readyCount() const { return ready.size(); }
   // The queue in placement order (tests, `squall explain`).
