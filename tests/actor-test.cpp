@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <signal.h>
 #include <sstream>
 #include <string>
@@ -129,6 +130,29 @@ TEST_F(ActorTest, CallsKeepTheirTurnsWhenTheirInputsArriveInAnotherOrder) {
   EXPECT_EQ(log.output().fetch(), expected);
 }
 
+TEST_F(ActorTest, ACallWaitingForItsTurnSaysWhyAndRunsOnceTheCallBeforeItCan) {
+  TempDir dir;
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("turn explained");
+  auto counter = session.actor("stats/Counter");
+  // The first call's input is made only once `go` exists.
+  auto go = dir.path + "/go";
+  auto gate = session.execute(
+      Program::shell("while [ ! -f '" + go + "' ]; do sleep 0.01; done; printf 5").stdoutOutput());
+  auto first = counter.call("addInput", {gate.output()});
+  auto second = counter.call("add", {}, "1");
+  second.output().keep();
+  session.submit();
+  auto why = session.explain(second.id());
+  EXPECT_NE(why.summary.find("waits for its turn"), std::string::npos) << why.summary;
+  EXPECT_NE(why.summary.find("1 call(s) made before it"), std::string::npos) << why.summary;
+  ASSERT_FALSE(why.details.empty());
+  EXPECT_NE(why.details[0].find("task " + std::to_string(first.id())), std::string::npos) << why.details[0];
+  EXPECT_NE(second.info().state, "finished");
+  std::ofstream(go) << "go";
+  EXPECT_EQ(second.output().fetch(), "6");
+}
+
 TEST_F(ActorTest, AMethodsOutputFeedsTasksAndTasksOutputsFeedMethods) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("feeds");
@@ -178,7 +202,10 @@ TEST_F(ActorTest, AnActorHoldsItsGpuForItsLifeUntilKilled) {
   session.submit();
   auto explained = session.explain(second.id());
   EXPECT_NE(second.task().info().state, "running") << explained.summary;
+  EXPECT_NE(explained.summary.find("gpus"), std::string::npos) << explained.summary;
   EXPECT_NE(secondDevice.info().state, "finished");
+  auto call = session.explain(secondDevice.id());
+  EXPECT_NE(call.summary.find("waits for its actor"), std::string::npos) << call.summary;
 
   first.kill();
   secondDevice.wait();

@@ -187,9 +187,46 @@ void explainReady(const Session& session, const TaskNode& task, const Scheduler&
 
 }  // namespace
 
+namespace {
+
+// A method call waiting for its turn on its actor (docs/actors.md), or
+// for the actor to be placed.
+bool explainCall(const TaskNode& task, GovernorPool& governors, Explanation& out) {
+  if (task.actor == nullptr || (task.state != TaskNode::State::READY && task.state != TaskNode::State::WAITING)) {
+    return false;
+  }
+  auto& actor = *task.actor;
+  auto actorLabel = label(*actor.task);
+  if (task.state == TaskNode::State::WAITING) return false;
+  if (actor.task->state != TaskNode::State::ASSIGNED) {
+    out.summary = "waits for its actor, " + actorLabel + ", to be placed";
+    out.details.push_back("a method call runs where its actor lives; `squall explain` of the actor says why it "
+                          "waits");
+    return true;
+  }
+  size_t before = 0;
+  const TaskNode* holding = nullptr;
+  for (auto& [turn, call] : actor.calls) {
+    if (turn >= task.turn) break;
+    if (call->done()) continue;
+    before++;
+    if (holding == nullptr && call->state == TaskNode::State::WAITING) holding = call;
+  }
+  out.summary = "waits for its turn on its actor, " + actorLabel + " on " +
+                governorName(governors, actor.task->governor) + ": " + std::to_string(before) +
+                " call(s) made before it have not finished";
+  if (holding != nullptr) {
+    out.details.push_back(label(*holding) + ", made before it, waits for its inputs; the calls after it wait too");
+  }
+  return true;
+}
+
+}  // namespace
+
 Explanation explainTask(const Session& session, const TaskNode& task, const Scheduler& scheduler,
                         GovernorPool& governors, bool held) {
   Explanation out;
+  if (explainCall(task, governors, out)) return out;
   switch (task.state) {
     case TaskNode::State::WAITING: explainWaiting(task, governors, out); break;
     case TaskNode::State::READY: explainReady(session, task, scheduler, governors, held, out); break;
