@@ -1,6 +1,6 @@
-// One session: its state and failure, counts by state, the task graph, the
-// timeline per governor and a paged, filterable table of tasks (failures
-// first). Live: counts come with each update; the heavier parts are
+// One session: its state and failure, counts by state, its actors, the task
+// graph, the timeline per governor and a paged, filterable table of tasks
+// (failures first). Live: counts come with each update; the heavier parts are
 // fetched again, at most every few seconds, when the session changed.
 import {
   append, clear, formatCount, formatDuration, getJson, h, link, STATES, stateBadge, stateBar, throttle,
@@ -16,6 +16,7 @@ export function sessionPage(root, ctx, id) {
   const failure = h('div', {});
   const chips = h('div', { class: 'chips', 'data-testid': 'counts' });
   const failures = h('section', { class: 'panel failures', hidden: true });
+  const actors = h('section', { class: 'panel actors', hidden: true });
   const dagBox = h('div', { class: 'dag-box' }, h('p', { class: 'muted' }, 'Loading the graph…'));
   const timelineBox = h('div', { class: 'timeline-box' });
   const tableBox = h('div', {});
@@ -32,6 +33,7 @@ export function sessionPage(root, ctx, id) {
   clear(root).append(
     h('section', { class: 'panel' }, header, failure, chips),
     failures,
+    actors,
     h('section', { class: 'panel' }, h('h2', {}, 'Task graph'), dagBox),
     h('section', { class: 'panel' }, h('h2', {}, 'Timeline'), timelineBox),
     h('section', { class: 'panel' }, h('h2', {}, 'Tasks'), h('div', { class: 'table-tools' }, stateFilters, nameInput), tableBox, pager),
@@ -87,6 +89,24 @@ export function sessionPage(root, ctx, id) {
         },
       }, h('span', { class: 'chip-label' }, state), h('span', { class: 'chip-count' }, formatCount(s.counts[state]))))),
     );
+  }
+
+  // Its actors (docs/actors.md), live with each update: where each lives,
+  // its state, its calls waiting for their turn and those done.
+  function renderActors() {
+    const list = summary.actors || [];
+    actors.hidden = list.length === 0;
+    if (!list.length) return;
+    clear(actors).append(h('h2', {}, `Actors (${formatCount(list.length)})`),
+      h('table', { class: 'grid actors', 'data-testid': 'actor-table' },
+        h('thead', {}, h('tr', {}, ['id', 'type', 'state', 'governor', 'calls waiting', 'calls done'].map((c) => h('th', {}, c)))),
+        h('tbody', {}, list.map((a) => h('tr', { 'data-testid': 'actor-row', 'data-task': a.id },
+          h('td', { class: 'num' }, link(`/sessions/${id}/tasks/${a.id}`, String(a.id))),
+          h('td', { class: 'name' }, a.type),
+          h('td', {}, stateBadge(a.killed ? 'cancelled' : a.state), a.killed ? h('span', { class: 'muted' }, ' killed') : null),
+          h('td', {}, a.governor || ''),
+          h('td', { class: 'num', 'data-testid': 'actor-queued' }, formatCount(a.callsQueued)),
+          h('td', { class: 'num', 'data-testid': 'actor-done' }, formatCount(a.callsDone)))))));
   }
 
   function renderFilters() {
@@ -180,6 +200,7 @@ export function sessionPage(root, ctx, id) {
     const first = summary === null;
     summary = data.session;
     renderHeader();
+    renderActors();
     if (data.groups) dag.updateGroups(data.groups);
     if (!first && summary.tasks !== lastTasks && summary.tasks > 400) loadGraph();
     lastTasks = summary.tasks;
@@ -210,6 +231,7 @@ export function sessionPage(root, ctx, id) {
     lastChanges = s.changes ?? -2;
     lastTasks = s.tasks;
     renderHeader();
+    renderActors();
     loadFailures();
     unsubscribe = ctx.subscribe(id, onUpdate);
   }).catch((e) => {
