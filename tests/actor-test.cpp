@@ -263,6 +263,37 @@ TEST_F(ActorTest, ARestartWithoutCallRetriesFailsOnlyTheCrashedCall) {
   EXPECT_EQ(after.output().fetch(), "12");
 }
 
+// Calls are sent to the actor's process ahead of their turn (pipelined):
+// a crash in one must take no other call's answer with it, or the calls
+// before it would run again on the restarted actor.
+TEST_F(ActorTest, ACrashAmongPipelinedCallsRunsNoCallTwice) {
+  Client client(cluster->serverAddress());
+  for (int round = 0; round < 5; round++) {
+    auto session = client.newSession("pipelined crash");
+    auto counter = session.actor("stats/Counter", {}, "0").maxRestarts(1);
+    std::vector<Task> before, after;
+    for (int i = 1; i <= 50; i++) before.push_back(counter.call("add", {}, std::to_string(i)));
+    auto crash = counter.call("crash");
+    crash.allowFailure();
+    std::string expected;
+    for (int i = 51; i <= 100; i++) {
+      after.push_back(counter.call("add", {}, std::to_string(i)));
+      expected += std::to_string(i) + "\n";
+    }
+    auto log = counter.call("log");
+    log.output().keep();
+    before.back().output().keep();
+    after.back().output().keep();
+    session.submit();
+    session.waitAll();
+    EXPECT_EQ(before.back().output().fetch(), std::to_string(50 * 51 / 2));
+    EXPECT_EQ(crash.info().state, "failed");
+    // The restarted actor ran the calls after the crash, and only those.
+    EXPECT_EQ(log.output().fetch(), expected) << "round " << round;
+    EXPECT_EQ(after.back().output().fetch(), std::to_string(100 * 101 / 2 - 50 * 51 / 2));
+  }
+}
+
 TEST_F(ActorTest, AMethodThatThrowsFailsItsCallAndTheActorKeepsItsState) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("throw");

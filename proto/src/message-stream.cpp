@@ -3,7 +3,11 @@
 #include <capnp/serialize.h>
 #include <cstring>
 #include <kj/debug.h>
+#include <cerrno>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 namespace squall {
 
@@ -222,12 +226,82 @@ void BufferedMessageStream::scheduleFlush() {
                    }).eagerlyEvaluate(nullptr);
 }
 
+void BufferedMessageStream::writeBlocking(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces) {
+  counts_.writes++;
+  size_t piece = 0, offset = 0;
+  while (piece < pieces.size()) {
+    if (offset == pieces[piece].size()) {
+      piece++;
+      offset = 0;
+      continue;
+    }
+    struct iovec iov[16];
+    int count = 0;
+    for (size_t i = piece; i < pieces.size() && count < 16; i++) {
+      size_t skip = i == piece ? offset : 0;
+      iov[count].iov_base = const_cast<kj::byte*>(pieces[i].begin() + skip);
+      iov[count].iov_len = pieces[i].size() - skip;
+      count++;
+    }
+    ssize_t n = ::writev(blockingFd, iov, count);
+    if (n < 0) {
+      int error = errno;
+      if (error == EINTR) continue;
+      if (error == EAGAIN || error == EWOULDBLOCK) {
+        struct pollfd ready = {blockingFd, POLLOUT, 0};
+        ::poll(&ready, 1, -1);
+        continue;
+      }
+      auto e = error == EPIPE || error == ECONNRESET
+                   ? KJ_EXCEPTION(DISCONNECTED, "the peer went", strerror(error))
+                   : KJ_EXCEPTION(FAILED, "write failed", strerror(error));
+      if (writeError == nullptr) writeError = kj::cp(e);
+      kj::throwFatalException(kj::mv(e));
+    }
+    size_t done = static_cast<size_t>(n);
+    while (done > 0 && piece < pieces.size()) {
+      size_t left = pieces[piece].size() - offset;
+      if (done < left) {
+        offset += done;
+        done = 0;
+      } else {
+        done -= left;
+        piece++;
+        offset = 0;
+      }
+    }
+  }
+}
+
+void BufferedMessageStream::writeNow() {
+  KJ_REQUIRE(blockingFd >= 0, "writeNow() needs blocking writes");
+  KJ_IF_MAYBE(e, writeError) { kj::throwFatalException(kj::cp(*e)); }
+  if (batch.size() == 0) return;
+  auto data = batch.releaseAsArray();
+  kj::ArrayPtr<const kj::byte> pieces[1] = {data.asPtr()};
+  writeBlocking(pieces);
+  unwritten -= kj::min(unwritten, data.size());
+}
+
 kj::Promise<void> BufferedMessageStream::flush(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> more,
                                                kj::ArrayPtr<const int> fds) {
   // Every byte here was counted in `unwritten` when its message came.
   auto data = batch.releaseAsArray();
   size_t owed = data.size();
   for (auto& s : more) owed += s.size() * WORD;
+  if (blockingFd >= 0 && fds.size() == 0) {
+    KJ_IF_MAYBE(e, writeError) { return kj::cp(*e); }
+    auto pieces = kj::heapArrayBuilder<kj::ArrayPtr<const kj::byte>>(1 + more.size());
+    pieces.add(data.asPtr());
+    for (auto& s : more) pieces.add(s.asBytes());
+    auto all = pieces.finish();
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { writeBlocking(all); })) {
+      unwritten -= kj::min(unwritten, owed);
+      return kj::mv(*e);
+    }
+    unwritten -= kj::min(unwritten, owed);
+    return kj::READY_NOW;
+  }
   auto paf = kj::newPromiseAndFulfiller<void>();
   writes = writes
                .then([this, data = kj::mv(data), more, fds]() mutable -> kj::Promise<void> {

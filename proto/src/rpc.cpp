@@ -100,6 +100,24 @@ kj::Promise<void> serveRpc(kj::AsyncCapabilityStream& stream, uint maxFds, capnp
   return disconnected.attach(kj::mv(served));
 }
 
+kj::Promise<void> serveExecutorRpc(kj::AsyncCapabilityStream& stream, int fd, uint maxFds,
+                                   capnp::Capability::Client bootstrap, BufferedMessageStream*& transport) {
+  struct Served {
+    Served(kj::AsyncCapabilityStream& stream, int fd, uint maxFds, capnp::Capability::Client bootstrap)
+        : messages(stream),
+          network((messages.useBlockingWrites(fd), messages), maxFds, capnp::rpc::twoparty::Side::SERVER,
+                  readerOptions()),
+          rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
+    BufferedMessageStream messages;
+    capnp::TwoPartyVatNetwork network;
+    capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
+  };
+  auto served = kj::heap<Served>(stream, fd, maxFds, kj::mv(bootstrap));
+  transport = &served->messages;
+  auto disconnected = served->network.onDisconnect();
+  return disconnected.attach(kj::mv(served), kj::defer([&transport]() { transport = nullptr; }));
+}
+
 capnp::Capability::Client RpcClient::bootstrapCap() {
   capnp::word scratch[4];
   memset(scratch, 0, sizeof(scratch));

@@ -206,7 +206,10 @@ Output& Call::output(std::string_view name) {
 
 class ExecutorService final : public wire::Executor::Server {
  public:
-  explicit ExecutorService(const Executor& executor) : executor(executor) {}
+  // `transport`: the connection's message stream while it serves (null
+  // in tests that serve without one).
+  ExecutorService(const Executor& executor, BufferedMessageStream* const& transport)
+      : executor(executor), transport(transport) {}
 
   kj::Promise<void> describe(DescribeContext context) override {
     auto results = context.getResults();
@@ -246,7 +249,8 @@ class ExecutorService final : public wire::Executor::Server {
     } else if (auto dot = function.find('.'); dot != std::string_view::npos) {
       auto& method = findMethod(function.substr(0, dot), function.substr(dot + 1));
       outputNames = &method.outputs;
-      body = [&method, instance = heldInstance(function.substr(0, dot), function)](Call& call) {
+      body = [this, &method, instance = heldInstance(function.substr(0, dot), function)](Call& call) {
+        answersOut();
         method.fn(instance.get(), call);
       };
     } else {
@@ -307,6 +311,7 @@ class ExecutorService final : public wire::Executor::Server {
     uint64_t attempt = ++constructs;
     held = Held{found->first, nullptr, attempt};
     auto body = [this, &entry, attempt, context](Call& init) mutable {
+      answersOut();
       auto began = std::chrono::steady_clock::now();
       auto instance = runReporting([&]() {
         // Released at once, so that the next construct finds none.
@@ -332,6 +337,15 @@ class ExecutorService final : public wire::Executor::Server {
 
  private:
   const Executor& executor;
+  BufferedMessageStream* const& transport;
+
+  // Before an actor's constructor or method runs: the answers of the calls
+  // run before it leave the process first, so that a crash in it takes no
+  // answer but its own, and the governor knows which call was running
+  // (governor/src/exec/actor-host.h, docs/decisions.md).
+  void answersOut() {
+    if (transport != nullptr) transport->writeNow();
+  }
 
   // The one actor this process holds, from its construct on; `instance`
   // is null while the constructor has not yet run.
@@ -607,8 +621,10 @@ int Executor::serveFd(int fd) {
   // instead of killing the process.
   signal(SIGPIPE, SIG_IGN);
   auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
+  BufferedMessageStream* transport = nullptr;
   // Resolves once the governor closes its end.
-  serveRpc(*stream, MAX_PIPES_PER_CALL, kj::heap<ExecutorService>(*this)).wait(io.waitScope);
+  serveExecutorRpc(*stream, fd, MAX_PIPES_PER_CALL, kj::heap<ExecutorService>(*this, transport), transport)
+      .wait(io.waitScope);
   return 0;
 }
 

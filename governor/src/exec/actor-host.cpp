@@ -11,13 +11,13 @@ namespace {
 // How long a process that lost its connection has to exit before it is
 // killed (it is hung, or closed its socket by mistake).
 constexpr kj::Duration HUNG_GRACE = 2 * kj::SECONDS;
-// Calls sent to the process and not answered, at most. One: an executor
-// writes the answers of the calls it ran in one turn of its loop together
-// (proto/message-stream.h), so a process that dies in a call it had
-// queued behind others would take their answers with it, and a restarted
-// actor would run them again on its fresh state. One at a time, the call
-// that was running is the only one whose answer a death can take.
-constexpr size_t MAX_IN_FLIGHT = 1;
+// Calls sent to the process and not answered, at most: enough that it
+// never waits for the governor between calls. An executor writes the
+// answers of the calls it ran before it runs an actor's next method
+// (tasklib's answersOut), so a process that dies takes no answer but that
+// of the call it was running: the first call not answered is the one that
+// was running, those behind it never started.
+constexpr size_t MAX_IN_FLIGHT = 16;
 
 }  // namespace
 

@@ -6,10 +6,11 @@
 // here, which is the order they were submitted in. Loop thread only.
 //
 // Calls take a turn when assigned (enqueue) and are sent once their inputs
-// are here and the call before them was answered (one at a time: see
-// MAX_IN_FLIGHT in the .cpp). When the process dies, the call it was running
-// is run again on the restarted actor while its max_call_retries allow,
-// else fails; the calls behind it run on the restarted actor, in order; the
+// are here and every call before them was sent (the executor runs what it
+// receives in order, writing the answers so far before each method, so
+// calls are pipelined: see MAX_IN_FLIGHT in the .cpp). When the process
+// dies, the call it was running is run again on the restarted actor while
+// its max_call_retries allow, else fails; the calls behind it run on the restarted actor, in order; the
 // actor is started again (its constructor run anew on the same inputs)
 // while its max_restarts allow, else it ends failed and so do its calls.
 // Killing the actor (cancelling its task) stops its process; its calls

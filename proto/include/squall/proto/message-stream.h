@@ -63,6 +63,19 @@ class BufferedMessageStream final : public capnp::MessageStream {
   kj::Maybe<int> getSendBufferSize() override;
   kj::Promise<void> end() override;
 
+  // From now on, writes (without descriptors) are made before flush
+  // returns, blocking while the socket is full, on `fd` (the stream's own
+  // descriptor), instead of waiting in the event loop. For an executor,
+  // which has nothing to do while its governor does not read: it needs
+  // writeNow() to be able to finish. Call before the first write.
+  void useBlockingWrites(int fd) { blockingFd = fd; }
+  // With blocking writes: writes what the batch holds now (the answers of
+  // the calls run so far) before returning. An executor calls it before it
+  // runs an actor's method, so that a crash in the method cannot take the
+  // answers of the calls before it (docs/decisions.md, Actors). Throws
+  // DISCONNECTED when the peer has gone.
+  void writeNow();
+
   // System calls made, for tests and benchmarks.
   struct Counts {
     uint64_t reads = 0;
@@ -119,6 +132,11 @@ class BufferedMessageStream final : public capnp::MessageStream {
   kj::Maybe<kj::Exception> writeError;
   bool flushScheduled = false;
   kj::Promise<void> scheduledFlush = nullptr;
+  // Blocking writes on this descriptor (useBlockingWrites); -1: none.
+  int blockingFd = -1;
+
+  // Writes `pieces` on blockingFd before it returns.
+  void writeBlocking(kj::ArrayPtr<const kj::ArrayPtr<const kj::byte>> pieces);
 
   // Appends one message's framing and words to the batch.
   void append(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);

@@ -83,6 +83,13 @@ class RpcClient {
 // to `maxFds` descriptors, until the peer goes.
 kj::Promise<void> serveRpc(kj::AsyncCapabilityStream& stream, uint maxFds, capnp::Capability::Client bootstrap);
 
+// As serveRpc, for an executor (tasklib) on its socket `fd`: writes block
+// (BufferedMessageStream::useBlockingWrites), and `transport` points at
+// the message stream while it serves, so that the executor can write its
+// answers so far before it runs an actor's method (writeNow()).
+kj::Promise<void> serveExecutorRpc(kj::AsyncCapabilityStream& stream, int fd, uint maxFds,
+                                   capnp::Capability::Client bootstrap, BufferedMessageStream*& transport);
+
 // Connects to `address` ("host:port"); throws DISCONNECTED when refused,
 // FAILED when the address does not parse.
 kj::Promise<kj::Own<RpcClient>> connectTo(kj::Network& network, kj::StringPtr address);
