@@ -10,13 +10,14 @@
         print(task.output.fetch())             # b'Hello world!'
 
 Everything here wraps squall's C++ client library (squall._squall); Python
-functions run as tasks with @squall.remote.
+functions run as tasks, and classes as actors, with @squall.remote.
 """
 
 from ._squall import (
     BLOB,
     DIR,
     STREAM,
+    Actor,
     Client,
     DataObject,
     Error,
@@ -33,10 +34,10 @@ from ._squall import (
     TaskInfo,
     current_session,
 )
-from .remote import RemoteFunction, remote
+from .remote import ActorClass, ActorHandle, ActorMethod, RemoteFunction, method, remote
 
 __all__ = [
-    "BLOB", "DIR", "STREAM", "Client", "DataObject", "Error", "GovernorInfo", "Kind", "LocalCluster",
-    "ObjectInfo", "Program", "RemoteFunction", "Session", "SessionState", "Task", "TaskExplanation",
-    "TaskFailed", "TaskInfo", "current_session", "remote",
+    "BLOB", "DIR", "STREAM", "Actor", "ActorClass", "ActorHandle", "ActorMethod", "Client", "DataObject", "Error",
+    "GovernorInfo", "Kind", "LocalCluster", "ObjectInfo", "Program", "RemoteFunction", "Session", "SessionState",
+    "Task", "TaskExplanation", "TaskFailed", "TaskInfo", "current_session", "method", "remote",
 ]

@@ -1,10 +1,12 @@
 """The executor side of @squall.remote: squall-python-executor calls run()
-for each call task, in a warm embedded interpreter.
+for each call task, in a warm embedded interpreter; for an actor, it calls
+construct() once in the actor's own process and call_method() for each of
+its method calls, on the instance construct() returned.
 
 A call's config is the payload squall.remote builds (see remote.py for its
-layout); its inputs are the data objects among the function's arguments.
-The function is unpickled once per process (cached by its key) and its
-result is pickled, or passed on as raw bytes, into the outputs.
+layouts); its inputs are the data objects among the arguments. A function
+(or an actor's class) is unpickled once per process (cached by its key);
+results are pickled, or passed on as raw bytes, into the outputs.
 
 It uses nothing of the client, only the standard library and cloudpickle.
 """
@@ -18,6 +20,10 @@ import cloudpickle
 # The payload's first two fields (remote.py writes the same).
 MAGIC = "squall.remote"
 FORMAT = 1
+# The payloads' lengths: a function's call or an actor's constructor, and
+# a method call (remote.py).
+CALL_FIELDS = 9
+METHOD_FIELDS = 8
 
 # Functions unpickled in this process, by key; at most CACHE_SIZE of them.
 CACHE_SIZE = 64
@@ -29,14 +35,14 @@ class CallFailed(Exception):
     with the call) becomes the task's error."""
 
 
-def _function(key, pickled):
+def _function(key, pickled, what="function"):
     function = _functions.get(key)
     if function is None:
         try:
             function = pickle.loads(pickled)
         except Exception as e:
             raise CallFailed(
-                f"cannot unpickle the function: {type(e).__name__}: {e} (is every module it "
+                f"cannot unpickle the {what}: {type(e).__name__}: {e} (is every module it "
                 "uses installed where the governor runs?)") from None
         if len(_functions) >= CACHE_SIZE:
             _functions.pop(next(iter(_functions)))
@@ -80,36 +86,59 @@ def _remote_traceback(error):
     return "".join(traceback.format_exception(type(error), error, tb)).rstrip("\n")
 
 
-def run(config, inputs, output_count):
-    """Runs one call; returns the outputs' bytes, one per output."""
+
+
+def _payload(config, fields, what):
+    """The fields of a call's config, checked: its magic, its format and
+    its length."""
     try:
         if not config:
             raise ValueError("the call has no config")
         payload = pickle.loads(config)
         magic, version = payload[0], payload[1]
     except Exception as e:
-        raise CallFailed(f"the call's config is no @squall.remote call ({type(e).__name__}: {e})") from None
+        raise CallFailed(f"the call's config is no {what} ({type(e).__name__}: {e})") from None
     if magic != MAGIC or version != FORMAT:
         raise CallFailed(f"the call was made by a squall client writing format {version!r}; "
                          f"this executor reads {FORMAT}: use the same squall on both sides")
-    _, _, name, key, pickled, args, kwargs, input_codecs, output_codecs = payload
+    if len(payload) != fields:
+        raise CallFailed(f"the call's config is no {what} ({len(payload)} fields, not {fields})")
+    return payload
+
+
+def _check_counts(input_codecs, inputs, output_codecs, output_count):
     if len(output_codecs) != output_count:
         raise CallFailed(f"the call declares {len(output_codecs)} outputs, the task has {output_count}")
     if len(input_codecs) != len(inputs):
         raise CallFailed(f"the call declares {len(input_codecs)} inputs, the task has {len(inputs)}")
-    try:
-        function = _function(key, pickled)
-        values = [_decode(codec, view, i) for i, (codec, view) in enumerate(zip(input_codecs, inputs))]
-    finally:
-        for view in inputs:
-            if isinstance(view, memoryview):
-                view.release()
+
+
+def _values(input_codecs, inputs):
+    return [_decode(codec, view, i) for i, (codec, view) in enumerate(zip(input_codecs, inputs))]
+
+
+def _release(inputs):
+    """Releases the views of the call's memory, which the executor frees
+    when the call returns (the values decoded from them are copies)."""
+    for view in inputs:
+        if isinstance(view, memoryview):
+            view.release()
+
+
+def _invoke(function, args, kwargs, values):
+    """function(*args, **kwargs), with the arguments that are inputs taken
+    from values; its exception becomes CallFailed(its remote traceback)."""
     call_args = [values[v] if is_input else v for is_input, v in args]
     call_kwargs = {k: (values[v] if is_input else v) for k, (is_input, v) in kwargs.items()}
     try:
-        result = function(*call_args, **call_kwargs)
+        return function(*call_args, **call_kwargs)
     except BaseException as e:
         raise CallFailed(_remote_traceback(e)) from None
+
+
+def _outputs(name, result, output_codecs):
+    """The outputs' bytes: the result, or its values, one per output."""
+    output_count = len(output_codecs)
     if output_count == 0:
         return []
     if output_count == 1:
@@ -123,3 +152,48 @@ def run(config, inputs, output_count):
         if len(results) != output_count:
             raise CallFailed(f"{name} has {output_count} outputs and returned {len(results)} values")
     return [_encode(codec, value, i, name) for i, (codec, value) in enumerate(zip(output_codecs, results))]
+
+
+def run(config, inputs, output_count):
+    """Runs one call of a function; returns the outputs' bytes, one per
+    output."""
+    try:
+        payload = _payload(config, CALL_FIELDS, "@squall.remote call")
+        _, _, name, key, pickled, args, kwargs, input_codecs, output_codecs = payload
+        _check_counts(input_codecs, inputs, output_codecs, output_count)
+        function = _function(key, pickled)
+        values = _values(input_codecs, inputs)
+    finally:
+        _release(inputs)
+    return _outputs(name, _invoke(function, args, kwargs, values), output_codecs)
+
+
+def construct(config, inputs):
+    """Makes an actor's instance: its class called on the constructor's
+    arguments. The executor keeps it for call_method()."""
+    try:
+        payload = _payload(config, CALL_FIELDS, "@squall.remote actor")
+        _, _, _, key, pickled, args, kwargs, input_codecs, output_codecs = payload
+        _check_counts(input_codecs, inputs, output_codecs, 0)
+        cls = _function(key, pickled, "actor's class")
+        values = _values(input_codecs, inputs)
+    finally:
+        _release(inputs)
+    return _invoke(cls, args, kwargs, values)
+
+
+def call_method(instance, config, inputs, output_count):
+    """Runs one method call on an actor's instance; returns the outputs'
+    bytes, one per output."""
+    try:
+        payload = _payload(config, METHOD_FIELDS, "@squall.remote method call")
+        _, _, name, method, args, kwargs, input_codecs, output_codecs = payload
+        _check_counts(input_codecs, inputs, output_codecs, output_count)
+        try:
+            bound = getattr(instance, method)
+        except AttributeError:
+            raise CallFailed(f"{name}: the actor ({type(instance).__qualname__}) has no method {method!r}") from None
+        values = _values(input_codecs, inputs)
+    finally:
+        _release(inputs)
+    return _outputs(name, _invoke(bound, args, kwargs, values), output_codecs)

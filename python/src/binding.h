@@ -1,9 +1,9 @@
 // What the pieces of the extension module squall._squall share: the boxes
 // that tie the C++ client's handles to Python's object lifetimes, and the
-// exceptions. The C++ handles (Session, Task, DataObject) point into their
-// Client and Session; a box keeps what a handle needs alive, so a Python
-// object that outlives a closed Session or Client raises squall.Error
-// instead of touching freed memory.
+// exceptions. The C++ handles (Session, Task, DataObject, Actor) point into
+// their Client and Session; a box keeps what a handle needs alive, so a
+// Python object that outlives a closed Session or Client raises
+// squall.Error instead of touching freed memory.
 //
 // Threading: a Client belongs to the thread that made it (its KJ event loop
 // is that thread's). Every method checks that it runs there and raises
@@ -82,6 +82,15 @@ struct TaskHandle {
   }
 };
 
+struct ActorHandle {
+  std::shared_ptr<SessionBox> box;
+  Actor actor;
+  Actor& live() {
+    box->live();
+    return actor;
+  }
+};
+
 // The content type of pickled Python values (squall.Session.pickled,
 // @squall.remote's default outputs).
 constexpr const char* PICKLE_CONTENT_TYPE = "pickle";
@@ -89,6 +98,16 @@ constexpr const char* PICKLE_CONTENT_TYPE = "pickle";
 // The session's handle for `value`: a DataObject, or a Task with exactly one
 // output (its output); anything else raises TypeError naming `what`.
 ObjectHandle toObject(py::handle value, const char* what);
+
+// The objects of `items` (DataObjects, or Tasks of one output); anything
+// else raises TypeError naming `what`.
+std::vector<DataObject> objectsOf(py::handle items, const char* what);
+
+// The kinds of a call's outputs: a count of blobs, or Kinds in order.
+std::vector<ObjectKind> outputKinds(py::handle outputs, const char* what);
+
+// Task.resource's amount: text ('2G', 'all') or a number.
+void setResource(Task& task, const std::string& name, py::handle amount);
 
 // The `with session:` stack of this thread (squall.current_session()).
 void enterSession(py::handle session);
@@ -100,6 +119,7 @@ void bindInfos(py::module_& m);
 void bindClient(py::module_& m);
 void bindObjects(py::module_& m);
 void bindProgram(py::module_& m);
+void bindActor(py::module_& m);
 void bindSession(py::module_& m);
 void bindCluster(py::module_& m);
 

@@ -1,13 +1,20 @@
 // squall-python-executor: the tasklib executor "python" that runs
-// @squall.remote functions (docs/python.md) in warm processes. It embeds
-// CPython and offers call-0 ... call-16 (a function declares its number of
-// outputs, so one per count), each handing the call's config (the pickled
-// function and arguments) and inputs to squall._worker.run, which returns
-// the outputs' bytes. A Python exception in the function fails the task
-// with its traceback as the error; the process carries on.
+// @squall.remote functions and actors (docs/python.md) in warm processes.
+// It embeds CPython and offers call-0 ... call-16 (a function declares its
+// number of outputs, so one per count), each handing the call's config (the
+// pickled function and arguments) and inputs to squall._worker.run, which
+// returns the outputs' bytes. A Python exception in the function fails the
+// task with its traceback as the error; the process carries on.
 //
-// Thread: tasklib calls the functions on the main thread, which holds the
-// GIL throughout.
+// Actors: one actor type, Actor, whose constructor makes the instance of a
+// pickled class (squall._worker.construct) and keeps it; its methods
+// call-0 ... call-16 run the Python method the config names on it
+// (squall._worker.call_method). An exception in __init__ fails the actor,
+// one in a method fails that call only, with its traceback.
+//
+// Thread: tasklib calls the functions, constructors and methods on the
+// main thread, which holds the GIL throughout; actors are destroyed there
+// too, when serve() returns, while the interpreter still lives.
 #include <pybind11/embed.h>
 #include <squall/tasklib/tasklib.h>
 
@@ -56,17 +63,27 @@ py::list inputsOf(squall::Call& call) {
   return inputs;
 }
 
-void runCall(py::module_& worker, squall::Call& call) {
-  py::object outputs;
+py::bytes configOf(squall::Call& call) {
+  auto config = call.config();
+  return py::bytes(config.data(), config.size());
+}
+
+// Calls `run` (a function of the worker, given the call's config and
+// inputs) and returns what it returns. The worker turns the Python code's
+// exception into CallFailed(remote traceback), which becomes the task's
+// error; anything else is the worker's own trouble.
+template <typename Run>
+py::object runWorker(py::module_& worker, Run run) {
   try {
-    auto config = call.config();
-    outputs = worker.attr("run")(py::bytes(config.data(), config.size()), inputsOf(call), call.outputCount());
+    return run();
   } catch (py::error_already_set& e) {
-    // The worker turns the function's exception into CallFailed(remote
-    // traceback); anything else is the worker's own trouble.
     if (e.matches(worker.attr("CallFailed"))) throw std::runtime_error(py::str(e.value()).cast<std::string>());
     throw std::runtime_error(std::string("the squall Python worker failed: ") + e.what());
   }
+}
+
+// Writes the outputs' bytes the worker returned, one per output.
+void writeOutputs(squall::Call& call, py::handle outputs) {
   for (size_t i = 0; i < call.outputCount(); i++) {
     py::bytes bytes = outputs[py::int_(i)];
     char* data = nullptr;
@@ -75,6 +92,35 @@ void runCall(py::module_& worker, squall::Call& call) {
     call.output(i).write(std::string_view(data, static_cast<size_t>(size)));
   }
 }
+
+void runCall(py::module_& worker, squall::Call& call) {
+  auto outputs =
+      runWorker(worker, [&]() { return worker.attr("run")(configOf(call), inputsOf(call), call.outputCount()); });
+  writeOutputs(call, outputs);
+}
+
+// The actor type "Actor": an instance of a Python class, made by the
+// worker from the actor's config and inputs, whose methods the calls name.
+// The package is on sys.path already (main()), so the import finds the
+// module main() loaded.
+class PythonActor {
+ public:
+  explicit PythonActor(squall::Call& init) : worker(py::module_::import("squall._worker")) {
+    instance = runWorker(worker, [&]() { return worker.attr("construct")(configOf(init), inputsOf(init)); });
+  }
+
+  // call-N: the method the config names, on the instance; N outputs.
+  void call(squall::Call& call) {
+    auto outputs = runWorker(worker, [&]() {
+      return worker.attr("call_method")(instance, configOf(call), inputsOf(call), call.outputCount());
+    });
+    writeOutputs(call, outputs);
+  }
+
+ private:
+  py::module_ worker;
+  py::object instance;
+};
 
 }  // namespace
 
@@ -92,9 +138,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   squall::Executor executor("python");
+  auto actor = executor.actor<PythonActor>("Actor");
   for (size_t n = 0; n <= MAX_OUTPUTS; n++) {
     executor.add(
         "call-" + std::to_string(n), [&worker](squall::Call& call) { runCall(worker, call); }, n);
+    actor.method("call-" + std::to_string(n), &PythonActor::call, n);
   }
   return executor.serve(argc, argv);
 }

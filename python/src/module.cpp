@@ -1,8 +1,9 @@
 // The extension module squall._squall (docs/python.md): the C++ client
 // (client/include/squall/client/client.h) for Python. This file holds the
 // module's entry, its exceptions, the info records and Client; the
-// session's graph building is in session-binding.cpp, LocalCluster in
-// cluster-binding.cpp. The package squall (python/squall/) re-exports it.
+// session's graph building is in session-binding.cpp, Actor in
+// actor-binding.cpp, LocalCluster in cluster-binding.cpp. The package
+// squall (python/squall/) re-exports it.
 #include "binding.h"
 
 #include <algorithm>
@@ -371,6 +372,7 @@ PYBIND11_MODULE(_squall, m) {
   bindClient(m);
   bindObjects(m);
   bindProgram(m);
+  bindActor(m);
   bindSession(m);
   bindCluster(m);
 }

@@ -27,18 +27,6 @@ std::chrono::milliseconds milliseconds(double seconds, const char* what) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
 }
 
-// The objects of `items` (DataObjects, or Tasks of one output), each of
-// the session `box`.
-std::vector<DataObject> objectsOf(py::handle items, const char* what) {
-  if (py::isinstance<py::str>(items) || py::isinstance<py::bytes>(items) || !py::isinstance<py::iterable>(items)) {
-    throw py::type_error(std::string(what) + " must be a list of squall.DataObject or squall.Task, not " +
-                         typeName(items));
-  }
-  std::vector<DataObject> objects;
-  for (auto item : items) objects.push_back(toObject(item, what).object);
-  return objects;
-}
-
 // Sessions know their objects' kinds and outputs; a handle from another
 // session is refused by the C++ client ("belongs to another session").
 ObjectHandle handle(const std::shared_ptr<SessionBox>& box, DataObject object) { return ObjectHandle{box, object}; }
@@ -174,6 +162,39 @@ void addIdentity(py::class_<Handle>& cls, std::string name) {
 
 }  // namespace
 
+std::vector<DataObject> objectsOf(py::handle items, const char* what) {
+  if (py::isinstance<py::str>(items) || py::isinstance<py::bytes>(items) || !py::isinstance<py::iterable>(items)) {
+    throw py::type_error(std::string(what) + " must be a list of squall.DataObject or squall.Task, not " +
+                         typeName(items));
+  }
+  std::vector<DataObject> objects;
+  for (auto item : items) objects.push_back(toObject(item, what).object);
+  return objects;
+}
+
+std::vector<ObjectKind> outputKinds(py::handle outputs, const char* what) {
+  std::vector<ObjectKind> kinds;
+  if (py::isinstance<py::int_>(outputs)) {
+    auto n = outputs.cast<int64_t>();
+    if (n < 0 || n > 4096) throw py::value_error(std::string(what) + ": a count from 0, not " + std::to_string(n));
+    kinds.assign(n, ObjectKind::BLOB);
+  } else {
+    for (auto kind : outputs) kinds.push_back(kind.cast<ObjectKind>());
+  }
+  return kinds;
+}
+
+void setResource(Task& task, const std::string& name, py::handle amount) {
+  if (py::isinstance<py::str>(amount)) {
+    task.resource(name, amount.cast<std::string>());
+  } else if (py::isinstance<py::int_>(amount) || py::isinstance<py::float_>(amount)) {
+    task.resource(name, amount.cast<double>());
+  } else {
+    throw py::type_error("resource " + name + ": an amount (number, or text such as '2G' or 'all'), not " +
+                         typeName(amount));
+  }
+}
+
 ObjectHandle toObject(py::handle value, const char* what) {
   if (py::isinstance<ObjectHandle>(value)) {
     auto& object = value.cast<ObjectHandle&>();
@@ -304,15 +325,7 @@ void bindObjects(py::module_& m) {
       .def(
           "resource",
           [](TaskHandle& t, const std::string& name, py::object amount) -> TaskHandle& {
-            auto& task = t.live();
-            if (py::isinstance<py::str>(amount)) {
-              task.resource(name, amount.cast<std::string>());
-            } else if (py::isinstance<py::int_>(amount) || py::isinstance<py::float_>(amount)) {
-              task.resource(name, amount.cast<double>());
-            } else {
-              throw py::type_error("resource " + name + ": an amount (number, or text such as '2G' or 'all'), not " +
-                                   typeName(amount));
-            }
+            setResource(t.live(), name, amount);
             return t;
           },
           py::arg("name"), py::arg("amount"),
@@ -483,14 +496,7 @@ void bindSession(py::module_& m) {
       .def(
           "call",
           [](Box self, const std::string& function, py::handle inputs, std::string config, py::handle outputs) {
-            std::vector<ObjectKind> kinds;
-            if (py::isinstance<py::int_>(outputs)) {
-              auto n = outputs.cast<int64_t>();
-              if (n < 0 || n > 4096) throw py::value_error("call outputs: a count from 0, not " + std::to_string(n));
-              kinds.assign(n, ObjectKind::BLOB);
-            } else {
-              for (auto kind : outputs) kinds.push_back(kind.cast<ObjectKind>());
-            }
+            auto kinds = outputKinds(outputs, "call outputs");
             return handle(self,
                           self->live().call(function, objectsOf(inputs, "call inputs"), std::move(config), kinds));
           },
@@ -498,6 +504,19 @@ void bindSession(py::module_& m) {
           py::arg("outputs") = 1,
           "A function of an executor the governors keep warm (tasklib, docs/tasklib.md): 'executor/function' "
           "on inputs with config bytes; outputs: how many blobs, or their Kinds in order.")
+      .def(
+          "actor",
+          [](Box self, const std::string& type, py::handle inputs, std::string config) {
+            auto actor = self->live().actor(type, objectsOf(inputs, "actor inputs"), std::move(config));
+            return ActorHandle{self, actor};
+          },
+          py::arg("type"), py::arg("inputs") = py::list(), py::arg("config") = py::bytes(""),
+          "An actor (docs/actors.md) of an actor type an executor registered, 'executor/Type', constructed "
+          "from inputs and config bytes; its methods' calls are tasks (Actor.call). It lives until killed or "
+          "the session ends. @squall.remote on a class builds these for Python classes.")
+      .def(
+          "actor_handle", [](Box self, uint64_t id) { return ActorHandle{self, self->live().actorHandle(id)}; },
+          py::arg("id"), "The handle of this session's actor whose task is id (made by this or an earlier submit).")
       .def(
           "sleep",
           [](Box self, double seconds, py::handle input) {

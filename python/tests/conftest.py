@@ -5,9 +5,10 @@ squall.LocalCluster (the C++ LocalCluster the end-to-end tests use) on
 a client and a fresh session per test.
 
 The governors keep squall-python-executor (for @squall.remote) and the
-tests' C++ executor (tests/executors/test-executor.cpp, as
-$SQUALL_TEST_EXECUTOR, when set) warm, offer two GPUs (bookkeeping only)
-and may load and store under a temp dir (LOAD_ROOT).
+tests' C++ executors (tests/executors/test-executor.cpp as "testfn" and
+tests/executors/actor-executor.cpp as "stats", from $SQUALL_TEST_EXECUTOR
+and $SQUALL_ACTOR_EXECUTOR, when set) warm, offer two GPUs (bookkeeping
+only) and may load and store under a temp dir (LOAD_ROOT).
 """
 
 import os
@@ -30,6 +31,8 @@ def cluster(load_root):
     executors = []
     if os.environ.get("SQUALL_TEST_EXECUTOR"):
         executors.append("testfn=" + os.environ["SQUALL_TEST_EXECUTOR"])
+    if os.environ.get("SQUALL_ACTOR_EXECUTOR"):
+        executors.append("stats=" + os.environ["SQUALL_ACTOR_EXECUTOR"])
     with squall.LocalCluster(governors=2, cpus=2, executors=executors,
                              governor_args=["--allow-path", str(load_root), "--resource", "gpus=[0,1]"]) as c:
         yield c
