@@ -3,6 +3,7 @@
 // the test calls it as a governor would. Files in a temp dir.
 #include <squall/tasklib/tasklib.h>
 
+#include <atomic>
 #include <capnp/rpc-twoparty.h>
 #include <fcntl.h>
 #include <filesystem>
@@ -381,8 +382,9 @@ TEST_F(TasklibTest, StartedByHandItExplainsWhatItIs) {
 
 long number(std::string_view text) { return text.empty() ? 0 : std::stol(std::string(text)); }
 
-// Counters destroyed; read once the executor's thread has ended.
-int countersDestroyed = 0;
+// Counters destroyed (on the executor's thread; read on the test's, which
+// sees no synchronisation through the socket: atomic).
+std::atomic<int> countersDestroyed{0};
 
 // A running total: starts at its constructor's config, `add` adds its
 // call's config and writes the total.
