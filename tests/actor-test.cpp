@@ -346,7 +346,11 @@ TEST_F(ActorTest, AKilledActorsProcessGoesAndItsWaitingCallsAreCancelled) {
   EXPECT_EQ(reader.info().state, "skipped");
   EXPECT_TRUE(session.state().open) << "a kill fails no session";
   EXPECT_TRUE(processGone(processId));
-  // Calls on an actor that has ended are refused.
+  // Killing it again does nothing; calls on an actor that has ended are
+  // refused; an actor not yet submitted cannot be killed.
+  counter.kill();
+  auto unsent = session.actor("stats/Counter");
+  EXPECT_THROW(unsent.kill(), Error);
   counter.call("add", {}, "1");
   try {
     session.submit();

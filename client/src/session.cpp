@@ -552,6 +552,9 @@ Actor& Actor::cpus(uint32_t count) {
 
 void Actor::kill() {
   session->checkOpen();
+  if (session->taskIndex.count(n) != 0) {
+    throw Error("actor " + std::to_string(n) + " is not submitted yet: kill it after submit (or leave it out)");
+  }
   session->client.retrying([&]() {
     auto req = session->client.svc().killActorRequest();
     req.setSession(session->id);
