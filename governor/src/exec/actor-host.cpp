@@ -49,6 +49,25 @@ struct ActorHosts::Actor {
   State state = State::ASSIGNED;
   // Calls in their turn order: the sent ones first.
   std::deque<kj::Own<Call>> calls;
+  // The same calls by id (a lookup per call must not walk the queue: an
+  // actor may have thousands queued).
+  std::unordered_map<Id, Call*, IdHash> byId;
+
+  // Its place in `calls`, looked for from the front (calls leave from
+  // there); calls.size() when not there.
+  size_t indexOf(const Call& call) const {
+    for (size_t i = 0; i < calls.size(); i++) {
+      if (calls[i].get() == &call) return i;
+    }
+    return calls.size();
+  }
+  // Removes calls[i] (and its index entry).
+  kj::Own<Call> remove(size_t i) {
+    auto own = kj::mv(calls[i]);
+    calls.erase(calls.begin() + i);
+    byId.erase(own->id);
+    return own;
+  }
   // Set while its task runs (run()).
   TaskEnv* env = nullptr;
   kj::Maybe<wire::Assignment::Reader> assignment;
@@ -99,6 +118,7 @@ kj::Maybe<kj::String> ActorHosts::enqueue(Id actorId, Id callId) {
     if (actor->state == Actor::State::ENDED) return kj::str(actor->what(), " has ended");
     auto call = kj::heap<Call>();
     call->id = callId;
+    actor->byId[callId] = call.get();
     actor->calls.push_back(kj::mv(call));
     return nullptr;
   }
@@ -248,15 +268,9 @@ void ActorHosts::answered(Actor& actor, uint64_t generation, Call& call,
       return;
     }
   }
-  kj::Own<Call> own;
-  for (auto it = actor.calls.begin(); it != actor.calls.end(); ++it) {
-    if (it->get() == &call) {
-      own = kj::mv(*it);
-      actor.calls.erase(it);
-      break;
-    }
-  }
-  if (own.get() == nullptr) return;
+  size_t at = actor.indexOf(call);
+  if (at == actor.calls.size()) return;
+  auto own = actor.remove(at);
   actor.callsDone++;
   if (call.abandoned) {
     pump(actor);
@@ -299,7 +313,7 @@ void ActorHosts::died(Actor& actor) {
     if (call.abandoned) {
       // Its task has ended: it goes (and if it ran, it was why).
       first = false;
-      actor.calls.erase(actor.calls.begin() + i);
+      actor.remove(i);
       continue;
     }
     if (first) {
@@ -316,7 +330,7 @@ void ActorHosts::died(Actor& actor) {
                                                       actor.maxCallRetries, ")")
                                             : kj::str("")));
         }
-        actor.calls.erase(actor.calls.begin() + i);
+        actor.remove(i);
         continue;
       }
     }
@@ -340,39 +354,39 @@ void ActorHosts::died(Actor& actor) {
 
 kj::Promise<ActorHosts::Answer> ActorHosts::call(Id actorId, Id callId, BuildCall build) {
   KJ_IF_MAYBE(actor, find(actorId)) {
-    for (auto& entry : actor->calls) {
-      if (entry->id != callId) continue;
-      KJ_REQUIRE(entry->build == nullptr, "a call is run once", callId);
-      auto paf = kj::newPromiseAndFulfiller<Answer>();
-      entry->build = kj::mv(build);
-      entry->fulfiller = kj::mv(paf.fulfiller);
-      pump(*actor);
-      return kj::mv(paf.promise);
+    auto it = actor->byId.find(callId);
+    if (it == actor->byId.end()) {
+      return SQUALL_EXCEPTION(FAILED, actor->what(), " holds no turn for call ", callId);
     }
-    return SQUALL_EXCEPTION(FAILED, actor->what(), " holds no turn for call ", callId);
+    auto& entry = *it->second;
+    KJ_REQUIRE(entry.build == nullptr, "a call is run once", callId);
+    auto paf = kj::newPromiseAndFulfiller<Answer>();
+    entry.build = kj::mv(build);
+    entry.fulfiller = kj::mv(paf.fulfiller);
+    pump(*actor);
+    return kj::mv(paf.promise);
   }
   return SQUALL_EXCEPTION(FAILED, "actor ", actorId, " is not on this governor");
 }
 
 void ActorHosts::abandon(Id actorId, Id callId) {
   KJ_IF_MAYBE(actor, find(actorId)) {
-    for (size_t i = 0; i < actor->calls.size(); i++) {
-      auto& call = *actor->calls[i];
-      if (call.id != callId) continue;
-      call.fulfiller = nullptr;
-      if (!call.sent) {
-        actor->calls.erase(actor->calls.begin() + i);
-        return;
-      }
-      // Sent: it stays until answered or lost, and is never sent again.
-      call.abandoned = true;
-      if (i == 0 && actor->state == Actor::State::ALIVE && actor->process->exit == nullptr) {
-        // It runs: only stopping the process stops it.
-        logger.warn("event=actor-call-abandoned actor={} call={} action=stop-process", actor->name.cStr(),
-                    kj::str(callId).cStr());
-        actor->process->child->killGroup(SIGKILL);
-      }
+    auto it = actor->byId.find(callId);
+    if (it == actor->byId.end()) return;
+    auto& call = *it->second;
+    size_t i = actor->indexOf(call);
+    call.fulfiller = nullptr;
+    if (!call.sent) {
+      actor->remove(i);
       return;
+    }
+    // Sent: it stays until answered or lost, and is never sent again.
+    call.abandoned = true;
+    if (i == 0 && actor->state == Actor::State::ALIVE && actor->process->exit == nullptr) {
+      // It runs: only stopping the process stops it.
+      logger.warn("event=actor-call-abandoned actor={} call={} action=stop-process", actor->name.cStr(),
+                  kj::str(callId).cStr());
+      actor->process->child->killGroup(SIGKILL);
     }
   }
 }
@@ -392,18 +406,17 @@ void ActorHosts::taskEnded(wire::Assignment::Reader assignment, kj::StringPtr er
   } else if (config.isActorCall()) {
     Id actorId = Id::from(config.getActorCall().getActor());
     KJ_IF_MAYBE(actor, find(actorId)) {
-      for (size_t i = 0; i < actor->calls.size(); i++) {
-        auto& call = *actor->calls[i];
-        if (call.id != id) continue;
-        // Still queued (a failed input, a cancel before it ran); a sent
-        // one stays until the process answers it or dies.
-        if (!call.sent) {
-          actor->calls.erase(actor->calls.begin() + i);
-        } else {
-          call.fulfiller = nullptr;
-          call.abandoned = true;
-        }
-        break;
+      // Answered calls have left already: the common case looks no further.
+      auto it = actor->byId.find(id);
+      if (it == actor->byId.end()) return;
+      auto& call = *it->second;
+      // Still queued (a failed input, a cancel before it ran); a sent one
+      // stays until the process answers it or dies.
+      if (!call.sent) {
+        actor->remove(actor->indexOf(call));
+      } else {
+        call.fulfiller = nullptr;
+        call.abandoned = true;
       }
     }
   }
@@ -413,6 +426,7 @@ void ActorHosts::end(Actor& actor, TaskOutcome outcome, kj::StringPtr why) {
   actor.state = Actor::State::ENDED;
   auto calls = kj::mv(actor.calls);
   actor.calls.clear();
+  actor.byId.clear();
   for (auto& call : calls) {
     KJ_IF_MAYBE(f, call->fulfiller) { (*f)->reject(SQUALL_EXCEPTION(FAILED, why)); }
   }
