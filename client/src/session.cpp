@@ -470,13 +470,22 @@ Task Session::concat(const std::vector<DataObject>& inputs) {
   return Task(impl.get(), task.n);
 }
 
+namespace {
+// Where `name` ("executor/function", "executor/Type") splits: one '/',
+// neither side empty; else an Error saying `what` (call, actor) wants `form`.
+size_t executorSlash(const std::string& name, const char* what, const char* form) {
+  auto slash = name.find('/');
+  if (slash == std::string::npos || slash == 0 || slash + 1 == name.size() ||
+      name.find('/', slash + 1) != std::string::npos) {
+    throw Error(std::string(what) + ": '" + name + "' is not " + form);
+  }
+  return slash;
+}
+}  // namespace
+
 Task Session::call(const std::string& function, const std::vector<DataObject>& inputs, std::string config,
                    const std::vector<ObjectKind>& outputs) {
-  auto slash = function.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == function.size() ||
-      function.find('/', slash + 1) != std::string::npos) {
-    throw Error("call: '" + function + "' is not executor/function");
-  }
+  auto slash = executorSlash(function, "call", "executor/function");
   for (auto& input : inputs) impl->checkInput(input, input.session);
   auto& task = impl->newTask(client::LocalTask::Type::CALL, outputs);
   task.executor = function.substr(0, slash);
@@ -488,11 +497,8 @@ Task Session::call(const std::string& function, const std::vector<DataObject>& i
 }
 
 Actor Session::actor(const std::string& type, const std::vector<DataObject>& inputs, std::string config) {
-  auto slash = type.find('/');
-  if (slash == std::string::npos || slash == 0 || slash + 1 == type.size() ||
-      type.find('/', slash + 1) != std::string::npos || type.find('.', slash) != std::string::npos) {
-    throw Error("actor: '" + type + "' is not executor/Type");
-  }
+  auto slash = executorSlash(type, "actor", "executor/Type");
+  if (type.find('.', slash) != std::string::npos) throw Error("actor: '" + type + "' is not executor/Type");
   for (auto& input : inputs) impl->checkInput(input, input.session);
   auto& task = impl->newTask(client::LocalTask::Type::ACTOR, {});
   task.executor = type.substr(0, slash);

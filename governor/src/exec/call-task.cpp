@@ -70,6 +70,37 @@ kj::Promise<OutputInfo> adoptOutput(TaskEnv& env, Id id, wire::ObjectKind kind, 
       });
 }
 
+// Stores the outputs of a finished call (`kind` "function" or "method"
+// and `what`, its name, say whose in errors): one promise per output, null for a stream output,
+// whose bytes went through its pipe. Without a file output the executor
+// made no directory (the protocol says so): `outDir` is released then, so
+// there is nothing to remove on the pool, nor a path lookup to pay for
+// each call.
+kj::Array<kj::Promise<kj::Maybe<OutputInfo>>> adoptOutputs(TaskEnv& env, wire::Assignment::Reader spec,
+                                                           capnp::List<wire::CallOutput>::Reader outputs,
+                                                           StoreTemp& outDir, kj::StringPtr kind,
+                                                           kj::StringPtr what) {
+  auto ids = spec.getTask().getOutputs();
+  auto kinds = spec.getOutputKinds();
+  SQUALL_REQUIRE(outputs.size() == ids.size(), kind, " ", what, " answered with ", outputs.size(), " outputs for ",
+                 ids.size());
+  auto adopted = kj::heapArrayBuilder<kj::Promise<kj::Maybe<OutputInfo>>>(ids.size());
+  bool anyFile = false;
+  for (uint i = 0; i < ids.size(); i++) {
+    if (kinds[i] == wire::ObjectKind::STREAM) {
+      SQUALL_REQUIRE(outputs[i].isStream(), kind, " ", what, " answered with bytes for stream output ",
+                     Id::from(ids[i]));
+      adopted.add(kj::Maybe<OutputInfo>(nullptr));
+      continue;
+    }
+    anyFile = anyFile || outputs[i].isFile();
+    adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], outDir.path(), what)
+                    .then([](OutputInfo info) { return kj::Maybe<OutputInfo>(info); }));
+  }
+  if (!anyFile) outDir.release();
+  return adopted.finish();
+}
+
 // One pipe end for the executor. capnp attaches getFd()'s descriptor to the
 // message carrying the capability; ours stays open until the executor
 // releases the capability, which it does with the call's params when the
@@ -249,32 +280,10 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
                       auto inputsSettled = endsRef.settleInputs();
                       auto response = kj::mv(answer.response);
                       auto outDir = kj::mv(answer.outDir);
-                      auto outputs = response.getOutputs();
-                      auto ids = spec.getTask().getOutputs();
-                      auto kinds = spec.getOutputKinds();
-                      SQUALL_REQUIRE(outputs.size() == ids.size(), "function ", function, " answered with ",
-                                     outputs.size(), " outputs for ", ids.size());
-                      kj::Vector<kj::Promise<kj::Maybe<OutputInfo>>> adopted;
-                      bool anyFile = false;
-                      for (uint i = 0; i < ids.size(); i++) {
-                        if (kinds[i] == wire::ObjectKind::STREAM) {
-                          SQUALL_REQUIRE(outputs[i].isStream(), "function ", function,
-                                         " answered with bytes for stream output ", Id::from(ids[i]));
-                          adopted.add(kj::Maybe<OutputInfo>(nullptr));
-                          continue;
-                        }
-                        anyFile = anyFile || outputs[i].isFile();
-                        adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], outDir->path(),
-                                                function)
-                                        .then([](OutputInfo info) { return kj::Maybe<OutputInfo>(info); }));
-                      }
-                      // No file output: the executor made no directory (the
-                      // protocol says so), so there is nothing to remove on the
-                      // pool, nor a path lookup to pay for each call.
-                      if (!anyFile) outDir->release();
+                      auto adopted = adoptOutputs(env, spec, response.getOutputs(), *outDir, "function", function);
                       return inputsSettled.exclusiveJoin(control.whenCancelled())
                           .then([adopted = kj::mv(adopted)]() mutable {
-                            return kj::joinPromises(adopted.releaseAsArray());
+                            return kj::joinPromises(kj::mv(adopted));
                           })
                           .attach(kj::mv(response), kj::mv(outDir))
                           .then([&control, &endsRef](kj::Array<kj::Maybe<OutputInfo>> done) {
@@ -423,26 +432,14 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
       }))
       .then(
           [&env, spec, taskId, method = kj::str(method)](ActorHosts::Answer answer) -> kj::Promise<TaskOutcome> {
-            auto outputs = answer.response.getOutputs();
-            auto ids = spec.getTask().getOutputs();
-            auto kinds = spec.getOutputKinds();
-            SQUALL_REQUIRE(outputs.size() == ids.size(), "method ", method, " answered with ", outputs.size(),
-                           " outputs for ", ids.size());
-            kj::Vector<kj::Promise<OutputInfo>> adopted;
-            bool anyFile = false;
-            for (uint i = 0; i < ids.size(); i++) {
-              anyFile = anyFile || outputs[i].isFile();
-              adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], answer.outDir->path(), method));
-            }
-            // No file output: the executor made no directory (see runCall).
-            if (!anyFile) answer.outDir->release();
-            return kj::joinPromises(adopted.releaseAsArray())
+            auto adopted = adoptOutputs(env, spec, answer.response.getOutputs(), *answer.outDir, "method", method);
+            return kj::joinPromises(kj::mv(adopted))
                 .attach(kj::mv(answer.response), kj::mv(answer.outDir))
-                .then([taskId](kj::Array<OutputInfo> done) {
+                .then([taskId](kj::Array<kj::Maybe<OutputInfo>> done) {
                   TaskOutcome outcome;
                   outcome.id = taskId;
                   outcome.ok = true;
-                  for (auto& info : done) outcome.outputs.add(info);
+                  for (auto& info : done) outcome.outputs.add(KJ_ASSERT_NONNULL(info));
                   return outcome;
                 });
           },
