@@ -107,6 +107,31 @@ kj::String hostName() {
 }
 
 // Exits 2 with `message` on stderr (bad flags).
+// The environment of executor processes: the governor's, and how a
+// function reaches the server to submit tasks (docs/nested.md): its
+// address, the token and the TLS files, replacing whatever the governor
+// itself was started with under those names. The token goes in the
+// environment (readable by the same user only), never on a command line.
+kj::Vector<kj::String> executorEnvironment(const std::string& server, const std::string& token,
+                                           const squall::TlsFiles& tls) {
+  kj::Vector<kj::String> env;
+  for (auto& var : captureEnvironment()) {
+    kj::StringPtr text = var;
+    bool ours = false;
+    for (const char* name : {"SQUALL_SERVER=", "SQUALL_TOKEN=", "SQUALL_TOKEN_FILE=", "SQUALL_TLS_CERT=",
+                             "SQUALL_TLS_KEY=", "SQUALL_TLS_CA="}) {
+      if (text.startsWith(name)) ours = true;
+    }
+    if (!ours) env.add(kj::mv(var));
+  }
+  env.add(kj::str("SQUALL_SERVER=", server.c_str()));
+  if (!token.empty()) env.add(kj::str("SQUALL_TOKEN=", token.c_str()));
+  if (!tls.cert.empty()) env.add(kj::str("SQUALL_TLS_CERT=", tls.cert.c_str()));
+  if (!tls.key.empty()) env.add(kj::str("SQUALL_TLS_KEY=", tls.key.c_str()));
+  if (!tls.ca.empty()) env.add(kj::str("SQUALL_TLS_CA=", tls.ca.c_str()));
+  return env;
+}
+
 // What a stranger who reaches the data service could do, for the token
 // checks and warnings.
 constexpr const char* EXPOSED = "read every object this governor holds";
@@ -303,7 +328,8 @@ int run(const Flags& flags) {
         return 1;
       }
     }
-    ExecutorPool executors(bridge, timer, *io.lowLevelProvider, logger, captureEnvironment(), kj::str(tasksDir),
+    ExecutorPool executors(bridge, timer, *io.lowLevelProvider, logger,
+                           executorEnvironment(flags.server, token, resolveTls(flags.tls)), kj::str(tasksDir),
                            flags.executorPipeline);
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { executors.start(kj::mv(decls)).wait(io.waitScope); })) {
       failure = kj::str(userMessage(*e));

@@ -16,7 +16,10 @@ $Cxx.namespace("squall::wire");
 # Also 3: writable inputs and outputs in place (TaskInput.writable).
 # 4: actors (TaskSpec.config actor and actorCall, FunctionInfo.actor,
 # ClientService.killActor; docs/actors.md).
-const protocolVersion :UInt32 = 4;
+# 5: tasks that submit tasks (TaskSpec.parent, ClientService.reserveIds and
+# cancelTask, GovernorUpstream.lendCpus, GovernorInfo.seceded;
+# docs/nested.md).
+const protocolVersion :UInt32 = 5;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.
@@ -144,6 +147,10 @@ struct TaskSpec {
     actorCall @17 :ActorCallConfig;
   }
   policy @14 :TaskPolicy;
+  # The task of the same session whose running function submitted this one
+  # (its n), or 0 when a client did. Cancelling the parent, or its failing,
+  # cancels it (docs/nested.md).
+  parent @18 :UInt64;
 }
 
 struct CallConfig {

@@ -15,7 +15,29 @@ using Common = import "common.capnp";
 
 # Raised when the protocol changes incompatibly; describe() reports it.
 # 4: actors (construct, FunctionInfo.actor, methods called as "Type.method").
-const executorProtocolVersion :UInt32 = 4;
+# 5: call context (CallContext, the governor's ExecutorHost): functions that
+# submit tasks (docs/nested.md).
+const executorProtocolVersion :UInt32 = 5;
+
+# Who a call runs for: the task's session and its n there. A function that
+# submits tasks submits them into that session as the task's children.
+struct CallContext {
+  session @0 :UInt64;
+  task @1 :UInt64;
+}
+
+# The governor's side, handed to each executor process once (Executor.host).
+interface ExecutorHost {
+  # The function running for the call of `context` waits for tasks it
+  # submitted: the cpus its process holds go back to the governor (and the
+  # server) meanwhile, and calls queued behind it go elsewhere. Answered at
+  # once. (A method of an actor keeps its actor's resources: nothing is
+  # given back.)
+  secede @0 (context :CallContext) -> ();
+  # It is done waiting: answered once it holds cpus again (it goes before
+  # tasks that have not started).
+  rejoin @1 (context :CallContext) -> ();
+}
 
 # One end of a pipe, travelling as a file descriptor attached to the
 # message (capnp's fd passing: the capability's getFd()). The holder
@@ -70,7 +92,7 @@ interface Executor {
   # function that throws fails the call with its message.
   call @1 (function :Text, config :Data, inputs :List(CallInput),
            outputKinds :List(Common.ObjectKind), outputDir :Text,
-           outputStreams :List(PipeEnd))
+           outputStreams :List(PipeEnd), context :CallContext)
       -> (outputs :List(CallOutput), runUs :UInt64);
 
   # Makes this process the home of one actor: runs the constructor of the
@@ -79,5 +101,10 @@ interface Executor {
   # process holds at most one actor, for its whole life (the governor gives
   # each actor a process of its own). A constructor that throws fails the
   # call with its message.
-  construct @2 (type :Text, config :Data, inputs :List(CallInput)) -> (runUs :UInt64);
+  construct @2 (type :Text, config :Data, inputs :List(CallInput), context :CallContext)
+      -> (runUs :UInt64);
+
+  # The governor's side for this process's calls; sent once, before the
+  # first call.
+  host @3 (host :ExecutorHost);
 }

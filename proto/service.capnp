@@ -84,6 +84,17 @@ interface ClientService {
   # run fail saying it was killed. Killing an actor that has ended does
   # nothing.
   killActor @16 (session :UInt64, actor :UInt64);
+  # `count` ids of the session that nobody else is given: [first, first +
+  # count). A second submitter of a session (a client that attached to it,
+  # a running function submitting children) numbers its tasks and objects
+  # from such a block; the session's creator starts with [1, 2^20). Durable
+  # on return, so a restarted server never hands out a block twice.
+  reserveIds @17 (session :UInt64, count :UInt64) -> (first :UInt64);
+  # Cancels one task, and every task it submitted (TaskSpec.parent), theirs
+  # too: each ends cancelled (not a failure: the session goes on), tasks
+  # reading what they would have made are skipped. A task that has ended
+  # keeps its outcome; its children still running are cancelled.
+  cancelTask @18 (session :UInt64, task :UInt64);
 }
 
 # What the server knows of a data object.
@@ -223,6 +234,9 @@ struct GovernorInfo {
   # Its resource pools besides cpus (resources.cpus): detected and given
   # with --resource.
   pools @6 :List(Common.ResourcePool);
+  # Of `tasks`, those running functions that gave their cpus back while
+  # they wait for tasks they submitted (GovernorUpstream.lendCpus).
+  seceded @7 :List(Id);
 }
 
 # Server -> governor. Calls are batched: one per scheduling pass.
@@ -318,4 +332,8 @@ interface GovernorUpstream {
   # The governor's heartbeat. Both calls fail DISCONNECTED once the server
   # has given the governor up: it must register again.
   ping @1 () -> ();
+  # A running task (a function waiting for the tasks it submitted) gave its
+  # cpus back (`lent`) so that other tasks run on them meanwhile, or took
+  # them again (docs/nested.md).
+  lendCpus @2 (task :Id, lent :Bool) -> ();
 }

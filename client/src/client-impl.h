@@ -23,9 +23,24 @@
 namespace squall {
 namespace client {
 
-// One KJ event loop per thread, shared by that thread's Clients.
+// One KJ event loop per thread, shared by that thread's Clients: the
+// loop's own, or one the thread runs already (a tasklib executor's, lent
+// with shareThreadLoop()).
 struct Loop {
-  kj::AsyncIoContext io = kj::setupAsyncIo();
+  explicit Loop(kj::AsyncIoProvider* sharedProvider = nullptr, kj::WaitScope* sharedScope = nullptr) {
+    if (sharedProvider != nullptr) {
+      provider = sharedProvider;
+      waitScope = sharedScope;
+    } else {
+      own = kj::setupAsyncIo();
+      auto& io = KJ_ASSERT_NONNULL(own);
+      provider = io.provider.get();
+      waitScope = &io.waitScope;
+    }
+  }
+  kj::Maybe<kj::AsyncIoContext> own;
+  kj::AsyncIoProvider* provider;
+  kj::WaitScope* waitScope;
   int users = 0;
 };
 
@@ -36,7 +51,7 @@ struct ClientImpl {
   // TLS, when configured: every connection goes through `tlsNetwork`.
   kj::Own<Tls> tls;
   kj::Own<kj::Network> tlsNetwork;
-  kj::Network& network() { return tls.get() != nullptr ? *tlsNetwork : loop.io.provider->getNetwork(); }
+  kj::Network& network() { return tls.get() != nullptr ? *tlsNetwork : loop.provider->getNetwork(); }
   kj::Own<RpcClient> connection;
   kj::Maybe<wire::ClientService::Client> service;
   // Sessions this client made and has not closed: adopted again after a
@@ -50,7 +65,7 @@ struct ClientImpl {
   ClientImpl();
   ~ClientImpl();
 
-  kj::WaitScope& waitScope() { return loop.io.waitScope; }
+  kj::WaitScope& waitScope() { return *loop.waitScope; }
 
   wire::ClientService::Client& svc() {
     KJ_IF_MAYBE(s, service) { return *s; }
@@ -97,8 +112,9 @@ struct ClientImpl {
 
   wire::DataService::Client& dataService(const std::string& where);
 
-  // ClientOptions::whileBlocked (may be empty).
+  // ClientOptions::whileBlocked and aroundWait (may be empty).
   std::function<void()> whileBlocked;
+  std::function<void(bool)> aroundWait;
 
   // promise.wait(), but with whileBlocked set, in slices of BLOCK_SLICE with
   // a call of it between them; what it throws drops the promise (which
@@ -108,7 +124,7 @@ struct ClientImpl {
     if (!whileBlocked) return promise.wait(waitScope());
     std::optional<T> result;
     auto answered = promise.then([&result](T&& value) { result.emplace(kj::mv(value)); }).fork();
-    auto& timer = loop.io.provider->getTimer();
+    auto& timer = loop.provider->getTimer();
     while (!answered.addBranch()
                 .then([]() { return true; })
                 .exclusiveJoin(timer.afterDelay(BLOCK_SLICE).then([]() { return false; }))
@@ -179,7 +195,19 @@ struct SessionImpl {
   bool closed = false;
   // False for attached sessions: they stay open when this handle goes.
   bool owned = true;
+  // Ids this handle may give: [nextN, blockEnd); more are reserved on the
+  // server when they run out (the creator starts with [1, 2^20)).
   uint64_t nextN = 1;
+  uint64_t blockEnd = FIRST_ID_BLOCK;
+  static constexpr uint64_t FIRST_ID_BLOCK = uint64_t(1) << 20;
+  static constexpr uint64_t ID_BLOCK = uint64_t(1) << 20;
+  // The task whose function submits through this handle (docs/nested.md);
+  // 0 for a client's own.
+  uint64_t parent = 0;
+  // With a parent: the tasks submitted through it (what waitAll waits for).
+  std::vector<uint64_t> submittedTasks;
+  uint64_t takeId();
+  void cancelTask(uint64_t n);
   // Built since the last submit.
   std::vector<LocalObject> objects;
   std::vector<LocalTask> tasks;
@@ -211,7 +239,7 @@ struct SessionImpl {
 
   LocalObject& newObject(ObjectKind kind = ObjectKind::BLOB) {
     LocalObject object;
-    object.n = nextN++;
+    object.n = takeId();
     object.kind = kind;
     kinds[object.n] = kind;
     objectIndex[object.n] = objects.size();
@@ -222,7 +250,7 @@ struct SessionImpl {
   LocalTask& newTask(LocalTask::Type type, const std::vector<ObjectKind>& outputKinds) {
     checkOpen();
     LocalTask task;
-    task.n = nextN++;
+    task.n = takeId();
     task.type = type;
     for (auto kind : outputKinds) task.outputs.push_back(newObject(kind).n);
     outputsOf[task.n] = task.outputs;

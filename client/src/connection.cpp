@@ -15,9 +15,12 @@ namespace client {
 namespace {
 
 thread_local Loop* threadLoop = nullptr;
+// Lent by shareThreadLoop().
+thread_local kj::AsyncIoProvider* sharedProvider = nullptr;
+thread_local kj::WaitScope* sharedScope = nullptr;
 
 Loop& acquireLoop() {
-  if (threadLoop == nullptr) threadLoop = new Loop;
+  if (threadLoop == nullptr) threadLoop = new Loop(sharedProvider, sharedScope);
   threadLoop->users++;
   return *threadLoop;
 }
@@ -30,6 +33,17 @@ void releaseLoop() {
 }
 
 }  // namespace
+
+void shareThreadLoop(kj::AsyncIoProvider& provider, kj::WaitScope& waitScope) {
+  sharedProvider = &provider;
+  sharedScope = &waitScope;
+}
+
+void unshareThreadLoop() {
+  KJ_REQUIRE(threadLoop == nullptr || threadLoop->own != nullptr, "a Client still uses the shared loop");
+  sharedProvider = nullptr;
+  sharedScope = nullptr;
+}
 
 ClientImpl::ClientImpl() : loop(acquireLoop()) {}
 ClientImpl::~ClientImpl() {
@@ -61,7 +75,7 @@ void ClientImpl::connect() {
 }
 
 bool ClientImpl::connectWithBackoff() {
-  auto& timer = loop.io.provider->getTimer();
+  auto& timer = loop.provider->getTimer();
   auto deadline = timer.now() + static_cast<int64_t>(reconnectSeconds * 1000) * kj::MILLISECONDS;
   auto backoff = 100 * kj::MILLISECONDS;
   dataServices.clear();
@@ -118,6 +132,7 @@ Client::Client(const ClientOptions& options) {
   const auto& token = options.token;
   impl->address = address;
   impl->whileBlocked = options.whileBlocked;
+  impl->aroundWait = options.aroundWait;
   if (impl->address.empty()) {
     const char* env = getenv("SQUALL_SERVER");
     impl->address = env && *env ? env : "127.0.0.1:" + std::to_string(SERVER_PORT);
@@ -125,7 +140,7 @@ Client::Client(const ClientOptions& options) {
   impl->guard([&]() {
     impl->token = resolveToken(token, "");
     impl->tls = Tls::load(resolveTls(TlsFiles{options.tlsCert, options.tlsKey, options.tlsCa}));
-    if (impl->tls.get() != nullptr) impl->tlsNetwork = impl->tls->wrap(impl->loop.io.provider->getNetwork());
+    if (impl->tls.get() != nullptr) impl->tlsNetwork = impl->tls->wrap(impl->loop.provider->getNetwork());
   });
   if (const char* env = getenv("SQUALL_RECONNECT_TIMEOUT"); env != nullptr && *env != '\0') {
     char* end = nullptr;
@@ -173,9 +188,18 @@ Session Client::attach(uint64_t id) {
     auto response = req.send().wait(impl->waitScope());
     auto session = std::make_unique<client::SessionImpl>(*impl, id);
     session->owned = false;
-    session->nextN = response.getState().getNextId();
+    // Its ids come from a block of its own, reserved when first needed
+    // (the creator and other submitters hold theirs).
+    session->nextN = 0;
+    session->blockEnd = 0;
     return Session(std::move(session));
   });
+}
+
+Session Client::attachChild(uint64_t id, uint64_t parentTask) {
+  auto session = attach(id);
+  session.impl->parent = parentTask;
+  return session;
 }
 
 Session Client::attach(const std::string& name) {

@@ -271,4 +271,6 @@ TaskInfo Task::info() const {
 
 void Task::wait() const { session->wait({n}, false, nullptr); }
 
+void Task::cancel() const { session->cancelTask(n); }
+
 }  // namespace squall

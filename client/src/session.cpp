@@ -73,8 +73,9 @@ void setId(wire::Id::Builder b, uint64_t session, uint64_t n) {
   b.setN(n);
 }
 
-void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t session) {
+void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t session, uint64_t parent) {
   setId(out.initId(), session, task.n);
+  out.setParent(parent);
   out.setName(task.name);
   auto resources = out.initResources();
   resources.setCpus(task.cpus.value_or(1));
@@ -245,7 +246,7 @@ void SessionImpl::submit() {
         }
       }
       auto taskList = add.initTasks(taskEnd - nextTask);
-      for (size_t i = nextTask; i < taskEnd; i++) fillTask(taskList[i - nextTask], tasks[i], id);
+      for (size_t i = nextTask; i < taskEnd; i++) fillTask(taskList[i - nextTask], tasks[i], id, parent);
       add.send().wait(ws);
       nextObject = objectEnd;
       nextTask = taskEnd;
@@ -262,6 +263,11 @@ void SessionImpl::submit() {
     }
     submission.commitRequest().send().wait(ws);
   });
+  if (parent != 0) {
+    for (auto& t : tasks) {
+      if (t.type != LocalTask::Type::ACTOR) submittedTasks.push_back(t.n);  // actors never finish by themselves
+    }
+  }
 }
 
 void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector<uint64_t>* finished) {
@@ -270,6 +276,10 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
   std::vector<uint64_t> ids(named);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  // A function waiting for its children gives its cpus back meanwhile
+  // (also while a lost server is reached again).
+  if (client.aroundWait) client.aroundWait(true);
+  KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
   client.retrying([&]() {
     auto fill = [&](auto req) {
       req.setSession(id);
@@ -295,6 +305,10 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
 
 void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
   checkOpen();
+  // It waits for an object not yet made: a function gives its cpus back
+  // meanwhile, as in wait().
+  if (client.aroundWait) client.aroundWait(true);
+  KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
   whileOpen([&]() { client.guard([&]() {
     auto response = client.retrying([&]() {
       auto req = client.svc().fetchRequest();
@@ -679,7 +693,15 @@ void Session::wait(const std::vector<DataObject>& objects) {
   impl->wait(ids, false, nullptr);
 }
 
-void Session::waitAll() { impl->wait({}, false, nullptr); }
+void Session::waitAll() {
+  // A function's session: every task it submitted (the session's all
+  // would include the function's own task).
+  if (impl->parent != 0) {
+    impl->wait(impl->submittedTasks, false, nullptr);
+    return;
+  }
+  impl->wait({}, false, nullptr);
+}
 
 std::vector<uint64_t> Session::waitSome(const std::vector<Task>& tasks) {
   std::vector<uint64_t> ids, finished;
@@ -698,6 +720,30 @@ void Session::unkeep(const std::vector<DataObject>& objects) {
       for (size_t i = 0; i < objects.size(); i++) list.set(i, objects[i].id());
       req.send().wait(impl->client.waitScope());
     });
+  });
+}
+
+uint64_t client::SessionImpl::takeId() {
+  if (nextN >= blockEnd) {
+    uint64_t first = client.retrying([&]() {
+      auto req = client.svc().reserveIdsRequest();
+      req.setSession(id);
+      req.setCount(ID_BLOCK);
+      return req.send().wait(client.waitScope()).getFirst();
+    });
+    nextN = first;
+    blockEnd = first + ID_BLOCK;
+  }
+  return nextN++;
+}
+
+void client::SessionImpl::cancelTask(uint64_t n) {
+  checkOpen();
+  client.retrying([&]() {
+    auto req = client.svc().cancelTaskRequest();
+    req.setSession(id);
+    req.setTask(n);
+    req.send().wait(client.waitScope());
   });
 }
 

@@ -5,6 +5,8 @@
 #include <squall/tasklib/tasklib.h>
 
 #include <chrono>
+#include <deque>
+#include <squall/client/shared-loop.h>
 
 #include <capnp/rpc-twoparty.h>
 #include <cerrno>
@@ -176,7 +178,18 @@ const std::string& Output::dir() {
 }
 
 Call::~Call() {
+  session_.reset();
   for (int fd : ownedFds_) close(fd);
+}
+
+Session& Call::session() {
+  if (session_ == nullptr) {
+    if (!client_ || sessionId_ == 0) {
+      throw std::logic_error("this call has no session: its governor did not say which task it runs for");
+    }
+    session_ = std::make_unique<Session>(client_().attachChild(sessionId_, taskId_));
+  }
+  return *session_;
 }
 
 const Input& Call::input(size_t i) const {
@@ -204,12 +217,62 @@ Output& Call::output(std::string_view name) {
 
 // ------------------------------------------------------------ the service
 
+// Functions run here, outside the event loop's callbacks: a function may
+// wait on its session (docs/nested.md), which runs the loop. The RPC
+// handlers queue them; serveFd() runs them in the order queued.
+class TopLevel {
+ public:
+  kj::Promise<void> later(kj::Function<void()> body) {
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller)});
+    KJ_IF_MAYBE(w, wake) {
+      (*w)->fulfill();
+      wake = nullptr;
+    }
+    return kj::mv(paf.promise);
+  }
+  // Resolves when something is queued.
+  kj::Promise<void> whenQueued() {
+    if (!queue.empty()) return kj::READY_NOW;
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    wake = kj::mv(paf.fulfiller);
+    return kj::mv(paf.promise);
+  }
+  bool empty() const { return queue.empty(); }
+  // Runs the first one queued (not from a callback); what it throws
+  // rejects its call.
+  void runOne() {
+    auto item = kj::mv(queue.front());
+    queue.pop_front();
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { item.body(); })) {
+      item.done->reject(kj::mv(*e));
+    } else {
+      item.done->fulfill();
+    }
+  }
+
+ private:
+  struct Item {
+    kj::Function<void()> body;
+    kj::Own<kj::PromiseFulfiller<void>> done;
+  };
+  std::deque<Item> queue;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> wake;
+};
+
 class ExecutorService final : public wire::Executor::Server {
  public:
   // `transport`: the connection's message stream while it serves (null
-  // in tests that serve without one).
-  ExecutorService(const Executor& executor, BufferedMessageStream* const& transport)
-      : executor(executor), transport(transport) {}
+  // in tests that serve without one). `client`: the process's Client for
+  // functions' sessions, made on first use.
+  ExecutorService(const Executor& executor, BufferedMessageStream* const& transport, TopLevel& topLevel,
+                  kj::WaitScope& waitScope, std::unique_ptr<Client>& client)
+      : executor(executor), transport(transport), topLevel(topLevel), waitScope(waitScope), client(client) {}
+
+  kj::Promise<void> host(HostContext context) override {
+    governor = context.getParams().getHost();
+    return kj::READY_NOW;
+  }
 
   kj::Promise<void> describe(DescribeContext context) override {
     auto results = context.getResults();
@@ -249,8 +312,10 @@ class ExecutorService final : public wire::Executor::Server {
     } else if (auto dot = function.find('.'); dot != std::string_view::npos) {
       auto& method = findMethod(function.substr(0, dot), function.substr(dot + 1));
       outputNames = &method.outputs;
-      body = [this, &method, instance = heldInstance(function.substr(0, dot), function)](Call& call) {
+      // Looked up when it runs: the construct queued before it has run by then.
+      body = [this, &method, type = std::string(function.substr(0, dot)), name = std::string(function)](Call& call) {
         answersOut();
+        auto instance = heldInstance(type, name);
         method.fn(instance.get(), call);
       };
     } else {
@@ -271,6 +336,7 @@ class ExecutorService final : public wire::Executor::Server {
     auto call = kj::heap<Call>();
     Pipes pipes;
     setUpInputs(*call, params.getConfig(), params.getInputs(), pipes);
+    setUpContext(*call, params.getContext());
     auto outputStreams = params.getOutputStreams();
     uint nextStream = 0;
     call->outputs_.resize(kinds.size());
@@ -306,6 +372,7 @@ class ExecutorService final : public wire::Executor::Server {
     auto call = kj::heap<Call>();
     Pipes pipes;
     setUpInputs(*call, params.getConfig(), params.getInputs(), pipes);
+    setUpContext(*call, params.getContext());
 
     auto& entry = found->second;
     uint64_t attempt = ++constructs;
@@ -338,6 +405,13 @@ class ExecutorService final : public wire::Executor::Server {
  private:
   const Executor& executor;
   BufferedMessageStream* const& transport;
+  TopLevel& topLevel;
+  kj::WaitScope& waitScope;
+  std::unique_ptr<Client>& client;
+  // The governor's side (ExecutorHost), once it said.
+  kj::Maybe<wire::ExecutorHost::Client> governor;
+  // The session and task of the call whose function made the last session.
+  std::pair<uint64_t, uint64_t> running;
 
   // Before an actor's constructor or method runs: the answers of the calls
   // run before it leave the process first, so that a crash in it takes no
@@ -429,15 +503,58 @@ class ExecutorService final : public wire::Executor::Server {
     }
   }
 
-  // Runs `body` on `call` once its pipe ends are in it: at once (before
-  // returning) when there are none.
-  static kj::Promise<void> whenPipesArrive(kj::Own<Call> call, Pipes pipes, kj::Function<void(Call&)> body) {
+  // The call's task, and how its function reaches the process's Client.
+  void setUpContext(Call& call, wire::CallContext::Reader context) {
+    call.sessionId_ = context.getSession();
+    call.taskId_ = context.getTask();
+    call.client_ = [this, session = context.getSession(), task = context.getTask()]() -> Client& {
+      return processClient(session, task);
+    };
+  }
+
+  // The Client functions' sessions go through; a wait on one gives the
+  // running call's cpus back to the governor meanwhile (ExecutorHost).
+  Client& processClient(uint64_t session, uint64_t task) {
+    running = {session, task};
+    if (client == nullptr) {
+      ClientOptions options;
+      options.aroundWait = [this](bool waiting) { aroundWait(waiting); };
+      client = std::make_unique<Client>(options);
+    }
+    return *client;
+  }
+
+  void aroundWait(bool waiting) {
+    KJ_IF_MAYBE(g, governor) {
+      auto [session, task] = running;
+      if (waiting) {
+        auto request = g->secedeRequest();
+        request.initContext().setSession(session);
+        request.getContext().setTask(task);
+        request.send().wait(waitScope);
+        return;
+      }
+      // Called as the wait ends, also when it throws: nothing may escape.
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                    auto request = g->rejoinRequest();
+                    request.initContext().setSession(session);
+                    request.getContext().setTask(task);
+                    request.send().wait(waitScope);
+                  })) {
+        // The governor went: this process goes with it.
+        (void)e;
+      }
+    }
+  }
+
+  // Runs `body` on `call` at the top level (TopLevel), once its pipe ends
+  // are in it.
+  kj::Promise<void> whenPipesArrive(kj::Own<Call> call, Pipes pipes, kj::Function<void(Call&)> body) {
     if (pipes.ends.size() == 0) {
-      body(*call);
-      return kj::READY_NOW;
+      return topLevel.later([call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); });
     }
     return kj::joinPromises(pipes.ends.releaseAsArray())
-        .then([call = kj::mv(call), fds = std::move(pipes.fds),
+        .then([this, call = kj::mv(call), fds = std::move(pipes.fds),
                body = kj::mv(body)](kj::Array<kj::Maybe<int>> received) mutable {
           for (uint i = 0; i < received.size(); i++) {
             // The descriptor is the RPC system's until the call's params
@@ -448,7 +565,7 @@ class ExecutorService final : public wire::Executor::Server {
             call->ownedFds_.push_back(fd);
             *fds[i] = fd;
           }
-          body(*call);
+          return topLevel.later([call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); });
         });
   }
 
@@ -617,14 +734,35 @@ void Executor::addMethod(const std::string& type, std::string name, ActorMethod 
 
 int Executor::serveFd(int fd) {
   auto io = kj::setupAsyncIo();
+  // Functions' sessions (Call::session) run on this loop.
+  client::shareThreadLoop(*io.provider, io.waitScope);
+  KJ_DEFER(client::unshareThreadLoop());
+  std::unique_ptr<Client> client;
+  KJ_DEFER(client.reset());
   // A write to a stream whose readers went fails with EPIPE (StreamClosed)
   // instead of killing the process.
   signal(SIGPIPE, SIG_IGN);
   auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   BufferedMessageStream* transport = nullptr;
+  TopLevel topLevel;
   // Resolves once the governor closes its end.
-  serveExecutorRpc(*stream, fd, MAX_PIPES_PER_CALL, kj::heap<ExecutorService>(*this, transport), transport)
-      .wait(io.waitScope);
+  auto served = serveExecutorRpc(*stream, fd, MAX_PIPES_PER_CALL,
+                                 kj::heap<ExecutorService>(*this, transport, topLevel, io.waitScope, client),
+                                 transport)
+                    .fork();
+  for (;;) {
+    if (topLevel.empty()) {
+      bool work = topLevel.whenQueued()
+                      .then([]() { return true; })
+                      .exclusiveJoin(served.addBranch().then([]() { return false; }))
+                      .wait(io.waitScope);
+      if (!work) break;
+    }
+    topLevel.runOne();
+    // Its answer goes out before the next call runs (an actor's method
+    // sends the answers before it: a crash then loses only its own).
+    io.waitScope.poll();
+  }
   return 0;
 }
 

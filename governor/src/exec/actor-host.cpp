@@ -190,6 +190,7 @@ void ActorHosts::start(Actor& actor) {
   auto request = actor.process->cap.constructRequest();
   request.setType(actor.type);
   request.setConfig(task.getConfig().getActor().getConfig());
+  setCallContext(request.initContext(), task);
   setStoredCallInputs(env, task, request.initInputs(task.getInputs().size()));
   tasks.add(request.send().then(
       [this, id, generation](auto) {

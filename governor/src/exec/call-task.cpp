@@ -129,13 +129,22 @@ kj::Promise<CallEnd> callFailed(kj::String error) { return CallEnd{kj::mv(error)
 capnp::MessageSize callSize(wire::TaskSpec::Reader task, kj::StringPtr function, size_t configBytes,
                             size_t outputs, kj::StringPtr outputDir) {
   auto textWords = [](size_t bytes) { return (bytes + 8) / 8; };
-  uint64_t words = 16 + textWords(function.size()) + textWords(configBytes) + textWords(outputDir.size()) + outputs;
+  uint64_t words = 20 + textWords(function.size()) + textWords(configBytes) + textWords(outputDir.size()) + outputs;
   for (auto input : task.getInputs()) {
     // Its label, and a store path or bytes held in memory (the larger).
     words += 8 + textWords(input.getLabel().size()) + textWords(256);
   }
   return capnp::MessageSize{words, 0};
 }
+
+}  // namespace
+
+void setCallContext(wire::CallContext::Builder context, wire::TaskSpec::Reader task) {
+  context.setSession(task.getId().getSession());
+  context.setTask(task.getId().getN());
+}
+
+namespace {
 
 // One input as the store holds it (not read live).
 void setStoredInput(TaskEnv& env, wire::TaskInput::Reader input, wire::CallInput::Builder in) {
@@ -228,6 +237,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
                                                               spec.getOutputKinds().size(), outDir->path()));
         request.setFunction(task.getConfig().getCall().getFunction());
         request.setConfig(task.getConfig().getCall().getConfig());
+        setCallContext(request.initContext(), task);
         auto inputs = task.getInputs();
         auto locations = spec.getInputs();
         auto list = request.initInputs(inputs.size());
@@ -419,6 +429,7 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
     auto request = cap.callRequest(callSize(task, function, config.getConfig().size(), kinds.size(), outDir->path()));
     request.setFunction(function);
     request.setConfig(config.getConfig());
+    setCallContext(request.initContext(), task);
     setStoredCallInputs(env, task, request.initInputs(task.getInputs().size()));
     auto outKinds = request.initOutputKinds(kinds.size());
     for (uint i = 0; i < kinds.size(); i++) outKinds.set(i, kinds[i]);

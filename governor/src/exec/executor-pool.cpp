@@ -59,6 +59,21 @@ struct ExecutorPool::Worker final : public ExecutorProcess {
   // Its connection failed: no call goes to it any more.
   bool broken = false;
 
+  // The running call waits for tasks it submitted: the calls behind it go
+  // elsewhere, nothing joins it, and its cpus are lent meanwhile.
+  void secede(Id task) override {
+    joinable = false;
+    size_t given = pool.giveBackQueued(*this, "given back: the call before it waits for tasks it submitted");
+    bool lent = false;
+    KJ_IF_MAYBE(h, hold) { lent = (*h)->lend(task); }
+    pool.logger.debug("event=call-seceded executor={} pid={} task={} given_back={} lent={}", executor.cStr(),
+                      child->pid(), kj::str(task).cStr(), given, lent);
+  }
+  kj::Promise<void> rejoin() override {
+    KJ_IF_MAYBE(h, hold) { return (*h)->reclaim(); }
+    return kj::READY_NOW;
+  }
+
   // Calls sent and not answered, in the order sent: the front one runs.
   std::deque<kj::Own<Slot>> queue;
   // Leases made and not sent yet, and leases that refer to it at all.
@@ -116,6 +131,27 @@ ExecutorPool::Function* ExecutorPool::findFunction(kj::StringPtr executor, kj::S
   return nullptr;
 }
 
+// The governor's side of one executor process (proto/executor.capnp
+// ExecutorHost): a function that waits for tasks it submitted gives its
+// process's cpus back meanwhile (docs/nested.md).
+class ExecutorPool::Host final : public wire::ExecutorHost::Server {
+ public:
+  explicit Host(std::shared_ptr<ExecutorProcess*> process) : process(kj::mv(process)) {}
+
+  kj::Promise<void> secede(SecedeContext context) override {
+    auto c = context.getParams().getContext();
+    if (*process != nullptr) (*process)->secede(Id{c.getSession(), c.getTask()});
+    return kj::READY_NOW;
+  }
+  kj::Promise<void> rejoin(RejoinContext) override {
+    if (*process == nullptr) return kj::READY_NOW;
+    return (*process)->rejoin();
+  }
+
+ private:
+  std::shared_ptr<ExecutorProcess*> process;
+};
+
 void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
                           const std::vector<std::string>& extraEnv) {
   int fds[2];
@@ -145,6 +181,13 @@ void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
   process.rpc =
       kj::heap<RpcClient>(io.wrapUnixSocketFd(ours.release(), kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP), 1);
   process.cap = process.rpc->bootstrap<wire::Executor>();
+  {
+    auto host = process.cap.hostRequest();
+    host.setHost(kj::heap<Host>(process.self));
+    // Ahead of every call on the same connection; an executor that went
+    // (or speaks another protocol: describe says so) needs no answer.
+    calls.add(host.send().ignoreResult().catch_([](kj::Exception&&) {}));
+  }
   auto paf = kj::newPromiseAndFulfiller<void>();
   process.exited = paf.promise.fork();
   process.watch = process.child->onExit()
@@ -415,6 +458,21 @@ void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception>
   settle(worker);
 }
 
+size_t ExecutorPool::giveBackQueued(Worker& worker, const char* why) {
+  size_t given = 0;
+  for (size_t i = 1; i < worker.queue.size(); i++) {
+    auto& slot = *worker.queue[i];
+    if (slot.lease == nullptr) continue;
+    auto& lease = *slot.lease;
+    lease.slot = nullptr;
+    slot.lease = nullptr;
+    lease.fulfiller->reject(KJ_EXCEPTION(DISCONNECTED, why));
+    given++;
+    givenBack++;
+  }
+  return given;
+}
+
 void ExecutorPool::unstick(Worker& worker, uint64_t serial) {
   if (worker.frontSerial != serial || worker.queue.size() < 2) return;
   auto& front = *worker.queue.front();
@@ -424,17 +482,7 @@ void ExecutorPool::unstick(Worker& worker, uint64_t serial) {
     front.function->meanUs = kj::max(front.function->meanUs, ranUs);
   }
   worker.joinable = false;
-  size_t given = 0;
-  for (size_t i = 1; i < worker.queue.size(); i++) {
-    auto& slot = *worker.queue[i];
-    if (slot.lease == nullptr) continue;
-    auto& lease = *slot.lease;
-    lease.slot = nullptr;
-    slot.lease = nullptr;
-    lease.fulfiller->reject(KJ_EXCEPTION(DISCONNECTED, "given back: the call before it overran"));
-    given++;
-    givenBack++;
-  }
+  size_t given = giveBackQueued(worker, "given back: the call before it overran");
   logger.warn("event=executor-call-overran executor={} pid={} function={} ran_ms={} given_back={}",
               worker.executor.cStr(), worker.child->pid(),
               front.function != nullptr ? front.function->name.cStr() : "?", ranUs / 1000, given);

@@ -59,8 +59,17 @@ class ExecutorLease;
 // the pool. Loop thread only.
 struct ExecutorProcess {
   explicit ExecutorProcess(kj::StringPtr executor) : executor(kj::str(executor)) {}
-  virtual ~ExecutorProcess() noexcept(false) = default;
+  virtual ~ExecutorProcess() noexcept(false) { *self = nullptr; }
   KJ_DISALLOW_COPY(ExecutorProcess);
+
+  // Its call for `task` waits for tasks it submitted (ExecutorHost.secede):
+  // what it holds that others may use meanwhile goes back. Nothing by
+  // default (an actor keeps its resources).
+  virtual void secede(Id task) { (void)task; }
+  // Done waiting: resolves once it holds again what secede() gave back.
+  virtual kj::Promise<void> rejoin() { return kj::READY_NOW; }
+  // This process while it lives (null after), for its ExecutorHost.
+  std::shared_ptr<ExecutorProcess*> self = std::make_shared<ExecutorProcess*>(this);
 
   kj::String executor;
   kj::Own<ChildProcess> child;
@@ -205,6 +214,9 @@ class ExecutorPool {
   void watch(Worker& worker);
   // Gives back the calls waiting behind a call that overran.
   void unstick(Worker& worker, uint64_t head);
+  // Gives back the calls waiting behind the running one (`why`).
+  size_t giveBackQueued(Worker& worker, const char* why);
+  class Host;
   // Releases a process with no call left: its hold goes, and a dead one is
   // dropped once nothing refers to it.
   void settle(Worker& worker);

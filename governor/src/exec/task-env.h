@@ -66,6 +66,16 @@ struct TaskEnv {
 class ResourceHold {
  public:
   virtual ~ResourceHold() noexcept(false) = default;
+  // The function running for `task` waits for tasks it submitted: the cpus
+  // go back meanwhile (the rest stays held). False when nothing was lent
+  // (lent already, or nothing to lend).
+  virtual bool lend(Id task) {
+    (void)task;
+    return false;
+  }
+  // Takes the lent cpus again: resolves once they are held (before tasks
+  // that have not started get any). At once when none are lent.
+  virtual kj::Promise<void> reclaim() { return kj::READY_NOW; }
 };
 
 // Set once a task is cancelled or timed out. Pool jobs, which cannot be
@@ -157,6 +167,9 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
 // live.
 void setStoredCallInputs(TaskEnv& env, wire::TaskSpec::Reader task,
                          capnp::List<wire::CallInput, capnp::Kind::STRUCT>::Builder list);
+// Who a call or construct runs for: the task's session and n, so that the
+// function may submit tasks there (docs/nested.md).
+void setCallContext(wire::CallContext::Builder context, wire::TaskSpec::Reader task);
 // dir-tasks.cpp
 kj::Promise<TaskOutcome> runMakeDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);
 kj::Promise<TaskOutcome> runSliceDir(TaskEnv& env, wire::Assignment::Reader spec, TaskControl& control);

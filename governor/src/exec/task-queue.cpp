@@ -5,6 +5,7 @@
 #include "executor-pool.h"
 #include "stream-hub.h"
 
+#include <algorithm>
 #include <capnp/message.h>
 
 namespace squall {
@@ -77,15 +78,78 @@ class TaskQueue::Hold final : public ResourceHold {
  public:
   Hold(TaskQueue& queue, ResourceGrant grant) : queue(queue), alive(queue.alive), grant(std::move(grant)) {}
   ~Hold() noexcept(false) {
-    if (*alive) queue.released(std::move(grant));
+    if (!*alive) return;
+    auto& waiting = queue.rejoining;
+    waiting.erase(std::remove(waiting.begin(), waiting.end(), this), waiting.end());
+    if (lentUnits > 0) queue.seceded.erase(lentFor);
+    // Without the lent cpus, which are the queue's already.
+    queue.released(std::move(grant));
   }
   KJ_DISALLOW_COPY(Hold);
+
+  bool lend(Id task) override {
+    if (!*alive || lentUnits > 0) return false;
+    auto cpus = queue.cpuPool();
+    ResourceGrant lent;
+    for (auto it = grant.parts.begin(); it != grant.parts.end();) {
+      if (it->pool == cpus) {
+        for (auto& [item, share] : it->items) lentUnits += share;
+        lent.parts.push_back(std::move(*it));
+        it = grant.parts.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (lentUnits == 0) return false;
+    lentFor = task;
+    queue.seceded.insert(task);
+    queue.env.logger.debug("event=cpus-lent task={} cpus={}", kj::str(task).cStr(),
+                           static_cast<double>(lentUnits) / RESOURCE_UNIT);
+    queue.lendListener(task, true);
+    queue.released(std::move(lent));
+    return true;
+  }
+
+  kj::Promise<void> reclaim() override {
+    if (!*alive || lentUnits == 0) return kj::READY_NOW;
+    KJ_REQUIRE(fulfiller == nullptr, "a call asked to rejoin twice");
+    auto paf = kj::newPromiseAndFulfiller<void>();
+    fulfiller = kj::mv(paf.fulfiller);
+    queue.rejoining.push_back(this);
+    queue.schedulePump();
+    return kj::mv(paf.promise);
+  }
+
+  // pump(): takes the lent cpus again if they are free now.
+  bool tryReclaim() {
+    auto taken = queue.allocator.take({ResourceNeed{"cpus", lentUnits, false}});
+    if (!taken) return false;
+    for (auto& part : taken->parts) grant.parts.push_back(std::move(part));
+    lentUnits = 0;
+    queue.seceded.erase(lentFor);
+    queue.lendListener(lentFor, false);
+    KJ_IF_MAYBE(f, fulfiller) { (*f)->fulfill(); }
+    fulfiller = nullptr;
+    return true;
+  }
 
  private:
   TaskQueue& queue;
   std::shared_ptr<bool> alive;
   ResourceGrant grant;
+  // While lent: how many cpu units, for which task.
+  uint64_t lentUnits = 0;
+  Id lentFor;
+  kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> fulfiller;
 };
+
+size_t TaskQueue::cpuPool() const {
+  auto& pools = allocator.pools();
+  for (size_t i = 0; i < pools.size(); i++) {
+    if (pools[i].name == "cpus") return i;
+  }
+  KJ_FAIL_ASSERT("the queue has no cpus pool");
+}
 
 void TaskQueue::released(ResourceGrant grant) {
   allocator.give(grant);
@@ -286,6 +350,12 @@ void TaskQueue::failWaiting(Id id, uint64_t serial, kj::String error, bool input
 }
 
 void TaskQueue::pump() {
+  // Tasks taking their lent cpus again go first: they are running already
+  // (and may hold what others wait for).
+  while (!rejoining.empty()) {
+    if (!rejoining.front()->tryReclaim()) return;
+    rejoining.pop_front();
+  }
   while (!ready.empty()) {
     auto head = ready.begin();
     KJ_IF_MAYBE(task, lookup(head->id, head->serial)) {

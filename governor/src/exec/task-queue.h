@@ -19,6 +19,7 @@
 #include <set>
 #include <kj/function.h>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace squall {
@@ -60,6 +61,12 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   uint32_t freeCpus() const { return static_cast<uint32_t>(allocator.freeUnits("cpus") / RESOURCE_UNIT); }
   // Its pools besides cpus, as announced to the server.
   std::vector<ResourcePool> offeredPools() const;
+  // Running tasks whose cpus are lent (ResourceHold::lend): told to the
+  // server at each registration.
+  std::vector<Id> secededTasks() const { return {seceded.begin(), seceded.end()}; }
+  // Called when a task lends its cpus (true) or takes them again (false),
+  // to tell the server (ServerLink).
+  void onLend(kj::Function<void(Id, bool)> listener) { lendListener = kj::mv(listener); }
   size_t waitingCount() const { return tasks.size() - running; }
   size_t runningCount() const { return running; }
   // Every task it holds (waiting for inputs, ready or running).
@@ -119,6 +126,11 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   };
   std::set<ReadyEntry> ready;
   void makeReady(Task& task);
+  // Tasks whose cpus are lent, and the holds waiting to take theirs again
+  // (served before any ready task starts), in the order they asked.
+  std::unordered_set<Id, IdHash> seceded;
+  std::deque<Hold*> rejoining;
+  kj::Function<void(Id, bool)> lendListener = [](Id, bool) {};
   // Declared last: destroyed first, so no running promise outlives a Task.
   kj::TaskSet work;
 
@@ -130,6 +142,8 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   void schedulePump();
   // A hold was dropped.
   void released(ResourceGrant grant);
+  // The index of the cpus pool in the allocator.
+  size_t cpuPool() const;
   // A place for `task` (a call) behind the calls of a busy executor
   // process, when it may wait there.
   kj::Maybe<kj::Own<ExecutorLease>> ride(Task& task);

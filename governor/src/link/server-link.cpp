@@ -3,6 +3,7 @@
 #include "governor-control.h"
 
 #include <squall/proto/errors.h>
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -34,7 +35,20 @@ kj::Promise<kj::Own<RpcClient>> connectWithRetry(kj::Network& network, kj::Timer
 ServerLink::ServerLink(kj::Network& network, kj::Timer& timer, ObjectStore& store, TaskQueue& queue,
                        ResultBatcher& batcher, spdlog::logger& logger, ServerLinkOptions options)
     : network(network), timer(timer), store(store), queue(queue), batcher(batcher), logger(logger),
-      options(kj::mv(options)) {}
+      options(kj::mv(options)) {
+  queue.onLend([this](Id task, bool lent) { sendLend(task, lent); });
+}
+
+void ServerLink::sendLend(Id task, bool lent) {
+  // Without a connection, the next registration says which are lent.
+  KJ_IF_MAYBE(up, upstream) {
+    auto request = up->lendCpusRequest();
+    task.to(request.initTask());
+    request.setLent(lent);
+    // A lost connection is seen (and registered again) by lost().
+    sends.add(request.send().ignoreResult().catch_([](kj::Exception&&) {}));
+  }
+}
 
 kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again) {
   auto request = connection.bootstrap<wire::Bootstrap>().registerGovernorRequest();
@@ -84,10 +98,23 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
   }
   auto held = info.initTasks(tasks.size());
   for (size_t i = 0; i < tasks.size(); i++) tasks[i].to(held[i]);
+  // Functions waiting for tasks they submitted, their cpus lent.
+  auto seceded = again ? queue.secededTasks() : std::vector<Id>();
+  auto lentList = info.initSeceded(seceded.size());
+  for (size_t i = 0; i < seceded.size(); i++) seceded[i].to(lentList[i]);
   request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
-  return request.send().then([this](auto response) {
+  upstream = nullptr;
+  return request.send().then([this, seceded = kj::mv(seceded)](auto response) {
     upstream = response.getUpstream();
     batcher.connected(response.getUpstream());
+    // Lent or taken back while the registration was on its way.
+    auto now = queue.secededTasks();
+    for (auto id : now) {
+      if (std::find(seceded.begin(), seceded.end(), id) == seceded.end()) sendLend(id, true);
+    }
+    for (auto id : seceded) {
+      if (std::find(now.begin(), now.end(), id) == now.end()) sendLend(id, false);
+    }
     return response.getGovernorId();
   });
 }

@@ -69,6 +69,14 @@ class ServerLink {
   // The server's side of this governor (for heartbeats), set by each
   // registration.
   kj::Maybe<wire::GovernorUpstream::Client> upstream;
+  // Tells the server a task lent its cpus or took them again.
+  void sendLend(Id task, bool lent);
+  class IgnoreErrors final : public kj::TaskSet::ErrorHandler {
+   public:
+    void taskFailed(kj::Exception&&) override {}
+  };
+  IgnoreErrors ignoreErrors;
+  kj::TaskSet sends{ignoreErrors};
 
   // `again`: after a lost connection (the server restarted, or the network
   // failed): the governor tells what it still runs and holds.

@@ -122,6 +122,11 @@ struct TaskNode {
   // resources) and its turn there.
   ActorNode* actor = nullptr;
   uint64_t turn = 0;
+  // The task whose running function submitted it (TaskSpec.parent), and
+  // the tasks it submitted: cancelling or failing a task cancels its
+  // children (docs/nested.md).
+  TaskNode* parent = nullptr;
+  std::vector<TaskNode*> children;
   // The governor whose capacity the task holds while assigned (0 = none).
   GovernorId governor = 0;
   // Its expected run time in ms (or a stand-in, see b-level.h), and the
@@ -188,6 +193,10 @@ struct Session {
   uint64_t unfinishedTasks = 0;
   // Lowest id no task or object of the session has used.
   uint64_t nextId = 1;
+  // Ids below this are promised to a submitter (reserveIds); the creator
+  // holds [1, FIRST_ID_BLOCK) from the start.
+  static constexpr uint64_t FIRST_ID_BLOCK = uint64_t(1) << 20;
+  uint64_t reservedUpTo = FIRST_ID_BLOCK;
   uint64_t counts[7] = {};  // by TaskNode::State
   // Bumped by every task state change: readers (the status page) cache
   // what they derive from the tasks until it moves.

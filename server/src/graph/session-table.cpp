@@ -28,6 +28,7 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
   session.id = record.id;
   session.name = record.name;
   session.persistent = record.persistent;
+  session.reservedUpTo = std::max(session.reservedUpTo, record.reservedIds);
   nextSession = std::max(nextSession, record.id + 1);
   restoring = true;
   KJ_DEFER(restoring = false);
@@ -258,6 +259,13 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
   auto policy = task.spec.getPolicy();
   logger.info("event=task-failed session={} task={} attempt={} error=\"{}\"", id.session, id.n,
               task.attempt, result.getError().cStr());
+  if (!task.children.empty()) {
+    cancelChildren(session, task,
+                   kj::str("cancelled: its parent task ", id.n, " failed", task.attempt <= policy.getRetries()
+                                                                               ? " and is run again"
+                                                                               : "")
+                       .cStr());
+  }
   if (task.attempt <= policy.getRetries()) {
     counters.taskRetries++;
     task.attempt++;
@@ -302,6 +310,60 @@ void SessionTable::killActor(Session& session, uint64_t n) {
   taskDone(session, task);
 }
 
+void SessionTable::cancelTask(Session& session, uint64_t n) {
+  auto it = session.tasks.find(n);
+  SQUALL_REQUIRE(it != session.tasks.end(), "session ", session.id, " has no task ", n);
+  auto& task = it->second;
+  if (task.isActor) {
+    killActor(session, n);
+  } else if (!task.done()) {
+    if (task.state == TaskNode::State::ASSIGNED) {
+      pending.cancel.emplace_back(task.governor, task.id);
+      task.governor = 0;
+    }
+    session.setTaskState(task, TaskNode::State::CANCELLED);
+    session.countDone(task);
+    task.error = "cancelled";
+    logger.info("event=task-cancelled session={} task={} children={}", session.id, n, task.children.size());
+    record(session, task, {});
+    abandon(session, task);
+  }
+  cancelChildren(session, task, kj::str("cancelled: its parent task ", n, " was cancelled").cStr());
+}
+
+void SessionTable::cancelChildren(Session& session, TaskNode& parent, const std::string& why) {
+  std::vector<TaskNode*> stack(parent.children.begin(), parent.children.end());
+  while (!stack.empty()) {
+    TaskNode* task = stack.back();
+    stack.pop_back();
+    stack.insert(stack.end(), task->children.begin(), task->children.end());
+    if (task->done()) continue;
+    if (task->isActor) {
+      killActor(session, task->id.n);
+      continue;
+    }
+    if (task->state == TaskNode::State::ASSIGNED) {
+      pending.cancel.emplace_back(task->governor, task->id);
+      task->governor = 0;
+    }
+    session.setTaskState(*task, TaskNode::State::CANCELLED);
+    session.countDone(*task);
+    task->error = why;
+    record(session, *task, {});
+    abandon(session, *task);
+  }
+}
+
+uint64_t SessionTable::reserveIds(Session& session, uint64_t count) {
+  SQUALL_REQUIRE(count >= 1 && count <= MAX_ID_BLOCK, "reserveIds: ask for 1 to ", MAX_ID_BLOCK, " ids, not ",
+                 count);
+  uint64_t first = std::max(session.nextId, session.reservedUpTo);
+  SQUALL_REQUIRE(first <= UINT64_MAX / 2, "session ", session.id, " has used up its ids");
+  if (log != nullptr) log->idsReserved(session.id, first + count);
+  session.reservedUpTo = first + count;
+  return first;
+}
+
 void SessionTable::actorEnded(Session& session, ActorNode& actor) {
   auto why = actor.killed ? kj::str("actor ", actor.task->id.n, " was killed before the call ran")
                           : kj::str("actor ", actor.task->id.n, " ended before the call ran",
@@ -320,6 +382,9 @@ void SessionTable::actorEnded(Session& session, ActorNode& actor) {
     call->error = why.cStr();
     record(session, *call, {});
     abandon(session, *call);
+    if (!call->children.empty()) {
+      cancelChildren(session, *call, kj::str("cancelled: its parent task ", call->id.n, " ended with its actor").cStr());
+    }
   }
 }
 
@@ -657,6 +722,11 @@ void SessionTable::requeue(Session& session, TaskNode& task) {
   if (task.state == TaskNode::State::ASSIGNED) {
     // Still running elsewhere: it finishes, or fails and comes back here.
     return;
+  }
+  // A run that went (with its governor) may have submitted tasks: the next
+  // run submits its own.
+  if (!task.children.empty()) {
+    cancelChildren(session, task, kj::str("cancelled: its parent task ", task.id.n, " is run again").cStr());
   }
   bool ready = task.unfinishedInputs == 0;
   if (ready && task.state != TaskNode::State::READY) {

@@ -38,6 +38,8 @@ class SessionTable {
   // Placements a task gets again when an input's source went away before
   // it ran (each after Dispatcher::INPUT_RETRY_DELAY), before it fails.
   static constexpr uint32_t MAX_INPUT_RETRIES = 10;
+  // The most ids one reserveIds hands out.
+  static constexpr uint64_t MAX_ID_BLOCK = uint64_t(1) << 32;
 
   explicit SessionTable(spdlog::logger& logger) : logger(logger) {}
 
@@ -111,6 +113,17 @@ class SessionTable {
   // was killed, else failed, saying why), without failing the session
   // again; what reads their outputs is skipped.
   void actorEnded(Session& session, ActorNode& actor);
+  // Cancels task n and, transitively, every task it submitted (TaskSpec.
+  // parent): each unfinished one ends cancelled (an actor as if killed),
+  // what reads their outputs is skipped, and the session goes on. A task
+  // that has ended keeps its outcome, its children are still cancelled.
+  // Throws FAILED for an unknown task.
+  void cancelTask(Session& session, uint64_t n);
+  // Cancels the children of `parent` (transitively), saying `why`: it
+  // failed, was cancelled, or is run again (a new run submits its own).
+  void cancelChildren(Session& session, TaskNode& parent, const std::string& why);
+  // reserveIds: [first, first + count) of the session, durable on return.
+  uint64_t reserveIds(Session& session, uint64_t count);
 
   // Fails the session: its unfinished tasks are cancelled.
   void fail(Session& session, std::string message, const TaskNode* task = nullptr,

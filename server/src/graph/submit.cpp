@@ -590,6 +590,18 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       default:
         SQUALL_FAIL(label, " has an unknown task type; client and server versions differ?");
     }
+    if (auto parent = task.getParent(); parent != 0) {
+      // A running task's child: its parent is a task submitted before (or,
+      // as the log replays every submit as one, in the same submit).
+      auto it = target.tasks.find(parent);
+      if (it == target.tasks.end()) {
+        SQUALL_REQUIRE(newTasks.count(parent) != 0 && parent != task.getId().getN(), label, " names task ", parent,
+                       " as its parent, which is not a task of this session submitted before");
+      } else {
+        SQUALL_REQUIRE(!it->second.done(), label, ": its parent task ", parent, " has ended",
+                       it->second.error.empty() ? kj::str() : kj::str(" (", it->second.error.c_str(), ")"));
+      }
+    }
   }
   for (auto& [n, object] : newObjects) {
     auto it = appended.find(n);
@@ -784,6 +796,10 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       // It runs on its actor's resources.
       task.cpus = 0;
       task.resources.clear();
+    }
+    if (auto parent = spec.getParent(); parent != 0) {
+      task.parent = &target.tasks[parent];  // filled in its own turn when in this submit
+      task.parent->children.push_back(&task);
     }
     target.counts[static_cast<int>(TaskNode::State::WAITING)]++;
     target.countUndone(task);

@@ -93,6 +93,11 @@ const char* const MIGRATIONS[] = {
         record BLOB NOT NULL
       );
     )sql",
+    // 6: the end of the ids a session handed out to its submitters
+    // (reserveIds), so that a restarted server never hands them out again.
+    R"sql(
+      ALTER TABLE sessions ADD COLUMN reserved_ids INTEGER NOT NULL DEFAULT 0;
+    )sql",
 };
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
 
@@ -262,6 +267,17 @@ void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persis
     sqlite3_bind_int(stmt, 3, persistent ? 1 : 0);
     int rc = sqlite3_step(stmt);
     if (rc != SQLITE_DONE) fail("recording a new session", rc);
+  });
+}
+
+void SessionLog::idsReserved(uint64_t session, uint64_t end) {
+  std::lock_guard<std::mutex> lock(dbMutex);
+  transaction("recording reserved ids", [&]() {
+    Statement stmt{prepare("UPDATE sessions SET reserved_ids = ? WHERE id = ?")};
+    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(end));
+    sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(session));
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) fail("recording reserved ids", rc);
   });
 }
 
@@ -661,13 +677,14 @@ std::vector<SessionLog::SessionRecord> SessionLog::load() {
   std::map<uint64_t, size_t> index;
   int rc;
   {
-    Statement stmt{prepare("SELECT id, name, persistent, failure FROM sessions ORDER BY id")};
+    Statement stmt{prepare("SELECT id, name, persistent, failure, reserved_ids FROM sessions ORDER BY id")};
     while ((rc = sqlite3_step(stmt)) == SQLITE_ROW) {
       SessionRecord record;
       record.id = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
       record.name = columnText(stmt, 1);
       record.persistent = sqlite3_column_int(stmt, 2) != 0;
       record.failure = columnText(stmt, 3);
+      record.reservedIds = static_cast<uint64_t>(sqlite3_column_int64(stmt, 4));
       index[record.id] = sessions.size();
       sessions.push_back(std::move(record));
     }

@@ -101,6 +101,8 @@ class SessionLog {
     std::vector<ObjectRecord> objects;
     std::vector<uint64_t> unkept;  // objects no longer kept
     std::string failure;  // non-empty: the session has failed
+    // The end of the ids handed out by reserveIds (0: none).
+    uint64_t reservedIds = 0;
   };
 
   // Opens the log at `path`, creating it or migrating it to the current
@@ -134,6 +136,9 @@ class SessionLog {
   std::function<void()> beforeSubmitWrite;
   // Deletes every row of the session (compaction).
   void sessionClosed(uint64_t id);
+  // Ids of the session below `end` are promised (reserveIds). Durable on
+  // return.
+  void idsReserved(uint64_t session, uint64_t end);
 
   // Queued until commit() or flush().
   void sessionFailed(uint64_t id, const std::string& message);

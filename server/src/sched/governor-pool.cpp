@@ -74,7 +74,7 @@ void GovernorPool::release(GovernorId id, Id task) {
   KJ_IF_MAYBE(governor, find(id)) {
     auto it = governor->assigned.find(task);
     if (it == governor->assigned.end()) return;
-    governor->load -= it->second;
+    if (governor->lent.erase(task) == 0) governor->load -= it->second;
     governor->assigned.erase(it);
     auto held = governor->holding.find(task);
     if (held != governor->holding.end()) {
@@ -82,6 +82,13 @@ void GovernorPool::release(GovernorId id, Id task) {
       governor->holding.erase(held);
     }
   }
+}
+
+void GovernorPool::lend(GovernorState& governor, Id task, bool lent) {
+  auto it = governor.assigned.find(task);
+  if (it == governor.assigned.end()) return;  // ended meanwhile
+  if (lent && governor.lent.insert(task).second) governor.load -= it->second;
+  if (!lent && governor.lent.erase(task) > 0) governor.load += it->second;
 }
 
 }  // namespace squall

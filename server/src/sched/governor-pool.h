@@ -6,6 +6,7 @@
 
 #include <map>
 #include <set>
+#include <unordered_set>
 #include <squall/wire/service.capnp.h>
 
 namespace squall {
@@ -24,6 +25,9 @@ struct GovernorState {
   // Of those, its actor types ("executor/Type").
   std::set<std::string> actorTypes;
   std::unordered_map<Id, uint32_t, IdHash> assigned;
+  // Of those, running functions that gave their cpus back while they wait
+  // for tasks they submitted: not in `load` (docs/nested.md).
+  std::unordered_set<Id, IdHash> lent;
   // Its pools besides cpus, with what the tasks assigned to it hold.
   Pools pools;
   std::unordered_map<Id, std::vector<ResourceAsk>, IdHash> holding;
@@ -62,6 +66,8 @@ class GovernorPool {
   size_t expectedCount() const { return expectedIds.size(); }
   // A task's result arrived: its capacity is free again.
   void release(GovernorId id, Id task);
+  // A running task gave its cpus back (`lent`), or took them again.
+  void lend(GovernorState& governor, Id task, bool lent);
   std::map<GovernorId, GovernorState>& all() { return governors; }
 
  private:

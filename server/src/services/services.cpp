@@ -300,6 +300,21 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> cancelTask(CancelTaskContext call) override {
+    auto params = call.getParams();
+    auto& session = openSession(params.getSession());
+    context.sessions.cancelTask(session, params.getTask());
+    context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> reserveIds(ReserveIdsContext call) override {
+    auto params = call.getParams();
+    auto& session = openSession(params.getSession());
+    call.getResults().setFirst(context.sessions.reserveIds(session, params.getCount()));
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> getState(GetStateContext call) override {
     auto id = call.getParams().getSession();
     if (context.sessions.find(id) == nullptr) {
@@ -657,6 +672,18 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> lendCpus(LendCpusContext call) override {
+    auto& governor = current();
+    auto params = call.getParams();
+    auto task = Id::from(params.getTask());
+    context.governors.lend(governor, task, params.getLent());
+    context.logger.debug("event=cpus-lent governor={} session={} task={} lent={}", id, task.session, task.n,
+                         params.getLent());
+    // Lent cpus take more work at once.
+    if (params.getLent()) context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> update(UpdateContext call) override {
     auto& governor = current();
     for (auto result : call.getParams().getResults()) {
@@ -733,6 +760,7 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
                                                           info.getInventory())) {
         context.governors.adopt(governor, task->id, task->cpus, task->resources);
       }
+      for (auto seceded : info.getSeceded()) context.governors.lend(governor, Id::from(seceded), true);
     }
     if (context.dispatcher.held() && context.governors.expectedCount() == 0) {
       context.dispatcher.resume();

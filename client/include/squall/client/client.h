@@ -256,6 +256,11 @@ class Task {
   TaskInfo info() const;
   // Blocks until this task is finished.
   void wait() const;
+  // Cancels the submitted task and every task it submitted (its children,
+  // docs/nested.md), theirs too: they end cancelled, what reads their
+  // outputs is skipped, and the session goes on. Nothing for a task that
+  // has ended but its children still running.
+  void cancel() const;
 
  private:
   friend class Session;
@@ -456,6 +461,12 @@ struct ClientOptions {
   // request is cancelled on the server and the session goes on. Empty:
   // calls block until they are answered.
   std::function<void()> whileBlocked;
+  // Called with true just before a wait (Session::wait, waitSome, waitAll,
+  // Task::wait, DataObject::wait) blocks on the server, and with false
+  // once it is answered (or fails). tasklib sets it for a function's own
+  // session: the function gives its cpus back while it waits for its
+  // children (docs/nested.md). What it throws propagates.
+  std::function<void(bool waiting)> aroundWait;
 };
 
 class Client {
@@ -478,6 +489,10 @@ class Client {
   // to look at: state() and tasks() answer, the rest throws "closed".
   Session attach(uint64_t id);
   Session attach(const std::string& name);
+  // attach(id) for a running task's function (tasklib: Call::session()):
+  // every task submitted through it is a child of `parentTask`, cancelled
+  // when the parent is cancelled or fails (docs/nested.md).
+  Session attachChild(uint64_t id, uint64_t parentTask);
   std::vector<SessionState> sessions();
   std::vector<GovernorInfo> governors();
   const std::string& address() const;

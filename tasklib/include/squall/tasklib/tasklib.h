@@ -37,7 +37,28 @@
 // instance there, then calls its methods as "Counter.add"; plain functions
 // of the same executor go on working beside it.
 //
-// Depends on proto only: Cap'n Proto and KJ, never the governor's insides.
+// A function may submit tasks of its own (docs/nested.md): call.session()
+// is its task's session, and what it submits there are the task's
+// children (cancelled with it). While it waits for them, its cpus go back
+// to the governor, so a recursion deeper than the cluster's cpus does not
+// deadlock:
+//
+//   ex.add("fib", [](squall::Call& call) {
+//     long n = std::stol(std::string(call.config()));
+//     if (n < 2) return call.output(0).write(std::to_string(n));
+//     auto& s = call.session();
+//     auto a = s.call("math/fib", {}, std::to_string(n - 1));
+//     auto b = s.call("math/fib", {}, std::to_string(n - 2));
+//     a.output().keep();
+//     b.output().keep();
+//     s.submit();
+//     long sum = std::stol(a.output().fetch()) + std::stol(b.output().fetch());
+//     call.output(0).write(std::to_string(sum));
+//   });
+//
+// Depends on proto and the client library (for session()), never on the
+// governor's insides. Functions run outside the KJ event loop's callbacks
+// (the client's waits run that loop).
 #pragma once
 
 #include <cstddef>
@@ -45,6 +66,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <squall/client/client.h>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -160,8 +182,29 @@ class Call {
   // By declared name; throws if there is none of that name.
   Output& output(std::string_view name);
 
+  // The task this call runs for: its session, and its id there (0 for
+  // both when the governor did not say: a test serving without one).
+  uint64_t sessionId() const { return sessionId_; }
+  uint64_t taskId() const { return taskId_; }
+  // The task's session, to submit tasks, actors and method calls from the
+  // function (docs/nested.md): each task submitted is a child of this one,
+  // cancelled when it is cancelled or fails; waitAll() waits for the ones
+  // submitted here. While a wait blocks, the cpus this call holds go back
+  // to the governor (and the server places other tasks on them); it takes
+  // them back, before tasks that have not started, once the wait returns.
+  // The executor connects to the server ($SQUALL_SERVER, $SQUALL_TOKEN and
+  // $SQUALL_TLS_*, which the governor sets) on first use, once per
+  // process. Valid until the function returns. Throws squall::Error when
+  // the server cannot be reached.
+  Session& session();
+
  private:
   friend class ExecutorService;
+  uint64_t sessionId_ = 0;
+  uint64_t taskId_ = 0;
+  // Gives the process's Client (made on first use).
+  std::function<Client&()> client_;
+  std::unique_ptr<Session> session_;
   std::vector<Input> inputs_;
   std::string_view config_;
   std::vector<Output> outputs_;
