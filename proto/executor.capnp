@@ -107,4 +107,11 @@ interface Executor {
   # The governor's side for this process's calls; sent once, before the
   # first call.
   host @3 (host :ExecutorHost);
+
+  # The governor took back these calls (by their context), queued here
+  # behind a call that waits for tasks it submitted, or that overran: they
+  # run elsewhere, so they must not run here too. Those not yet started
+  # fail at once instead of running; the others are past helping (their
+  # answers are dropped).
+  drop @4 (calls :List(CallContext));
 }

@@ -151,6 +151,7 @@ class DocsCluster : public ::testing::Test {
     // GPUs and scratch space for docs/resources.md (bookkeeping only).
     options.governorArgs = {"--executor", std::string("text=") + GUIDE_BIN_DIR + "/guide-wordcount-executor",
                             "--executor", std::string("stats=") + GUIDE_BIN_DIR + "/guide-stats-executor",
+                            "--executor", std::string("range=") + GUIDE_BIN_DIR + "/guide-range-executor",
                             "--resource", "gpus=[0,1]", "--resource", "scratch=sum(10G)"};
     cluster = new LocalCluster(options);
     cluster->start();

@@ -222,9 +222,10 @@ Output& Call::output(std::string_view name) {
 // handlers queue them; serveFd() runs them in the order queued.
 class TopLevel {
  public:
-  kj::Promise<void> later(kj::Function<void()> body) {
+  // `session` and `task`: the call's context (what drop() names).
+  kj::Promise<void> later(uint64_t session, uint64_t task, kj::Function<void()> body) {
     auto paf = kj::newPromiseAndFulfiller<void>();
-    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller)});
+    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller), session, task});
     KJ_IF_MAYBE(w, wake) {
       (*w)->fulfill();
       wake = nullptr;
@@ -244,6 +245,10 @@ class TopLevel {
   void runOne() {
     auto item = kj::mv(queue.front());
     queue.pop_front();
+    if (item.dropped) {
+      item.done->reject(KJ_EXCEPTION(DISCONNECTED, "taken back by the governor before it ran"));
+      return;
+    }
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { item.body(); })) {
       item.done->reject(kj::mv(*e));
     } else {
@@ -251,10 +256,24 @@ class TopLevel {
     }
   }
 
+  // The governor took the queued call of this task back (Executor.drop):
+  // it does not run here.
+  void drop(uint64_t session, uint64_t task) {
+    for (auto& item : queue) {
+      if (!item.dropped && item.session == session && item.task == task) {
+        item.dropped = true;
+        return;
+      }
+    }
+  }
+
  private:
   struct Item {
     kj::Function<void()> body;
     kj::Own<kj::PromiseFulfiller<void>> done;
+    uint64_t session = 0;
+    uint64_t task = 0;
+    bool dropped = false;
   };
   std::deque<Item> queue;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> wake;
@@ -271,6 +290,11 @@ class ExecutorService final : public wire::Executor::Server {
 
   kj::Promise<void> host(HostContext context) override {
     governor = context.getParams().getHost();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> drop(DropContext context) override {
+    for (auto c : context.getParams().getCalls()) topLevel.drop(c.getSession(), c.getTask());
     return kj::READY_NOW;
   }
 
@@ -550,11 +574,12 @@ class ExecutorService final : public wire::Executor::Server {
   // Runs `body` on `call` at the top level (TopLevel), once its pipe ends
   // are in it.
   kj::Promise<void> whenPipesArrive(kj::Own<Call> call, Pipes pipes, kj::Function<void(Call&)> body) {
+    uint64_t session = call->sessionId_, task = call->taskId_;
     if (pipes.ends.size() == 0) {
-      return topLevel.later([call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); });
+      return topLevel.later(session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); });
     }
     return kj::joinPromises(pipes.ends.releaseAsArray())
-        .then([this, call = kj::mv(call), fds = std::move(pipes.fds),
+        .then([this, session, task, call = kj::mv(call), fds = std::move(pipes.fds),
                body = kj::mv(body)](kj::Array<kj::Maybe<int>> received) mutable {
           for (uint i = 0; i < received.size(); i++) {
             // The descriptor is the RPC system's until the call's params
@@ -565,7 +590,9 @@ class ExecutorService final : public wire::Executor::Server {
             call->ownedFds_.push_back(fd);
             *fds[i] = fd;
           }
-          return topLevel.later([call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); });
+          return topLevel.later(session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable {
+            body(*call);
+          });
         });
   }
 

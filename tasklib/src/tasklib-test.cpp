@@ -428,7 +428,7 @@ TEST_F(TasklibTest, DescribeListsActorTypesAndTheirMethodsBesideFunctions) {
       .method("reset", [](Counter& c, Call&) { c.total = 0; }, 0);
   Served served(ex);
   auto answer = served.cap.describeRequest().send().wait(served.io.waitScope);
-  EXPECT_EQ(answer.getVersion(), 4u);
+  EXPECT_EQ(answer.getVersion(), wire::EXECUTOR_PROTOCOL_VERSION);
   auto functions = answer.getFunctions();
   ASSERT_EQ(functions.size(), 5u);
   std::vector<std::string> seen;

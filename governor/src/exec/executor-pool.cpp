@@ -43,6 +43,9 @@ kj::Maybe<ExecutorDecl> parseExecutorDecl(kj::StringPtr text, kj::String& error)
 
 struct ExecutorPool::Slot {
   uint64_t serial = 0;
+  // The call's task (its context), to tell the executor when it is taken back.
+  uint64_t session = 0;
+  uint64_t task = 0;
   Function* function = nullptr;
   uint64_t expectedUs = 0;
   // Whose call it is; nullptr once nobody waits for its answer.
@@ -379,6 +382,8 @@ kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
   slot->serial = nextUse++;
   slot->function = lease.function;
   slot->expectedUs = lease.expectedUs;
+  slot->session = request.getContext().getSession();
+  slot->task = request.getContext().getTask();
   slot->lease = &lease;
   slot->outDir = kj::mv(outDir);
   lease.slot = slot.get();
@@ -459,7 +464,7 @@ void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception>
 }
 
 size_t ExecutorPool::giveBackQueued(Worker& worker, const char* why) {
-  size_t given = 0;
+  std::vector<Slot*> taken;
   for (size_t i = 1; i < worker.queue.size(); i++) {
     auto& slot = *worker.queue[i];
     if (slot.lease == nullptr) continue;
@@ -467,10 +472,21 @@ size_t ExecutorPool::giveBackQueued(Worker& worker, const char* why) {
     lease.slot = nullptr;
     slot.lease = nullptr;
     lease.fulfiller->reject(KJ_EXCEPTION(DISCONNECTED, why));
-    given++;
+    taken.push_back(&slot);
     givenBack++;
   }
-  return given;
+  if (!taken.empty() && !worker.gone()) {
+    // So that they do not run there as well (a function that submits
+    // tasks would submit them twice).
+    auto drop = worker.cap.dropRequest();
+    auto list = drop.initCalls(taken.size());
+    for (size_t i = 0; i < taken.size(); i++) {
+      list[i].setSession(taken[i]->session);
+      list[i].setTask(taken[i]->task);
+    }
+    calls.add(drop.send().ignoreResult().catch_([](kj::Exception&&) {}));
+  }
+  return taken.size();
 }
 
 void ExecutorPool::unstick(Worker& worker, uint64_t serial) {
