@@ -18,7 +18,7 @@ $Cxx.namespace("squall::wire");
 # ClientService.killActor; docs/actors.md).
 # 5: tasks that submit tasks (TaskSpec.parent, ClientService.reserveIds and
 # cancelTask, GovernorUpstream.lendCpus, GovernorInfo.seceded;
-# docs/nested.md).
+# docs/nested.md); named actors (ActorConfig.name, ClientService.findActor).
 const protocolVersion :UInt32 = 5;
 
 # Ids are chosen by the client: `n` is unique within one session across both
@@ -188,6 +188,11 @@ struct ActorConfig {
   # How often a call that was running when the process died is run again
   # on the restarted actor before it fails; 0: it fails at once.
   maxCallRetries @4 :UInt32;
+  # A named actor (empty: none): reached from other sessions by this name
+  # (ClientService.findActor), unique among the server's live actors, and
+  # it outlives its session: closing the session leaves the session open,
+  # without its owner, until its named actors end (docs/actors.md).
+  name @5 :Text;
 }
 
 struct ActorCallConfig {

@@ -95,6 +95,10 @@ interface ClientService {
   # reading what they would have made are skipped. A task that has ended
   # keeps its outcome; its children still running are cancelled.
   cancelTask @18 (session :UInt64, task :UInt64);
+  # The live actor named `name` (ActorConfig.name): its session, its task
+  # there, and its type ("executor/Type"). Throws naming the name when no
+  # live actor has it.
+  findActor @19 (name :Text) -> (session :UInt64, actor :UInt64, type :Text);
 }
 
 # What the server knows of a data object.

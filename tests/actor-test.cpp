@@ -451,6 +451,58 @@ TEST_F(ActorTest, TheStatusApiAndMetricsShowActorsAndTheirCalls) {
 // after its restart (the session log replayed, the governor reporting what
 // it runs) the same actor process carries on, and every call runs once, in
 // order.
+TEST_F(ActorTest, ANamedActorIsReachedFromASecondSessionAndOutlivesItsOwn) {
+  const std::string name = "shared-counter";
+  uint64_t ownerSession = 0;
+  {
+    Client owner(cluster->serverAddress());
+    auto session = owner.newSession("owner of a named actor");
+    ownerSession = session.id();
+    auto counter = session.actor("stats/Counter", {}, "10").named(name);
+    auto added = counter.call("add", {}, "1");
+    added.output().keep();
+    session.submit();
+    EXPECT_EQ(added.output().fetch(), "11");
+    // Names are unique among live actors.
+    session.actor("stats/Counter").named(name);
+    auto refused = errorOf([&]() { session.submit(); });
+    EXPECT_NE(refused.find("an actor named 'shared-counter' lives already (task " + std::to_string(counter.id()) +
+                           " of session " + std::to_string(ownerSession) + ")"),
+              std::string::npos)
+        << refused;
+    // The owner closes its session and goes: the actor stays.
+  }
+  Client caller(cluster->serverAddress());
+  auto session = caller.newSession("caller");
+  auto counter = session.getActor(name);
+  auto added = counter.call("add", {}, "5");
+  added.output().keep();
+  session.submit();
+  EXPECT_EQ(added.output().fetch(), "16") << "the named actor lost its state";
+  session.wait({added});
+  auto stillOpen = [&]() {
+    for (auto& s : caller.sessions()) {
+      if (s.id == ownerSession && s.open) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(stillOpen()) << "the owner's session closed under its named actor";
+  // Objects of this session are not the actor's session's.
+  auto mine = session.blob("7");
+  EXPECT_NE(errorOf([&]() { counter.call("addInput", {mine}); }).find("is of another session than actor"),
+            std::string::npos);
+  // Killed from here, it ends, and the session it lingered in closes.
+  counter.kill();
+  bool closed = false;
+  for (int i = 0; i < 1000 && !closed; i++) {
+    closed = !stillOpen();
+    if (!closed) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(closed) << "the lingering session did not close after its named actor ended";
+  EXPECT_NE(errorOf([&]() { session.getActor(name); }).find("no live actor is named 'shared-counter'"),
+            std::string::npos);
+}
+
 TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls) {
   ClusterOptions options;
   options.governors = 1;
@@ -484,6 +536,32 @@ TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls
   EXPECT_TRUE(log.output().fetch() == expected) << "calls lost, repeated or out of order";
   EXPECT_EQ(pidBefore.output().fetch(), pidAfter.output().fetch());
   EXPECT_EQ(counter.task().info().state, "running");
+}
+
+TEST(ActorRecoveryTest, ANamedActorWhoseOwnerWentSurvivesAServerRestartByName) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 2;
+  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+  LocalCluster cluster(options);
+  cluster.start();
+  {
+    Client owner(cluster.serverAddress());
+    auto session = owner.newSession("owner");
+    auto counter = session.actor("stats/Counter", {}, "100").named("survivor");
+    counter.call("add", {}, "1");
+    session.submit();
+    session.waitAll();
+  }
+  cluster.restartServer();
+  Client caller(cluster.serverAddress(), "");
+  auto session = caller.newSession("after the restart");
+  auto counter = session.getActor("survivor");
+  auto added = counter.call("add", {}, "2");
+  added.output().keep();
+  session.submit();
+  EXPECT_EQ(added.output().fetch(), "103");
+  counter.kill();
 }
 
 }  // namespace

@@ -185,6 +185,8 @@ struct LocalTask {
   std::string callConfig;
   uint32_t maxRestarts = 0;
   uint32_t maxCallRetries = 0;
+  // A named actor's name (Actor::named).
+  std::string actorName;
   // actor call: the actor's task.
   uint64_t actor = 0;
 };
@@ -213,6 +215,10 @@ struct SessionImpl {
   std::vector<LocalTask> tasks;
   // The types of the actors made here ("executor/Type"), naming their calls.
   std::unordered_map<uint64_t, std::string> actorTypes;
+  // Handles on sessions of named actors reached from here (getActor), by
+  // session id: their calls are tasks of the actor's session, submitted
+  // with this one's.
+  std::map<uint64_t, std::unique_ptr<SessionImpl>> foreign;
   std::unordered_map<uint64_t, size_t> objectIndex;
   std::unordered_map<uint64_t, size_t> taskIndex;
   // Outputs of every task built in this session, and kinds of its objects.

@@ -121,6 +121,7 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
       actor.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(task.callConfig.data()), task.callConfig.size()));
       actor.setMaxRestarts(task.maxRestarts);
       actor.setMaxCallRetries(task.maxCallRetries);
+      actor.setName(task.actorName);
       break;
     }
     case LocalTask::Type::ACTOR_CALL: {
@@ -526,12 +527,51 @@ Actor Session::actor(const std::string& type, const std::vector<DataObject>& inp
 
 Actor Session::actorHandle(uint64_t actorTask) { return Actor(impl.get(), actorTask); }
 
+Actor Session::getActor(const std::string& name) {
+  impl->checkOpen();
+  uint64_t session = 0, n = 0;
+  std::string type;
+  impl->client.retrying([&]() {
+    auto req = impl->client.svc().findActorRequest();
+    req.setName(name);
+    auto found = req.send().wait(impl->client.waitScope());
+    session = found.getSession();
+    n = found.getActor();
+    type = found.getType();
+  });
+  client::SessionImpl* owner = impl.get();
+  if (session != impl->id) {
+    // Its calls are tasks of its own session, through a handle on it.
+    auto& handle = impl->foreign[session];
+    if (handle == nullptr) {
+      handle = std::make_unique<client::SessionImpl>(impl->client, session);
+      handle->owned = false;
+      handle->nextN = 0;
+      handle->blockEnd = 0;
+    }
+    owner = handle.get();
+  }
+  owner->actorTypes[n] = type;
+  return Actor(owner, n);
+}
+
+Actor& Actor::named(std::string name) {
+  session->pendingTask(n).actorName = std::move(name);
+  return *this;
+}
+
 Task Actor::call(const std::string& method, const std::vector<DataObject>& inputs, std::string config,
                  const std::vector<ObjectKind>& outputs) {
   if (method.empty() || method.find('.') != std::string::npos || method.find('/') != std::string::npos) {
     throw Error("actor call: '" + method + "' is not a method name");
   }
-  for (auto& input : inputs) session->checkInput(input, input.session);
+  for (auto& input : inputs) {
+    if (input.session != session) {
+      throw Error("actor call: object " + std::to_string(input.id()) + " is of another session than actor " +
+                  std::to_string(n) + " (a named actor of another session reads objects of its own: pass bytes "
+                  "as the call's config)");
+    }
+  }
   auto known = session->actorTypes.find(n);
   std::string type = known != session->actorTypes.end() ? known->second : "actor " + std::to_string(n);
   auto& task = session->newTask(client::LocalTask::Type::ACTOR_CALL, outputs);
@@ -676,14 +716,19 @@ Task Session::store(const DataObject& object, const std::string& path, bool over
 }
 
 void Session::submit() {
+  // Calls on named actors of other sessions first (they read nothing of
+  // this one).
+  for (auto& [id, handle] : impl->foreign) {
+    if (!handle->tasks.empty() || !handle->objects.empty()) handle->whileOpen([&]() { handle->submit(); });
+  }
   impl->whileOpen([&]() { impl->submit(); });
 }
 
 void Session::wait(const std::vector<Task>& tasks) {
-  std::vector<uint64_t> ids;
-  for (auto& t : tasks) ids.push_back(t.id());
-  if (ids.empty()) return;
-  impl->wait(ids, false, nullptr);
+  // By session: calls on a named actor of another session are its tasks.
+  std::map<client::SessionImpl*, std::vector<uint64_t>> ids;
+  for (auto& t : tasks) ids[t.session].push_back(t.id());
+  for (auto& [owner, list] : ids) owner->wait(list, false, nullptr);
 }
 
 void Session::wait(const std::vector<DataObject>& objects) {

@@ -36,6 +36,9 @@ struct ActorNode {
   bool killed = false;
   // Its calls that finished ok.
   uint64_t callsDone = 0;
+  // Its name (ActorConfig.name), when named: reached from other sessions,
+  // and its session outlives its client while it lives.
+  std::string name;
 };
 
 // Tasks joined by streams read live: a producer and its readers, and their
@@ -175,6 +178,9 @@ struct Session {
   const void* owner = nullptr;
   // Outlives its client: not closed when the owner disconnects.
   bool persistent = false;
+  // Closed by its client while named actors of it lived: it stays open,
+  // ownerless, and closes when the last of them ends.
+  bool lingering = false;
   std::string failureMessage;
   uint64_t failedTask = 0;
   std::string failedTaskName;

@@ -97,6 +97,7 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
     }
   }
   if (!record.failure.empty()) fail(session, record.failure);
+  registerNamedActors(session);
   logger.info("event=session-restored session={} name=\"{}\" tasks={} finished={} failed={}",
               session.id, session.name, session.tasks.size(),
               session.counts[static_cast<int>(TaskNode::State::FINISHED)],
@@ -116,10 +117,31 @@ kj::Maybe<Session&> SessionTable::find(uint64_t id) {
   return it->second;
 }
 
-void SessionTable::close(uint64_t id) {
+void SessionTable::close(uint64_t id, bool evenIfNamedActors) {
   auto it = sessions.find(id);
   if (it == sessions.end()) return;
   auto& session = it->second;
+  if (!evenIfNamedActors) {
+    size_t living = 0;
+    for (auto& [n, actor] : session.actors) {
+      if (!actor.name.empty() && !actor.task->done()) living++;
+    }
+    if (living > 0) {
+      // Its named actors outlive it: kept open, ownerless, until they end.
+      session.owner = nullptr;
+      session.lingering = true;
+      if (!session.persistent && log != nullptr) {
+        try {
+          log->sessionPersistent(id);
+        } catch (const kj::Exception& e) {
+          logger.error("event=log-failed action=linger session={} error=\"{}\"", id, e.getDescription().cStr());
+        }
+      }
+      session.persistent = true;
+      logger.info("event=session-lingers session={} named_actors={}", id, living);
+      return;
+    }
+  }
   // Unfinished tasks are cancelled by closing: they say so to onClose (the
   // history keeps the session as it closed).
   for (auto& [n, task] : session.tasks) {
@@ -129,6 +151,7 @@ void SessionTable::close(uint64_t id) {
   for (auto& [n, object] : session.objects) {
     for (auto g : object.locations) pending.remove.emplace_back(g, object.id);
   }
+  forgetNames(session);
   if (onClose) onClose(session);
   if (log != nullptr) {
     try {
@@ -164,7 +187,29 @@ void SessionTable::closeOwnedBy(const void* owner) {
 
 void SessionTable::submitted(Session& session, std::vector<TaskNode*> ready) {
   for (auto* task : ready) pending.ready.push_back(task->id);
-  (void)session;
+  registerNamedActors(session);
+}
+
+void SessionTable::forgetNames(Session& session) {
+  for (auto& [n, actor] : session.actors) {
+    if (actor.name.empty()) continue;
+    auto it = named.find(actor.name);
+    if (it != named.end() && it->second == actor.task->id) named.erase(it);
+  }
+}
+
+void SessionTable::registerNamedActors(Session& session) {
+  for (auto& [n, actor] : session.actors) {
+    if (!actor.name.empty() || actor.task->done()) continue;
+    auto name = actor.task->spec.getConfig().getActor().getName();
+    if (name.size() == 0) continue;
+    if (!named.emplace(name.cStr(), actor.task->id).second) {
+      // A replayed log can hold a name twice only if it was tampered with.
+      logger.warn("event=actor-name-taken session={} task={} name=\"{}\"", session.id, n, name.cStr());
+      continue;
+    }
+    actor.name = name.cStr();
+  }
 }
 
 void SessionTable::assigned(TaskNode& task, GovernorId governor) {
@@ -365,6 +410,17 @@ uint64_t SessionTable::reserveIds(Session& session, uint64_t count) {
 }
 
 void SessionTable::actorEnded(Session& session, ActorNode& actor) {
+  if (!actor.name.empty()) {
+    auto it = named.find(actor.name);
+    if (it != named.end() && it->second == actor.task->id) named.erase(it);
+    if (session.lingering) {
+      bool more = false;
+      for (auto& [n, other] : session.actors) {
+        if (&other != &actor && !other.name.empty() && !other.task->done()) more = true;
+      }
+      if (!more) pending.closeLingering.push_back(session.id);
+    }
+  }
   auto why = actor.killed ? kj::str("actor ", actor.task->id.n, " was killed before the call ran")
                           : kj::str("actor ", actor.task->id.n, " ended before the call ran",
                                     actor.task->error.empty() ? kj::str() : kj::str(": ", actor.task->error.c_str()));
@@ -546,6 +602,7 @@ void SessionTable::fail(Session& session, std::string message, const TaskNode* t
         break;
     }
   }
+  forgetNames(session);
   notifyAll(session);
 }
 

@@ -22,6 +22,8 @@ struct Effects {
   // (governor, task) to cancel; (governor, object) to remove.
   std::vector<std::pair<GovernorId, Id>> cancel;
   std::vector<std::pair<GovernorId, Id>> remove;
+  // Lingering sessions whose last named actor ended: to close.
+  std::vector<uint64_t> closeLingering;
   // READY tasks to place again after a pause (an input's source went away;
   // see SessionTable::taskResult), in order.
   std::vector<Id> readyLater;
@@ -68,8 +70,17 @@ class SessionTable {
   // A task of an open session, or nullptr.
   kj::Maybe<TaskNode&> findTask(Id id);
   kj::Maybe<ObjectNode&> findObject(Id id);
-  void close(uint64_t id);
+  // Closes the session; one with named actors alive lingers instead (it
+  // stays open, ownerless, persistent in the log, until they end), unless
+  // `evenIfNamedActors`.
+  void close(uint64_t id, bool evenIfNamedActors = false);
   void closeOwnedBy(const void* owner);
+  // The live named actors, by name.
+  const std::map<std::string, Id>& namedActors() const { return named; }
+  // Registers the named actors of `session` not registered yet.
+  void registerNamedActors(Session& session);
+  // Unregisters the names of the session's actors (it closes or failed).
+  void forgetNames(Session& session);
   // Drops a session from memory only (one that could not be restored: its
   // rows stay in the log).
   void forget(uint64_t id) { sessions.erase(id); }
@@ -151,6 +162,7 @@ class SessionTable {
   std::map<uint64_t, Session> sessions;
   uint64_t nextSession = 1;
   Effects pending;
+  std::map<std::string, Id> named;
   ServerStats counters;
 
   void finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result, GovernorId from);

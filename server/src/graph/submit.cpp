@@ -360,6 +360,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     if (it != newObjects.end()) return it->second.getKind();
     return target.objects.at(n).kind;
   };
+  // Names of the named actors of this submit.
+  std::set<std::string> actorNames;
   for (auto task : taskOrder) {
     auto label = taskLabel(task);
     auto inputs = task.getInputs();
@@ -538,6 +540,17 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
                        ": an actor is not retried; it is restarted (max_restarts)");
         SQUALL_REQUIRE(actor.getMaxRestarts() <= 1000 && actor.getMaxCallRetries() <= 1000, label,
                        ": at most 1000 restarts and 1000 call retries");
+        if (auto name = actor.getName(); name.size() > 0) {
+          SQUALL_REQUIRE(isPlainName(name), label, ": actor name '", name, "': ", PLAIN_NAME_RULE);
+          SQUALL_REQUIRE(actorNames.insert(name.cStr()).second, label, ": two actors of this submit are named '",
+                         name, "'");
+          if (capacity.namedActors != nullptr) {
+            auto taken = capacity.namedActors->find(name.cStr());
+            SQUALL_REQUIRE(taken == capacity.namedActors->end(), label, ": an actor named '", name,
+                           "' lives already (task ", taken == capacity.namedActors->end() ? 0 : taken->second.n,
+                           " of session ", taken == capacity.namedActors->end() ? 0 : taken->second.session, ")");
+          }
+        }
         auto type = actorTypeName(actor);
         if (capacity.actorTypes != nullptr) {
           if (capacity.actorTypes->count(type.cStr()) == 0) {

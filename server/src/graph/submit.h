@@ -27,6 +27,8 @@ struct ClusterCapacity {
   // Of those, the actor types ("executor/Type"; their methods are in
   // `functions` as "executor/Type.method"); null when not known.
   std::shared_ptr<const std::set<std::string>> actorTypes;
+  // The live named actors (name -> task); null when not known (a replay).
+  std::shared_ptr<const std::map<std::string, Id>> namedActors;
   // Each governor's cpus and pools; null when not known (as above).
   std::shared_ptr<const std::vector<std::pair<uint32_t, Pools>>> governors;
 };

@@ -270,6 +270,16 @@ void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persis
   });
 }
 
+void SessionLog::sessionPersistent(uint64_t session) {
+  std::lock_guard<std::mutex> lock(dbMutex);
+  transaction("recording a persistent session", [&]() {
+    Statement stmt{prepare("UPDATE sessions SET persistent = 1 WHERE id = ?")};
+    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(session));
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) fail("recording a persistent session", rc);
+  });
+}
+
 void SessionLog::idsReserved(uint64_t session, uint64_t end) {
   std::lock_guard<std::mutex> lock(dbMutex);
   transaction("recording reserved ids", [&]() {

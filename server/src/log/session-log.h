@@ -139,6 +139,9 @@ class SessionLog {
   // Ids of the session below `end` are promised (reserveIds). Durable on
   // return.
   void idsReserved(uint64_t session, uint64_t end);
+  // The session outlives its client from now (it lingers for its named
+  // actors). Durable on return.
+  void sessionPersistent(uint64_t session);
 
   // Queued until commit() or flush().
   void sessionFailed(uint64_t id, const std::string& message);

@@ -135,6 +135,11 @@ void Dispatcher::pass() {
   auto started = std::chrono::steady_clock::now();
   passCount++;
   auto& effects = sessions.effects();
+  // First: closing adds cancels and removals of its own.
+  for (auto id : std::exchange(effects.closeLingering, {})) {
+    logger.info("event=lingering-session-closes session={} reason=\"its named actors ended\"", id);
+    sessions.close(id, true);
+  }
   scheduler.enqueue(effects.ready, sessions);
   effects.ready.clear();
   scheduler.actorsPlaced(effects.actorsPlaced);

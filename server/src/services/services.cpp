@@ -112,6 +112,7 @@ class SubmissionImpl final : public wire::Submission::Server {
       governors->emplace_back(governor.cpus, governor.pools);
     }
     // With no governor, nothing is known yet (as for cpus).
+    capacity.namedActors = std::make_shared<std::map<std::string, Id>>(context.sessions.namedActors());
     if (!context.governors.all().empty()) {
       capacity.functions = kj::mv(functions);
       capacity.actorTypes = kj::mv(actorTypes);
@@ -305,6 +306,19 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto& session = openSession(params.getSession());
     context.sessions.cancelTask(session, params.getTask());
     context.dispatcher.kick();
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> findActor(FindActorContext call) override {
+    auto name = call.getParams().getName();
+    auto& named = context.sessions.namedActors();
+    auto it = named.find(name.cStr());
+    SQUALL_REQUIRE(it != named.end(), "no live actor is named '", name, "'");
+    auto& task = KJ_ASSERT_NONNULL(context.sessions.findTask(it->second));
+    auto results = call.getResults();
+    results.setSession(it->second.session);
+    results.setActor(it->second.n);
+    results.setType(task.function);
     return kj::READY_NOW;
   }
 

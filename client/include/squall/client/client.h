@@ -302,6 +302,13 @@ class Actor {
   // Times a call that was running when the actor's process died is run
   // again on the restarted actor before it fails; 0 by default.
   Actor& maxCallRetries(uint32_t n);
+  // Names the actor (set before submit; letters, digits, '-', '_', '.'):
+  // any session of the server reaches it with Session::getActor(name), and
+  // it outlives its session: closing the session (or its client going)
+  // leaves the session open, ownerless, until its named actors end (kill
+  // them, from any session). Unique among the server's live actors: a
+  // second submit of a name in use is refused, naming who has it.
+  Actor& named(std::string name);
   // Ends the actor: its process is stopped, its task ends cancelled (not a
   // failure), its calls not yet run end cancelled (what reads their
   // outputs is skipped). Killing an actor that has ended does nothing.
@@ -370,6 +377,12 @@ class Session {
   // A handle to the actor whose task is `actorTask` in this session (made
   // by this or an earlier submit).
   Actor actorHandle(uint64_t actorTask);
+  // The live actor named `name` (Actor::named), of any session of the
+  // server. Calls on an actor of another session are tasks of that session
+  // (their outputs are fetched and waited for as usual, and go with
+  // this session's submit); they read objects of that session only, so
+  // pass data as their config. Throws Error when no live actor has the name.
+  Actor getActor(const std::string& name);
   // Sleeps; output 0 = `input`'s bytes (empty without input).
   Task sleep(std::chrono::milliseconds duration, std::optional<DataObject> input = std::nullopt);
   Task execute(const Program& program);
