@@ -32,9 +32,9 @@ from ._squall import (
     TaskExplanation,
     TaskFailed,
     TaskInfo,
-    current_session,
 )
 from .remote import ActorClass, ActorHandle, ActorMethod, RemoteFunction, method, remote
+from .remote import _current_session as current_session
 
 __all__ = [
     "BLOB", "DIR", "STREAM", "Actor", "ActorClass", "ActorHandle", "ActorMethod", "Client", "DataObject", "Error",

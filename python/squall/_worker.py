@@ -8,7 +8,8 @@ layouts); its inputs are the data objects among the arguments. A function
 (or an actor's class) is unpickled once per process (cached by its key);
 results are pickled, or passed on as raw bytes, into the outputs.
 
-It uses nothing of the client, only the standard library and cloudpickle.
+It uses nothing of the client, only the standard library and cloudpickle,
+but for @remote calls made inside a function (nested_session).
 """
 
 import pathlib
@@ -197,3 +198,45 @@ def call_method(instance, config, inputs, output_count):
     finally:
         _release(inputs)
     return _outputs(name, _invoke(bound, args, kwargs, values), output_codecs)
+
+
+# @remote calls made inside a function (docs/nested.md) go into the session
+# of the task the call runs for, as its children, through one client of
+# this process that runs on the executor's own event loop (the module
+# _squall_executor, which squall-python-executor embeds, says which task,
+# lends the loop, and gives the call's cpus back while it waits).
+_nested_client = None
+_nested_session = None  # ((session, task), Session) of the call running now
+
+
+def nested_session():
+    """The session of the task this call runs for, or None outside a call
+    of squall-python-executor."""
+    global _nested_client, _nested_session
+    try:
+        import _squall_executor
+    except ImportError:
+        return None
+    session, task = _squall_executor.context()
+    if not session:
+        return None
+    if _nested_session is not None and _nested_session[0] == (session, task):
+        return _nested_session[1]
+    from . import _squall
+    if _nested_client is None:
+        _squall._share_thread_loop(*_squall_executor.loop())
+        _nested_client = _squall.Client(around_wait=_squall_executor.waiting)
+    # One call at a time: an earlier call's session is done with.
+    _nested_session = ((session, task), _nested_client.attach_child(session, task))
+    return _nested_session[1]
+
+
+def close_nested():
+    """Closes the nested client (before the executor's loop goes)."""
+    global _nested_client, _nested_session
+    _nested_session = None
+    if _nested_client is not None:
+        _nested_client.close()
+        _nested_client = None
+        from . import _squall
+        _squall._unshare_thread_loop()

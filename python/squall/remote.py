@@ -60,6 +60,19 @@ CONFIG_LIMIT = 512 << 10
 BIG_ARGUMENT = 4 << 10
 
 
+
+def _current_session():
+    """The innermost `with session:` of this thread; inside a function
+    running as a task, the task's own session (docs/nested.md)."""
+    try:
+        return _squall.current_session()
+    except _squall.Error:
+        from . import _worker
+        session = _worker.nested_session()
+        if session is None:
+            raise
+        return session
+
 def _output_codecs(outputs):
     if isinstance(outputs, bool):
         raise TypeError("remote outputs: a count, 'pickle', 'bytes' or a list of those, not a bool")
@@ -171,7 +184,7 @@ class RemoteFunction:
     def __call__(self, *args, **kwargs):
         """Builds a call task in the current session and returns it; its
         outputs are the function's results."""
-        session = _squall.current_session()
+        session = _current_session()
         config, inputs = self._payload(args, kwargs, session)
         task = session.call(f"{EXECUTOR}/call-{len(self._codecs)}", inputs, config, len(self._codecs))
         task.name(self._name)
@@ -230,7 +243,7 @@ class ActorClass:
         """Makes an actor in the current session, constructed from args and
         kwargs (as a function's arguments: data objects and tasks of one
         output pass their data), and returns its ActorHandle."""
-        session = _squall.current_session()
+        session = _current_session()
         if self._pickled is None:
             self._pickled = cloudpickle.dumps(self.cls, protocol=pickle.HIGHEST_PROTOCOL)
             self._key = hashlib.blake2b(self._pickled, digest_size=16).digest()

@@ -68,6 +68,18 @@ py::bytes configOf(squall::Call& call) {
   return py::bytes(config.data(), config.size());
 }
 
+// The call running now (nullptr between calls), for the module
+// _squall_executor, through which @remote calls made inside a function
+// reach the task's session (squall._worker.nested_session, docs/nested.md).
+squall::Call* currentCall = nullptr;
+
+// Sets currentCall for the length of a call.
+struct Running {
+  explicit Running(squall::Call& call) : before(currentCall) { currentCall = &call; }
+  ~Running() { currentCall = before; }
+  squall::Call* before;
+};
+
 // Calls `run` (a function of the worker, given the call's config and
 // inputs) and returns what it returns. The worker turns the Python code's
 // exception into CallFailed(remote traceback), which becomes the task's
@@ -94,6 +106,7 @@ void writeOutputs(squall::Call& call, py::handle outputs) {
 }
 
 void runCall(py::module_& worker, squall::Call& call) {
+  Running running(call);
   auto outputs =
       runWorker(worker, [&]() { return worker.attr("run")(configOf(call), inputsOf(call), call.outputCount()); });
   writeOutputs(call, outputs);
@@ -106,11 +119,13 @@ void runCall(py::module_& worker, squall::Call& call) {
 class PythonActor {
  public:
   explicit PythonActor(squall::Call& init) : worker(py::module_::import("squall._worker")) {
+    Running running(init);
     instance = runWorker(worker, [&]() { return worker.attr("construct")(configOf(init), inputsOf(init)); });
   }
 
   // call-N: the method the config names, on the instance; N outputs.
   void call(squall::Call& call) {
+    Running running(call);
     auto outputs = runWorker(worker, [&]() {
       return worker.attr("call_method")(instance, configOf(call), inputsOf(call), call.outputCount());
     });
@@ -123,6 +138,24 @@ class PythonActor {
 };
 
 }  // namespace
+
+// What squall._worker asks of the call running now: its task and session,
+// the executor's event loop (shared with the package's client library),
+// and giving the call's cpus back while it waits for what it submitted.
+PYBIND11_EMBEDDED_MODULE(_squall_executor, m) {
+  m.def("context", []() {
+    if (currentCall == nullptr) return py::make_tuple(0, 0);
+    return py::make_tuple(currentCall->sessionId(), currentCall->taskId());
+  });
+  m.def("loop", []() {
+    if (currentCall == nullptr) throw std::runtime_error("no call is running");
+    auto [provider, waitScope] = currentCall->eventLoop();
+    return py::make_tuple(reinterpret_cast<uintptr_t>(provider), reinterpret_cast<uintptr_t>(waitScope));
+  });
+  m.def("waiting", [](bool waiting) {
+    if (currentCall != nullptr) currentCall->waiting(waiting);
+  });
+}
 
 int main(int argc, char** argv) {
   // No Python signal handlers: SIGINT and SIGTERM end the process as the
@@ -144,5 +177,14 @@ int main(int argc, char** argv) {
         "call-" + std::to_string(n), [&worker](squall::Call& call) { runCall(worker, call); }, n);
     actor.method("call-" + std::to_string(n), &PythonActor::call, n);
   }
+  // The client @remote calls inside functions made goes before the loop it
+  // shares.
+  executor.atStop([&worker]() {
+    try {
+      worker.attr("close_nested")();
+    } catch (py::error_already_set& e) {
+      fprintf(stderr, "squall-python-executor: closing the nested client: %s\n", e.what());
+    }
+  });
   return executor.serve(argc, argv);
 }

@@ -6,6 +6,8 @@
 // squall (python/squall/) re-exports it.
 #include "binding.h"
 
+#include <squall/client/shared-loop.h>
+
 #include <algorithm>
 #include <pybind11/stl.h>
 
@@ -282,22 +284,37 @@ void bindClient(py::module_& m) {
       m, "Client",
       "A connection to a squall server. Use it from the thread that made it. Closing it (close(), or "
       "leaving `with`) closes the sessions it made.")
-      .def(py::init([](const std::string& address, const std::string& token, bool waitForServer) {
+      .def(py::init([](const std::string& address, const std::string& token, bool waitForServer,
+                       py::object aroundWait) {
              ClientOptions options;
              options.address = address;
              options.token = token;
              options.waitForServer = waitForServer;
              options.whileBlocked = checkSignals;
+             if (!aroundWait.is_none()) {
+               // Called with the GIL released (waits release it); the
+               // callable goes with the GIL held.
+               std::shared_ptr<py::object> hook(new py::object(aroundWait), [](py::object* o) {
+                 py::gil_scoped_acquire gil;
+                 delete o;
+               });
+               options.aroundWait = [hook](bool waiting) {
+                 py::gil_scoped_acquire gil;
+                 (*hook)(waiting);
+               };
+             }
              auto box = std::make_shared<ClientBox>();
              py::gil_scoped_release release;
              box->client = std::make_unique<Client>(options);
              return box;
            }),
            py::arg("address") = "", py::arg("token") = "", py::arg("wait_for_server") = false,
+           py::arg("around_wait") = py::none(),
            "Connects to the server at address (host:port; '' = $SQUALL_SERVER, else 127.0.0.1:7210) "
            "with the shared secret token ('' = $SQUALL_TOKEN / $SQUALL_TOKEN_FILE). With "
            "wait_for_server, a server that cannot be reached yet is tried for "
-           "$SQUALL_RECONNECT_TIMEOUT seconds.")
+           "$SQUALL_RECONNECT_TIMEOUT seconds. around_wait(True/False) is called before and after each "
+           "wait blocks (the executor's own use: a function gives its cpus back while it waits).")
       .def_property_readonly("address", [](ClientBox& c) { return c.live().address(); })
       .def(
           "new_session",
@@ -314,6 +331,22 @@ void bindClient(py::module_& m) {
           "A new session. Use it as a context manager: leaving `with` closes it (removing everything it "
           "made on the server) and makes it the current session inside (squall.current_session(), "
           "which @squall.remote functions build in). A persistent session outlives this client.")
+      .def(
+          "attach_child",
+          [](std::shared_ptr<ClientBox> self, uint64_t id, uint64_t parent) {
+            auto& client = self->live();
+            std::optional<Session> session;
+            {
+              py::gil_scoped_release release;
+              session.emplace(client.attachChild(id, parent));
+            }
+            auto box = self->adopt(std::move(*session));
+            box->attached = true;
+            return box;
+          },
+          py::arg("session"), py::arg("parent"),
+          "Session `session` for the function running as task `parent` (squall._worker uses it): what is "
+          "submitted through it are the task's children (docs/nested.md).")
       .def(
           "attach",
           [](std::shared_ptr<ClientBox> self, py::object which) {
@@ -367,6 +400,14 @@ void bindClient(py::module_& m) {
 PYBIND11_MODULE(_squall, m) {
   using namespace squall::python;
   m.doc() = "squall's C++ client for Python; use it through the package squall (docs/python.md).";
+  // squall-python-executor's: Clients made on its thread share its event
+  // loop (addresses from _squall_executor.loop()), so that a function's
+  // @remote calls wait on it (docs/nested.md).
+  m.def("_share_thread_loop", [](uintptr_t provider, uintptr_t waitScope) {
+    squall::client::shareThreadLoop(*reinterpret_cast<kj::AsyncIoProvider*>(provider),
+                                    *reinterpret_cast<kj::WaitScope*>(waitScope));
+  });
+  m.def("_unshare_thread_loop", []() { squall::client::unshareThreadLoop(); });
   bindErrors(m);
   bindInfos(m);
   bindClient(m);

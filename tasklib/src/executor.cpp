@@ -285,8 +285,9 @@ class ExecutorService final : public wire::Executor::Server {
   // in tests that serve without one). `client`: the process's Client for
   // functions' sessions, made on first use.
   ExecutorService(const Executor& executor, BufferedMessageStream* const& transport, TopLevel& topLevel,
-                  kj::WaitScope& waitScope, std::unique_ptr<Client>& client)
-      : executor(executor), transport(transport), topLevel(topLevel), waitScope(waitScope), client(client) {}
+                  kj::AsyncIoProvider& provider, kj::WaitScope& waitScope, std::unique_ptr<Client>& client)
+      : executor(executor), transport(transport), topLevel(topLevel), provider(provider), waitScope(waitScope),
+        client(client) {}
 
   kj::Promise<void> host(HostContext context) override {
     governor = context.getParams().getHost();
@@ -430,6 +431,7 @@ class ExecutorService final : public wire::Executor::Server {
   const Executor& executor;
   BufferedMessageStream* const& transport;
   TopLevel& topLevel;
+  kj::AsyncIoProvider& provider;
   kj::WaitScope& waitScope;
   std::unique_ptr<Client>& client;
   // The governor's side (ExecutorHost), once it said.
@@ -533,6 +535,11 @@ class ExecutorService final : public wire::Executor::Server {
     call.taskId_ = context.getTask();
     call.client_ = [this, session = context.getSession(), task = context.getTask()]() -> Client& {
       return processClient(session, task);
+    };
+    call.loop_ = {&provider, &waitScope};
+    call.waiting_ = [this, session = context.getSession(), task = context.getTask()](bool waiting) {
+      running = {session, task};
+      aroundWait(waiting);
     };
   }
 
@@ -766,6 +773,8 @@ int Executor::serveFd(int fd) {
   KJ_DEFER(client::unshareThreadLoop());
   std::unique_ptr<Client> client;
   KJ_DEFER(client.reset());
+  // Before the client and the loop go, however serving ends.
+  KJ_DEFER(if (atStop_) atStop_());
   // A write to a stream whose readers went fails with EPIPE (StreamClosed)
   // instead of killing the process.
   signal(SIGPIPE, SIG_IGN);
@@ -774,7 +783,8 @@ int Executor::serveFd(int fd) {
   TopLevel topLevel;
   // Resolves once the governor closes its end.
   auto served = serveExecutorRpc(*stream, fd, MAX_PIPES_PER_CALL,
-                                 kj::heap<ExecutorService>(*this, transport, topLevel, io.waitScope, client),
+                                 kj::heap<ExecutorService>(*this, transport, topLevel, *io.provider, io.waitScope,
+                                                           client),
                                  transport)
                     .fork();
   for (;;) {

@@ -71,6 +71,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace squall {
@@ -198,10 +199,22 @@ class Call {
   // the server cannot be reached.
   Session& session();
 
+  // For a language binding that carries its own copy of the client library
+  // (the Python executor, docs/python.md): the executor's event loop, as
+  // a kj::AsyncIoProvider* and a kj::WaitScope*, to share with it
+  // (squall/client/shared-loop.h), and what session()'s waits do around a
+  // wait: give this call's cpus back (true), take them again (false).
+  std::pair<void*, void*> eventLoop() const { return loop_; }
+  void waiting(bool waiting) {
+    if (waiting_) waiting_(waiting);
+  }
+
  private:
   friend class ExecutorService;
   uint64_t sessionId_ = 0;
   uint64_t taskId_ = 0;
+  std::pair<void*, void*> loop_{nullptr, nullptr};
+  std::function<void(bool)> waiting_;
   // Gives the process's Client (made on first use).
   std::function<Client&()> client_;
   std::unique_ptr<Session> session_;
@@ -249,6 +262,10 @@ class Executor {
   // What serve() does with an already connected socket (tests).
   int serveFd(int fd);
 
+  // Runs `fn` when serving ends, while the event loop still lives (a
+  // binding closes the clients it made on it).
+  void atStop(std::function<void()> fn) { atStop_ = std::move(fn); }
+
   struct FunctionEntry {
     Function fn;
     // Output names: declared, or "0", "1", ...
@@ -289,6 +306,7 @@ class Executor {
                  bool named);
 
   std::string name_;
+  std::function<void()> atStop_;
   std::map<std::string, FunctionEntry, std::less<>> functions_;
   std::map<std::string, ActorEntry, std::less<>> actors_;
 };
