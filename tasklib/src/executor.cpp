@@ -184,12 +184,21 @@ Call::~Call() {
 
 Session& Call::session() {
   if (session_ == nullptr) {
-    if (!client_ || sessionId_ == 0) {
+    if (host_ == nullptr || sessionId_ == 0) {
       throw std::logic_error("this call has no session: its governor did not say which task it runs for");
     }
-    session_ = std::make_unique<Session>(client_().attachChild(sessionId_, taskId_));
+    session_ = std::make_unique<Session>(host_->processClient(sessionId_, taskId_).attachChild(sessionId_, taskId_));
   }
   return *session_;
+}
+
+std::pair<void*, void*> Call::eventLoop() const {
+  if (host_ == nullptr) return {nullptr, nullptr};
+  return host_->eventLoop();
+}
+
+void Call::waiting(bool waiting) {
+  if (host_ != nullptr) host_->waiting(sessionId_, taskId_, waiting);
 }
 
 const Input& Call::input(size_t i) const {
@@ -279,7 +288,7 @@ class TopLevel {
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> wake;
 };
 
-class ExecutorService final : public wire::Executor::Server {
+class ExecutorService final : public wire::Executor::Server, public Call::Host {
  public:
   // `transport`: the connection's message stream while it serves (null
   // in tests that serve without one). `client`: the process's Client for
@@ -533,19 +542,19 @@ class ExecutorService final : public wire::Executor::Server {
   void setUpContext(Call& call, wire::CallContext::Reader context) {
     call.sessionId_ = context.getSession();
     call.taskId_ = context.getTask();
-    call.client_ = [this, session = context.getSession(), task = context.getTask()]() -> Client& {
-      return processClient(session, task);
-    };
-    call.loop_ = {&provider, &waitScope};
-    call.waiting_ = [this, session = context.getSession(), task = context.getTask()](bool waiting) {
-      running = {session, task};
-      aroundWait(waiting);
-    };
+    call.host_ = this;
+  }
+
+  // Call::Host.
+  std::pair<void*, void*> eventLoop() override { return {&provider, &waitScope}; }
+  void waiting(uint64_t session, uint64_t task, bool waiting) override {
+    running = {session, task};
+    aroundWait(waiting);
   }
 
   // The Client functions' sessions go through; a wait on one gives the
   // running call's cpus back to the governor meanwhile (ExecutorHost).
-  Client& processClient(uint64_t session, uint64_t task) {
+  Client& processClient(uint64_t session, uint64_t task) override {
     running = {session, task};
     if (client == nullptr) {
       ClientOptions options;

@@ -204,19 +204,26 @@ class Call {
   // a kj::AsyncIoProvider* and a kj::WaitScope*, to share with it
   // (squall/client/shared-loop.h), and what session()'s waits do around a
   // wait: give this call's cpus back (true), take them again (false).
-  std::pair<void*, void*> eventLoop() const { return loop_; }
-  void waiting(bool waiting) {
-    if (waiting_) waiting_(waiting);
-  }
+  std::pair<void*, void*> eventLoop() const;
+  void waiting(bool waiting);
+
+  // What the executor gives a call for session(), eventLoop() and
+  // waiting() (tasklib's own; null in a Call made by hand).
+  class Host {
+   public:
+    virtual Client& processClient(uint64_t session, uint64_t task) = 0;
+    virtual std::pair<void*, void*> eventLoop() = 0;
+    virtual void waiting(uint64_t session, uint64_t task, bool waiting) = 0;
+
+   protected:
+    ~Host() = default;
+  };
 
  private:
   friend class ExecutorService;
   uint64_t sessionId_ = 0;
   uint64_t taskId_ = 0;
-  std::pair<void*, void*> loop_{nullptr, nullptr};
-  std::function<void(bool)> waiting_;
-  // Gives the process's Client (made on first use).
-  std::function<Client&()> client_;
+  Host* host_ = nullptr;
   std::unique_ptr<Session> session_;
   std::vector<Input> inputs_;
   std::string_view config_;
