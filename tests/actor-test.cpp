@@ -503,6 +503,54 @@ TEST_F(ActorTest, ANamedActorIsReachedFromASecondSessionAndOutlivesItsOwn) {
             std::string::npos);
 }
 
+TEST(ActorGovernorLossTest, AnActorWhoseGovernorIsLostRestartsElsewhereOrFailsSayingWhy) {
+  ClusterOptions options;
+  options.governors = 3;
+  options.cpus = 1;
+  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("governors lost");
+  auto restarting = session.actor("stats/Counter", {}, "10").maxRestarts(1);
+  auto once = session.actor("stats/Counter", {}, "20");
+  once.task().allowFailure();
+  auto first = restarting.call("add", {}, "1");
+  auto other = once.call("add", {}, "1");
+  first.output().keep();
+  other.output().keep();
+  session.submit();
+  EXPECT_EQ(first.output().fetch(), "11");
+  EXPECT_EQ(other.output().fetch(), "21");
+  auto indexOf = [](const std::string& governor) { return static_cast<size_t>(std::stoul(governor.substr(9))); };
+  auto where = restarting.task().info().governor;
+  ASSERT_EQ(where.rfind("governor-", 0), 0u) << where;
+  ASSERT_NE(where, once.task().info().governor);
+  // Its governor goes: the actor starts again (its constructor on the
+  // same config) on the governor left with room.
+  cluster.governor(indexOf(where)).signal(SIGKILL);
+  ASSERT_TRUE(cluster.governor(indexOf(where)).waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  auto again = restarting.call("add", {}, "1");
+  again.output().keep();
+  session.submit();
+  EXPECT_EQ(again.output().fetch(), "11") << "not constructed anew";
+  auto now = restarting.task().info().governor;
+  EXPECT_NE(now, where);
+  // Without restarts it ends, failed, saying why.
+  cluster.governor(indexOf(once.task().info().governor)).signal(SIGKILL);
+  // (A wait on a task that failed throws; its end is read from its info.)
+  TaskInfo info;
+  for (int i = 0; i < 3000; i++) {
+    info = once.task().info();
+    if (info.state != "running") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(info.state, "failed");
+  EXPECT_TRUE(session.state().open) << "an actor allowed to fail failed its session";
+  EXPECT_NE(info.error.find("was lost (max_restarts 0 used up)"), std::string::npos) << info.error;
+}
+
 TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls) {
   ClusterOptions options;
   options.governors = 1;

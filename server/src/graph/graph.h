@@ -36,6 +36,9 @@ struct ActorNode {
   bool killed = false;
   // Its calls that finished ok.
   uint64_t callsDone = 0;
+  // Restarts after a lost governor (counted against max_restarts here: the
+  // governor's own count went with it).
+  uint32_t lostRestarts = 0;
   // Its name (ActorConfig.name), when named: reached from other sessions,
   // and its session outlives its client while it lives.
   std::string name;

@@ -626,6 +626,20 @@ void SessionTable::governorLost(GovernorId governor, kj::StringPtr name,
                            .cStr());
         continue;
       }
+      if (task.isActor) {
+        // Its process went with the governor: a restart elsewhere, counted
+        // against max_restarts (the server's count: the governor's went
+        // with it), or its end.
+        auto& actor = session->actors.at(id.n);
+        if (actor.lostRestarts >= task.spec.getConfig().getActor().getMaxRestarts()) {
+          failLost(*session, task,
+                   kj::str("its governor ", name, " was lost (max_restarts ",
+                           task.spec.getConfig().getActor().getMaxRestarts(), " used up)")
+                       .cStr());
+          continue;
+        }
+        actor.lostRestarts++;
+      }
       logger.info("event=task-requeued session={} task={} reason=governor-lost governor={}",
                   id.session, id.n, name.cStr());
       session->setTaskState(task, TaskNode::State::WAITING);
@@ -636,6 +650,29 @@ void SessionTable::governorLost(GovernorId governor, kj::StringPtr name,
   for (auto& [session, task] : touched) {
     if (session->state == Session::State::OPEN && !task->done()) requeue(*session, *task);
   }
+}
+
+void SessionTable::failLost(Session& session, TaskNode& task, const std::string& error) {
+  logger.info("event=task-failed session={} task={} error=\"{}\"", session.id, task.id.n, error);
+  session.setTaskState(task, TaskNode::State::FAILED);
+  session.countDone(task);
+  counters.tasksFailed++;
+  task.error = error;
+  record(session, task, {});
+  if (task.isActor) actorEnded(session, session.actors.at(task.id.n));
+  if (!task.children.empty()) {
+    cancelChildren(session, task, kj::str("cancelled: its parent task ", task.id.n, " failed").cStr());
+  }
+  if (task.spec.getPolicy().getAllowFailure()) {
+    abandon(session, task);
+    return;
+  }
+  fail(session,
+       kj::str(task.spec.getName().size() ? kj::str("task ", task.id.n, " (", task.spec.getName(), ")")
+                                          : kj::str("task ", task.id.n),
+               " failed: ", error.c_str())
+           .cStr(),
+       &task);
 }
 
 void SessionTable::locationsLost(GovernorId governor, kj::StringPtr name,
@@ -737,6 +774,26 @@ bool SessionTable::remake(Session& session, ObjectNode& lost, kj::StringPtr gove
                             producer ? producer->id.n : 0, " reads or writes a live stream")
                         .cStr());
       return false;
+    }
+    if (producer->actor != nullptr) {
+      // A method call ran on its actor's state: running it again would
+      // change that state twice. What it made is lost; what reads it is
+      // skipped.
+      logger.info("event=object-lost session={} object={} task={} governor={} reason=actor-call", session.id,
+                  object->id.n, producer->id.n, governor.cStr());
+      object->state = ObjectNode::State::FAILED;
+      object->locations.clear();
+      notify(object->waiters);
+      for (auto* consumer : object->consumers) {
+        if (consumer->state != TaskNode::State::WAITING && consumer->state != TaskNode::State::READY) continue;
+        session.setTaskState(*consumer, TaskNode::State::SKIPPED);
+        session.countDone(*consumer);
+        consumer->error = kj::str("skipped: its input ", object->id.n, " was lost with governor ", governor,
+                                  " (made by method call ", producer->id.n, ", which is not run twice)")
+                              .cStr();
+        abandon(session, *consumer);
+      }
+      continue;
     }
     logger.info("event=object-remade session={} object={} task={} governor={}", session.id,
                 object->id.n, producer->id.n, governor.cStr());

@@ -176,6 +176,9 @@ class SessionTable {
   // An allowed failure: the task's outputs will never be made; tasks that
   // need them are skipped, transitively. The session carries on.
   void abandon(Session& session, TaskNode& task);
+  // Fails a task the server decided about itself (an actor whose governor
+  // was lost, its restarts used up), as a failed result would.
+  void failLost(Session& session, TaskNode& task, const std::string& error);
   void taskDone(Session& session, TaskNode& task);
   void releaseInput(ObjectNode& object);
   // Marks `lost` (and, as needed, the inputs of its producer, transitively)
