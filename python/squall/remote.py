@@ -215,7 +215,7 @@ class ActorClass:
     with .remote(...) inside a session (see remote())."""
 
     def __init__(self, cls, *, cpus=None, resources=None, max_restarts=0, max_call_retries=0, name=None,
-                 allow_failure=False):
+                 allow_failure=False, named=None):
         if not isinstance(cls, type):
             raise TypeError(f"remote: {cls!r} is not a class")
         taken = sorted(n for n in HANDLE_ATTRIBUTES if callable(getattr(cls, n, None)))
@@ -224,7 +224,8 @@ class ActorClass:
                             "keep for their own: rename it")
         self.cls = cls
         self._options = dict(cpus=cpus, resources=resources, max_restarts=max_restarts,
-                             max_call_retries=max_call_retries, name=name, allow_failure=allow_failure)
+                             max_call_retries=max_call_retries, name=name, allow_failure=allow_failure,
+                             named=named)
         self._name = name or cls.__qualname__
         self._resources = dict(resources or {})
         self._pickled = None
@@ -233,7 +234,9 @@ class ActorClass:
 
     def options(self, **changes):
         """The same class with other options (cpus, resources,
-        max_restarts, max_call_retries, name, allow_failure)."""
+        max_restarts, max_call_retries, name, allow_failure, named: a
+        named actor, which any session reaches with get_actor(named) and
+        which outlives its session until killed)."""
         unknown = set(changes) - set(self._options)
         if unknown:
             raise TypeError(f"remote options of a class: unknown {', '.join(sorted(unknown))}")
@@ -262,7 +265,16 @@ class ActorClass:
             actor.max_call_retries(options["max_call_retries"])
         if options["allow_failure"]:
             actor.task.allow_failure()
-        return ActorHandle(self, actor, session)
+        if options["named"]:
+            actor.named(options["named"])
+        return ActorHandle(self, actor, session, options["named"])
+
+    def get_actor(self, name):
+        """A handle on the live actor named `name` (made with
+        .options(named=name).remote(...), by any session of the server),
+        from the current session; calls on it go with its submit."""
+        session = _current_session()
+        return ActorHandle(self, session.get_actor(name), session, name)
 
     def _method(self, handle, name):
         attribute = getattr(self.cls, name, None)
@@ -284,9 +296,10 @@ class ActorHandle:
     ActorMethod); kill() ends it; `actor` is the squall.Actor beneath (id,
     task)."""
 
-    def __init__(self, actor_class, actor, session):
+    def __init__(self, actor_class, actor, session, named=None):
         self._class = actor_class
         self._session = session
+        self._named = named
         self.actor = actor
 
     def kill(self):
@@ -301,10 +314,26 @@ class ActorHandle:
         return self._class._method(self, name)
 
     def __reduce__(self):
-        raise TypeError("an actor handle cannot be passed into a task (not yet: docs/actors.md)")
+        # Passed into a task (or a method) by what names it: its name, or
+        # its task's id in the session the task runs in (docs/actors.md).
+        if self._named:
+            return _named_handle, (self._class, self._named)
+        return _handle_in_session, (self._class, self.actor.session_id, self.actor.id)
 
     def __repr__(self):
         return f"<squall actor {self._class._name} {self.actor.session_id}/{self.actor.id}>"
+
+
+def _named_handle(actor_class, name):
+    return actor_class.get_actor(name)
+
+
+def _handle_in_session(actor_class, session_id, actor_id):
+    session = _current_session()
+    if session.id != session_id:
+        raise _squall.Error(f"actor {session_id}/{actor_id} is of another session than this task's ({session.id}): "
+                            "pass a named actor's handle instead")
+    return ActorHandle(actor_class, session.actor_handle(actor_id), session)
 
 
 class ActorMethod:

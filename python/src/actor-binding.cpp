@@ -65,6 +65,15 @@ void bindActor(py::module_& m) {
           },
           py::arg("n"), "Times a call running when its process died runs again on the restarted actor; 0 by default.")
       .def(
+          "named",
+          [](ActorHandle& a, std::string name) -> ActorHandle& {
+            a.live().named(std::move(name));
+            return a;
+          },
+          py::arg("name"),
+          "Names it (before submit): any session of the server reaches it with Session.get_actor(name), and it "
+          "outlives its session until killed (docs/actors.md, \"Named actors\").")
+      .def(
           "kill",
           [](ActorHandle& a) {
             auto& actor = a.live();

@@ -515,6 +515,20 @@ void bindSession(py::module_& m) {
           "from inputs and config bytes; its methods' calls are tasks (Actor.call). It lives until killed or "
           "the session ends. @squall.remote on a class builds these for Python classes.")
       .def(
+          "get_actor",
+          [](Box self, const std::string& name) {
+            auto& session = self->live();
+            std::optional<Actor> actor;
+            {
+              py::gil_scoped_release release;
+              actor.emplace(session.getActor(name));
+            }
+            return ActorHandle{self, *actor};
+          },
+          py::arg("name"),
+          "The live actor named name (Actor.named), of any session of the server; calls on it go with this "
+          "session's submit. Raises squall.Error when no live actor has the name.")
+      .def(
           "actor_handle", [](Box self, uint64_t id) { return ActorHandle{self, self->live().actorHandle(id)}; },
           py::arg("id"), "The handle of this session's actor whose task is id (made by this or an earlier submit).")
       .def(

@@ -291,8 +291,6 @@ def test_misuse_is_refused_saying_what_to_do(session):
         counter.nope
     with pytest.raises(AttributeError):
         counter._private
-    with pytest.raises(TypeError, match="cannot be passed into a task"):
-        double(counter)
     with pytest.raises(TypeError, match="unknown outputs"):
         squall.remote(outputs=2)(type("Thing", (), {}))
     with pytest.raises(TypeError, match="unknown max_restarts"):
@@ -333,3 +331,51 @@ def test_the_binding_makes_actors_of_any_executor(session):
     session.actor("stats/Nope")
     with pytest.raises(squall.Error, match="no governor offers the actor type stats/Nope"):
         session.submit()
+
+
+@squall.remote
+def bump(counter, by):
+    """Calls the actor whose handle it was given, from inside a task."""
+    call = counter.increment.remote(by)
+    call.output.keep()
+    squall.current_session().submit()
+    return call.output.value()
+
+
+def test_a_handle_passed_into_a_function_calls_the_actor(session):
+    counter = Counter.remote(10)
+    first = counter.increment.remote(1)
+    through = bump(counter, 5)
+    first.output.keep()
+    through.output.keep()
+    session.submit()
+    assert first.output.value() == 11
+    assert through.output.value() == 16  # its call took its turn after the first
+    counter.kill()
+
+
+def test_a_named_actor_is_reached_from_another_session_and_outlives_its_own(client):
+    with client.new_session("owner") as owner:
+        counter = Counter.options(named="py-counter").remote(100)
+        first = counter.increment.remote(1)
+        first.output.keep()
+        owner.submit()
+        assert first.output.value() == 101
+        owner_id = owner.id
+    # The owner's session closed; its named actor keeps it open.
+    assert any(s.id == owner_id for s in client.sessions())
+    with client.new_session("user") as user:
+        counter = Counter.get_actor("py-counter")
+        later = counter.increment.remote(2)
+        later.output.keep()
+        user.submit()
+        assert later.output.value() == 103
+        # Passed into a task by its name.
+        through = bump(counter, 3)
+        through.output.keep()
+        user.submit()
+        assert through.output.value() == 106
+        counter.kill()
+    with client.new_session("after") as after:
+        with pytest.raises(squall.Error, match="no live actor is named 'py-counter'"):
+            Counter.get_actor("py-counter")
