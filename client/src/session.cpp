@@ -718,8 +718,10 @@ Task Session::store(const DataObject& object, const std::string& path, bool over
 void Session::submit() {
   // Calls on named actors of other sessions first (they read nothing of
   // this one).
-  for (auto& [id, handle] : impl->foreign) {
-    if (!handle->tasks.empty() || !handle->objects.empty()) handle->whileOpen([&]() { handle->submit(); });
+  for (auto& entry : impl->foreign) {
+    // (A named pointer: clang 14 cannot capture a structured binding.)
+    auto* handle = entry.second.get();
+    if (!handle->tasks.empty() || !handle->objects.empty()) handle->whileOpen([handle]() { handle->submit(); });
   }
   impl->whileOpen([&]() { impl->submit(); });
 }

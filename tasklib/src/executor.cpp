@@ -566,7 +566,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
 
   void aroundWait(bool waiting) {
     KJ_IF_MAYBE(g, governor) {
-      auto [session, task] = running;
+      uint64_t session = running.first, task = running.second;
       if (waiting) {
         auto request = g->secedeRequest();
         request.initContext().setSession(session);
