@@ -249,6 +249,11 @@ class TopLevel {
     return kj::mv(paf.promise);
   }
   bool empty() const { return queue.empty(); }
+  // Each call's answer goes out before the next call runs (an actor's
+  // process: a crash in a method then takes no answer but its own).
+  // Otherwise the answers of the calls run back to back go out together
+  // once the queue is empty (one write, one wake-up of the governor).
+  bool answerEach = false;
   // Runs the first one queued (not from a callback); what it throws
   // rejects its call.
   void runOne() {
@@ -411,6 +416,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     auto& entry = found->second;
     uint64_t attempt = ++constructs;
     held = Held{found->first, nullptr, attempt};
+    topLevel.answerEach = true;
     auto body = [this, &entry, attempt, context](Call& init) mutable {
       answersOut();
       auto began = std::chrono::steady_clock::now();
@@ -805,9 +811,7 @@ int Executor::serveFd(int fd) {
       if (!work) break;
     }
     topLevel.runOne();
-    // Its answer goes out before the next call runs (an actor's method
-    // sends the answers before it: a crash then loses only its own).
-    io.waitScope.poll();
+    if (topLevel.answerEach) io.waitScope.poll();
   }
   return 0;
 }
