@@ -359,20 +359,8 @@ void SessionTable::cancelTask(Session& session, uint64_t n) {
   auto it = session.tasks.find(n);
   SQUALL_REQUIRE(it != session.tasks.end(), "session ", session.id, " has no task ", n);
   auto& task = it->second;
-  if (task.isActor) {
-    killActor(session, n);
-  } else if (!task.done()) {
-    if (task.state == TaskNode::State::ASSIGNED) {
-      pending.cancel.emplace_back(task.governor, task.id);
-      task.governor = 0;
-    }
-    session.setTaskState(task, TaskNode::State::CANCELLED);
-    session.countDone(task);
-    task.error = "cancelled";
-    logger.info("event=task-cancelled session={} task={} children={}", session.id, n, task.children.size());
-    record(session, task, {});
-    abandon(session, task);
-  }
+  logger.info("event=task-cancelled session={} task={} children={}", session.id, n, task.children.size());
+  cancelOne(session, task, "cancelled");
   cancelChildren(session, task, kj::str("cancelled: its parent task ", n, " was cancelled").cStr());
 }
 
@@ -382,21 +370,25 @@ void SessionTable::cancelChildren(Session& session, TaskNode& parent, const std:
     TaskNode* task = stack.back();
     stack.pop_back();
     stack.insert(stack.end(), task->children.begin(), task->children.end());
-    if (task->done()) continue;
-    if (task->isActor) {
-      killActor(session, task->id.n);
-      continue;
-    }
-    if (task->state == TaskNode::State::ASSIGNED) {
-      pending.cancel.emplace_back(task->governor, task->id);
-      task->governor = 0;
-    }
-    session.setTaskState(*task, TaskNode::State::CANCELLED);
-    session.countDone(*task);
-    task->error = why;
-    record(session, *task, {});
-    abandon(session, *task);
+    cancelOne(session, *task, why);
   }
+}
+
+void SessionTable::cancelOne(Session& session, TaskNode& task, const std::string& why) {
+  if (task.isActor) {
+    killActor(session, task.id.n);  // nothing for one that has ended
+    return;
+  }
+  if (task.done()) return;
+  if (task.state == TaskNode::State::ASSIGNED) {
+    pending.cancel.emplace_back(task.governor, task.id);
+    task.governor = 0;
+  }
+  session.setTaskState(task, TaskNode::State::CANCELLED);
+  session.countDone(task);
+  task.error = why;
+  record(session, task, {});
+  abandon(session, task);
 }
 
 uint64_t SessionTable::reserveIds(Session& session, uint64_t count) {

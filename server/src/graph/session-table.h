@@ -133,6 +133,9 @@ class SessionTable {
   // Cancels the children of `parent` (transitively), saying `why`: it
   // failed, was cancelled, or is run again (a new run submits its own).
   void cancelChildren(Session& session, TaskNode& parent, const std::string& why);
+  // One task of cancelTask/cancelChildren: cancelled saying `why` (an actor
+  // killed); nothing for one that has ended.
+  void cancelOne(Session& session, TaskNode& task, const std::string& why);
   // reserveIds: [first, first + count) of the session, durable on return.
   uint64_t reserveIds(Session& session, uint64_t count);
 

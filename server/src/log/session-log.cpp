@@ -270,25 +270,24 @@ void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persis
   });
 }
 
-void SessionLog::sessionPersistent(uint64_t session) {
+void SessionLog::updateSession(uint64_t session, const char* sql, int64_t value, const char* what) {
   std::lock_guard<std::mutex> lock(dbMutex);
-  transaction("recording a persistent session", [&]() {
-    Statement stmt{prepare("UPDATE sessions SET persistent = 1 WHERE id = ?")};
-    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(session));
+  transaction(what, [&]() {
+    Statement stmt{prepare(sql)};
+    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(value));
+    sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(session));
     int rc = sqlite3_step(stmt);
-    if (rc != SQLITE_DONE) fail("recording a persistent session", rc);
+    if (rc != SQLITE_DONE) fail(what, rc);
   });
 }
 
+void SessionLog::sessionPersistent(uint64_t session) {
+  updateSession(session, "UPDATE sessions SET persistent = ? WHERE id = ?", 1, "recording a persistent session");
+}
+
 void SessionLog::idsReserved(uint64_t session, uint64_t end) {
-  std::lock_guard<std::mutex> lock(dbMutex);
-  transaction("recording reserved ids", [&]() {
-    Statement stmt{prepare("UPDATE sessions SET reserved_ids = ? WHERE id = ?")};
-    sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(end));
-    sqlite3_bind_int64(stmt, 2, static_cast<sqlite3_int64>(session));
-    int rc = sqlite3_step(stmt);
-    if (rc != SQLITE_DONE) fail("recording reserved ids", rc);
-  });
+  updateSession(session, "UPDATE sessions SET reserved_ids = ? WHERE id = ?", static_cast<int64_t>(end),
+                "recording reserved ids");
 }
 
 void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,

@@ -190,6 +190,10 @@ class SessionLog {
   const std::string& path() const { return file; }
 
  private:
+  // One column of a session's row: `sql` binds the value, then the id.
+  // Durable on return.
+  void updateSession(uint64_t session, const char* sql, int64_t value, const char* what);
+
   // What one commit writes, encoded on the loop thread.
   struct Batch {
     std::vector<std::pair<uint64_t, kj::Array<kj::byte>>> outcomes;  // session, packed message
