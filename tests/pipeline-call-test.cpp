@@ -470,6 +470,205 @@ TEST_F(PipelineRunTest, CommandLineCallStages) {
       << result.err;
 }
 
+// ---- actors: [actor.NAME] and method steps ----
+
+TEST(PipelineActorParseTest, BadActorsAndMethodStepsNameThePlace) {
+  Workspace ws;
+  const std::string tally = "[actor.t]\ntype = \"testfn/Tally\"\n";
+  expectPlanErrors(ws.dir, {
+      {"[actor.t]\nconfig = \"1\"\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:1:8: actor 't' has no type: give it type = \"EXECUTOR/Type\""},
+      {"[actor.t]\ntype = \"testfn/Ta.lly\"\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:2:8: actor 't': type \"testfn/Ta.lly\" does not name an actor type: write EXECUTOR/Type"},
+      {"[actor.t]\ntype = \"testfn\"\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:2:8: actor 't': type \"testfn\" does not name an actor type"},
+      {tally + "typo = 1\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:3:1: unknown key 'typo' in actor 't' (did you mean 'type'?)"},
+      {tally, "p.toml: no steps: add at least one [step.NAME] table"},
+      {"actor = 3\n[step.a]\nshell = \"true\"\n",
+       "p.toml:1:9: 'actor' must hold one table per actor, written [actor.NAME] (it is an integer)"},
+      {tally + "[step.t]\nmethod = \"t.add\"\n",
+       "p.toml:3:7: 't' names both a step and an actor (line 1); steps and actors share one set of names"},
+      {tally + "[step.a]\nmethod = \"u.add\"\n",
+       "p.toml:4:10: step 'a' calls a method of 'u', which is no actor of this file (did you mean 't'?)"},
+      {"[step.x]\nshell = \"true\"\n[step.a]\nmethod = \"x.add\"\n",
+       "p.toml:4:10: step 'a' calls a method of 'x', which is a step, not an actor (declare it as [actor.x])"},
+      {tally + "[step.a]\nmethod = \"tadd\"\n",
+       "p.toml:4:10: step 'a': method \"tadd\" does not name an actor's method: write ACTOR.METHOD"},
+      {tally + "[step.a]\nmethod = \"t.a.b\"\n", "p.toml:4:10: step 'a': method \"t.a.b\" has a bad method name 'a.b'"},
+      {tally + "[step.a]\nmethod = \"t.add\"\ncall = \"testfn/echo\"\n",
+       "p.toml:5:1: step 'a' has both 'method' and 'call'; a step does one thing"},
+      {tally + "[step.a]\nmethod = \"t.add\"\ncpus = 2\n",
+       "p.toml:5:1: 'cpus' does not apply to a method step; a method runs on what its actor holds"},
+      {tally + "[step.a]\nmethod = \"t.add\"\nretries = 2\n",
+       "p.toml:5:1: 'retries' does not apply to a method step; a call running when its actor's process died is "
+       "retried by the actor's max_call_retries"},
+      {tally + "[step.a]\nmethod = \"t.add\"\ntime_limit = 5\n", "p.toml:5:1: 'time_limit' does not apply to a method step"},
+      {tally + "[step.a]\nmethod = \"t.add\"\ninputs = { x = \"data/words.txt\" }\n",
+       "p.toml:5:10: 'inputs' of method step 'a' must be a list [SOURCE, ...]"},
+      {tally + "[step.a]\nmethod = \"t.add\"\n[step.b]\nshell = \"cat\"\nstdin = \"@t\"\n",
+       "p.toml:7:9: '@t' names actor 't', which has no outputs: read a method step's (method = \"t.METHOD\")"},
+      {tally + "[step.a]\nmethod = \"t.add\"\n[step.b]\nshell = \"cat\"\nstdin = { from = \"@a\", stream = true }\n",
+       "p.toml:7:18: '@a' is made by method step 'a'; an actor's methods write blobs and dirs, not streams"},
+      {tally + "[step.a]\nmethod = \"t.add\"\ninputs = [{ from = \"data/words.txt\", stream = true }]\n",
+       "p.toml:5:47: step 'a': a method reads its inputs once they have ended (drop stream = true)"},
+      {"[actor.t]\ntype = \"testfn/Tally\"\ninputs = [{ from = \"@a\", stream = true }]\n"
+       "[step.a]\nshell = \"echo 1\"\nstdout = true\n",
+       "p.toml:3:35: actor 't': a constructor reads its inputs once they have ended (drop stream = true)"},
+      {tally + "inputs = [\"@a\"]\n[step.a]\nmethod = \"t.add\"\n", "p.toml:4:7: steps form a cycle: t -> a -> t"},
+      {tally + "named = \"a b\"\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:3:9: actor 't': named \"a b\": use 1 to 128 letters"},
+      {tally + "max_restarts = -1\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:3:16: 'actor.t.max_restarts' must be between 0 and 1000 (got -1)"},
+      {tally + "config = \"1\"\nconfig_file = \"data/words.txt\"\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:4:15: actor 't' has both 'config' and 'config_file'; give its config one way"},
+      {tally + "resources = { gpus = 0 }\n[step.a]\nmethod = \"t.add\"\n", "p.toml:3:22: 'actor.t.resources.gpus' is 0"},
+  });
+}
+
+TEST(PipelineActorPlanTest, AnActorComesBeforeItsCallsWhichKeepTheRunsOrder) {
+  Workspace ws;
+  auto text = docExampleText("actors.toml");
+  ASSERT_FALSE(text.empty());
+  auto plan = planText(ws.dir, text, "actors.toml");
+  EXPECT_EQ(plan.steps, 3u);
+  EXPECT_EQ(plan.actors, 1u);
+  auto& tally = taskNamed(plan, "tally");
+  EXPECT_EQ(tally.kind, PlannedTask::Kind::ACTOR);
+  EXPECT_EQ(tally.function, "testfn/Tally");
+  EXPECT_EQ(tally.config, "100");
+  EXPECT_TRUE(tally.outputs.empty());
+  // Calls in item order, then log; each names its actor's task.
+  std::vector<std::string> calls;
+  for (size_t i = 0; i < plan.tasks.size(); i++) {
+    if (plan.tasks[i].actor == SIZE_MAX) continue;
+    EXPECT_EQ(plan.tasks[plan.tasks[i].actor].name, "tally");
+    EXPECT_LT(plan.tasks[i].actor, i);
+    calls.push_back(plan.tasks[i].name + " " + plan.tasks[i].method);
+  }
+  EXPECT_EQ(calls, (Texts{"add[0] add", "add[1] add", "add[2] add", "log log"}));
+  EXPECT_EQ(sources(plan, taskNamed(plan, "add[1]")), Texts{"words[1].out"});
+
+  // A method step before, in the file, the step it reads from comes after
+  // it; an actor reads other steps' outputs as a call does.
+  plan = planText(ws.dir,
+                  "[actor.t]\ntype = \"testfn/Tally\"\ninputs = [\"@start\"]\nmax_restarts = 2\nnamed = \"shared\"\n"
+                  "cpus = 2\nresources = { gpus = 1 }\n"
+                  "[step.late]\nmethod = \"t.add\"\ninputs = [\"@gen\"]\n"
+                  "[step.early]\nmethod = \"t.add\"\nconfig = \"5\"\noutputs = [\"total\"]\n"
+                  "[step.start]\nshell = \"echo 1\"\nstdout = true\n"
+                  "[step.gen]\nshell = \"echo 2\"\nstdout = true\n");
+  std::vector<std::string> order;
+  for (auto& task : plan.tasks) order.push_back(task.name);
+  EXPECT_EQ(order, (Texts{"start", "t", "early", "gen", "late"}));
+  auto& t = taskNamed(plan, "t");
+  EXPECT_EQ(sources(plan, t), Texts{"start.stdout"});
+  EXPECT_EQ(t.maxRestarts, 2u);
+  EXPECT_EQ(t.actorName, "shared");
+  EXPECT_EQ(t.cpus, std::optional<uint32_t>(2));
+  EXPECT_EQ(t.resources, (std::vector<std::pair<std::string, std::string>>{{"gpus", "1"}}));
+  auto described = describePlan(plan);
+  EXPECT_EQ(described.rfind("pipeline p: 4 steps, 1 actor, 5 tasks\n", 0), 0u) << described;
+  EXPECT_NE(described.find("t (actor) cpus=2 gpus=1\n  actor   testfn/Tally named shared max_restarts=2\n"
+                           "  input   0 <- start.stdout\n"),
+            std::string::npos)
+      << described;
+  EXPECT_NE(described.find("early (method)\n  method  t.add\n  config  5\n  output  total\n"), std::string::npos)
+      << described;
+}
+
+// ---- actors against the cluster ----
+
+TEST_F(PipelineRunTest, ANamedActorOutlivesItsRunAndTheCommandLineReachesIt) {
+  Workspace ws;
+  auto name = "shared-" + std::to_string(getpid());
+  writeFile(ws.dir / "named.toml", "[actor.t]\ntype = \"testfn/Tally\"\nnamed = \"" + name +
+                                       "\"\nconfig = \"5\"\n[step.a]\nmethod = \"t.add\"\nconfig = \"1\"\n"
+                                       "collect = \"a.txt\"\n");
+  auto result = run(ws.dir, "run named.toml");
+  ASSERT_EQ(result.status, 0) << result.out << result.err;
+  EXPECT_NE(result.out.find("done named: 1 finished, 0 failed, 0 skipped, 0 not run"), std::string::npos)
+      << result.out;
+  EXPECT_EQ(slurp(ws.dir / "a.txt"), "6");
+  // The run is over; its actor is not. A second run cannot take the name.
+  result = run(ws.dir, "submit --method " + name + ".add --config 10");
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_EQ(result.out, "16");
+  result = run(ws.dir, "run named.toml");
+  EXPECT_EQ(result.status, 1);
+  EXPECT_NE(result.err.find("an actor named '" + name + "' lives already"), std::string::npos) << result.err;
+  result = run(ws.dir, "submit --method " + name + ".log --output log.txt");
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_EQ(slurp(ws.dir / "log.txt"), "1\n10\n");
+  result = run(ws.dir, "submit --kill-actor " + name);
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_EQ(result.out, "actor " + name + " killed\n");
+  result = run(ws.dir, "submit --method " + name + ".log");
+  EXPECT_EQ(result.status, 1);
+  EXPECT_NE(result.err.find("no live actor is named '" + name + "' (the last one, task "), std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find(" ended: killed)"), std::string::npos) << result.err;
+
+  // Started from the command line, with a constructor input.
+  writeFile(ws.dir / "seven.txt", "7");
+  result = run(ws.dir, "submit --actor testfn/Tally --name cli-" + name + " --input seven.txt");
+  ASSERT_EQ(result.status, 0) << result.err;
+  EXPECT_EQ(result.out.rfind("actor cli-" + name + " (testfn/Tally) submitted: task ", 0), 0u) << result.out;
+  result = run(ws.dir, "submit --method cli-" + name + ".add --config 3");
+  EXPECT_EQ(result.out, "10") << result.err;
+  result = run(ws.dir, "submit --method cli-" + name + ".nope");
+  EXPECT_EQ(result.status, 1);
+  EXPECT_NE(result.err.find("actor type testfn/Tally has no method nope"), std::string::npos) << result.err;
+  EXPECT_EQ(run(ws.dir, "submit --kill-actor cli-" + name).status, 0);
+
+  // A constructor that throws: the next call says why.
+  result = run(ws.dir, "submit --actor testfn/Tally --name broken-" + name + " --config x");
+  ASSERT_EQ(result.status, 0) << result.err;
+  // The actor fails once its constructor ran; until then the call may
+  // still find it (and fail with it): either way the reason is given.
+  result = run(ws.dir, "submit --method broken-" + name + ".add --config 1");
+  EXPECT_EQ(result.status, 1);
+  EXPECT_NE(result.err.find("its constructor failed: stoll"), std::string::npos) << result.err;
+
+  // What the command line refuses, saying why.
+  const std::pair<std::string, std::string> refused[] = {
+      {"--actor testfn/Tally", "--actor needs --name NAME"},
+      {"--actor testfn/Tally --name x --output o.txt", "--actor: an actor has no outputs (its methods have)"},
+      {"--actor testfn/Nope --name nope-" + name, "no governor offers the actor type testfn/Nope"},
+      {"--method tally", "--method 'tally' is not NAME.METHOD"},
+      {"--method " + name + ".add --input seven.txt", "--method: a named actor's method reads no files from here"},
+      {"--method " + name + ".add --cpus 2", "--method: a method runs on what its actor holds"},
+      {"--method x.add --call testfn/echo", "give one of --call, --actor, --method and --kill-actor"},
+      {"--max-restarts 2 --call testfn/echo", "--max-restarts and --max-call-retries are for --actor"},
+      {"--kill-actor nobody-" + name, "no live actor is named 'nobody-" + name + "'"},
+      {"--actor testfn/Tally --name y -- true", "--actor runs no program: give none"},
+  };
+  for (auto& [args, message] : refused) {
+    result = run(ws.dir, "submit " + args);
+    EXPECT_EQ(result.status, 1) << args;
+    EXPECT_NE(result.err.find(message), std::string::npos) << args << "\n" << result.err;
+  }
+}
+
+TEST_F(PipelineRunTest, AnActorWhoseConstructorFailsFailsTheRunSayingWhy) {
+  Workspace ws;
+  writeFile(ws.dir / "bad.toml", "[actor.bad]\ntype = \"testfn/Tally\"\nconfig = \"not a number\"\n"
+                                 "[step.a]\nmethod = \"bad.add\"\nconfig = \"1\"\ncollect = \"a.txt\"\n");
+  auto result = run(ws.dir, "run bad.toml");
+  EXPECT_EQ(result.status, 1) << result.out << result.err;
+  EXPECT_NE(result.err.find("(bad) failed: actor testfn/Tally (task "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("its constructor failed: stoll"), std::string::npos) << result.err;
+  EXPECT_NE(result.out.find("FAILED bad: 0 finished"), std::string::npos) << result.out;
+  EXPECT_FALSE(fs::exists(ws.dir / "a.txt"));
+  // An actor type no governor offers: refused at submit.
+  writeFile(ws.dir / "none.toml", "[actor.x]\ntype = \"testfn/Nope\"\n[step.a]\nmethod = \"x.add\"\n");
+  result = run(ws.dir, "run none.toml");
+  EXPECT_EQ(result.status, 1);
+  EXPECT_NE(result.err.find("no governor offers the actor type testfn/Nope (offered: testfn/Tally)"),
+            std::string::npos)
+      << result.err;
+}
+
 }  // namespace
 }  // namespace pipeline_test
 }  // namespace squall

@@ -77,6 +77,14 @@ inline std::vector<DocExample> docExamples() {
   return examples;
 }
 
+// The text of the doc example of that file name ("" if none is).
+inline std::string docExampleText(const std::string& file) {
+  for (auto& example : docExamples()) {
+    if (example.file == file) return example.text;
+  }
+  return "";
+}
+
 // A temp dir holding a copy of tests/data/pipelines; removed at the end.
 class Workspace {
  public:

@@ -19,10 +19,7 @@ TEST(PipelineParseTest, SubstitutesOnlyItsPlaceholders) {
 
 TEST(PipelineParseTest, PlansArraysSlicesAndGathers) {
   Workspace ws;
-  std::string text;
-  for (auto& example : docExamples()) {
-    if (example.file == "wordfreq.toml") text = example.text;
-  }
+  auto text = docExampleText("wordfreq.toml");
   ASSERT_FALSE(text.empty());
   auto plan = planText(ws.dir, text, "wordfreq.toml");
   EXPECT_EQ(plan.name, "wordfreq");
@@ -67,7 +64,7 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
   expectPlanErrors(ws.dir, {
       {"[step.a]\ncommand = [\"x\"\n", "p.toml:2:16: Error while parsing array"},  // TOML syntax (toml++'s words)
       {"nme = \"x\"\n[step.a]\nshell = \"true\"\n",
-       "p.toml:1:1: unknown key 'nme' (did you mean 'name'?); a pipeline has 'name' and [step.NAME] tables"},
+       "p.toml:1:1: unknown key 'nme' (did you mean 'name'?); a pipeline has 'name', [step.NAME] and [actor.NAME] tables"},
       {"[[step]]\nshell = \"true\"\n", "p.toml:1:1: 'step' must hold one table per step, written [step.NAME]"},
       {"[step.a]\nshell = \"true\"\ncpus = \"two\"\n", "p.toml:3:8: 'step.a.cpus' must be an integer, not a string"},
       {"[step.a]\nshell = \"true\"\ncpus = 0\n", "p.toml:3:8: 'step.a.cpus' must be between 1 and 4096 (got 0)"},
@@ -201,7 +198,7 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
     EXPECT_EQ(result.status, 0) << example.file << "\n" << result.out << result.err;
     EXPECT_NE(result.out.find("done "), std::string::npos) << result.out;
   }
-  EXPECT_EQ(ran, 9u);
+  EXPECT_EQ(ran, 10u);
   auto out = ws.dir / "out";
   EXPECT_EQ(slurp(out / "hello.txt"), "hello, squall\n");
   EXPECT_EQ(slurp(out / "count.txt"), "4\n");
@@ -229,6 +226,10 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
   EXPECT_EQ(slurp(out / "functions" / "words" / "ch2.txt"), "8");
   EXPECT_EQ(slurp(out / "functions" / "summary.txt"),
             "ch1.txt=3\nch2.txt=8\nch3.txt=5\n=1544\nper chapter, then the book");
+  // actors.toml: one Tally, its calls in the run's order.
+  EXPECT_EQ(slurp(out / "actors" / "total-ch1.txt"), "103");
+  EXPECT_EQ(slurp(out / "actors" / "total-ch3.txt"), "116");
+  EXPECT_EQ(slurp(out / "actors" / "log.txt"), "3\n8\n5\n");
 }
 
 // The acceptance test: split, count the parts in parallel, merge, make a

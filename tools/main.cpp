@@ -85,8 +85,23 @@ int main(int argc, char** argv) {
                   "program; then --input FILE (in order), --output FILE (FILE/ for a dir output; none: one "
                   "blob, printed)")
       ->type_name("EXECUTOR/FUNCTION");
-  sub->add_option("--config", submit.config, "with --call: the function's config, as text");
-  sub->add_option("--config-file", submit.configFile, "with --call: a file whose bytes are the function's config");
+  sub->add_option("--actor", submit.actor,
+                  "start an actor of this type, named by --name (docs/actors.md): it lives until killed; "
+                  "--input FILE, --config, --cpus, --resource are its constructor's and its own")
+      ->type_name("EXECUTOR/Type");
+  sub->add_option("--max-restarts", submit.maxRestarts, "with --actor: times its process is started again")
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--max-call-retries", submit.maxCallRetries,
+                  "with --actor: times a call running when its process died runs again")
+      ->check(CLI::Range(0, 1000));
+  sub->add_option("--method", submit.method,
+                  "call a method of the live actor named NAME; its config as with --call, --output FILE "
+                  "(none: one blob, printed)")
+      ->type_name("NAME.METHOD");
+  sub->add_option("--kill-actor", submit.killActor, "end the live actor named NAME")->type_name("NAME");
+  sub->add_option("--config", submit.config, "with --call, --actor or --method: the config, as text");
+  sub->add_option("--config-file", submit.configFile,
+                  "with --call, --actor or --method: a file whose bytes are the config");
   sub->add_option("command", submit.command, "PROGRAM ARGS... (after --)");
 
   squall::RunOptions run;

@@ -1,6 +1,7 @@
 // The executor the tasklib end-to-end tests run (tests/tasklib-e2e-test.cpp,
 // tests/tasklib-large-test.cpp): functions that count, fail, crash, spin,
-// make dirs, pass streams along and read a large input whole, as "testfn".
+// make dirs, pass streams along and read a large input whole, as "testfn";
+// and an actor type, Tally, for pipeline files' actors (docs/pipelines.md).
 #include <squall/tasklib/tasklib.h>
 
 #include <atomic>
@@ -18,8 +19,37 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+namespace {
+
+// A running total of numbers: constructed from input 0's text or the
+// config (the start; 0 when neither), each `add` adds the number in input 0
+// (or in the config) and writes the total; `log` writes what was added, a
+// line each, in the order the calls ran.
+class Tally {
+ public:
+  explicit Tally(squall::Call& init) : total(number(init)) {}
+  void add(squall::Call& call) {
+    auto amount = number(call);
+    total += amount;
+    history += std::to_string(amount) + "\n";
+    call.output(0).write(std::to_string(total));
+  }
+  void log(squall::Call& call) { call.output(0).write(history); }
+
+ private:
+  static long long number(squall::Call& call) {
+    std::string text = call.inputCount() > 0 ? std::string(call.input(0).text()) : std::string(call.config());
+    return text.empty() ? 0 : std::stoll(text);
+  }
+  long long total;
+  std::string history;
+};
+
+}  // namespace
+
 int main(int argc, char** argv) {
   squall::Executor ex("testfn");
+  ex.actor<Tally>("Tally").method("add", &Tally::add).method("log", &Tally::log);
   ex.add("wordcount", [](squall::Call& call) {
     std::istringstream in{std::string(call.input(0).text())};
     size_t words = 0;

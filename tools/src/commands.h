@@ -43,6 +43,16 @@ struct SubmitOptions {
   std::string call;
   std::string config;
   std::string configFile;
+  // Actors (docs/actors.md), named so that later commands reach them:
+  // --actor EXECUTOR/Type --name NAME starts one (--input FILE, --config,
+  // --cpus, --resource and --max-restarts / --max-call-retries for it) and
+  // returns; --method NAME.METHOD calls a method of a live named actor
+  // (its config, its outputs as with --call); --kill-actor NAME ends one.
+  std::string actor;
+  std::string method;
+  std::string killActor;
+  uint32_t maxRestarts = 0;
+  uint32_t maxCallRetries = 0;
 };
 
 // Runs one program as a task, waits, writes its outputs to local files and

@@ -14,7 +14,7 @@ DataObject PipelineBuilder::objectFor(const PlannedInput& input, const BuiltPipe
   return object;
 }
 
-Task PipelineBuilder::makeTask(const PlannedTask& planned, const BuiltPipeline& built) {
+Task PipelineBuilder::makeTask(const PlannedTask& planned, size_t index, const BuiltPipeline& built) {
   switch (planned.kind) {
     case PlannedTask::Kind::EXECUTE: {
       bool argInputs = std::any_of(planned.inputs.begin(), planned.inputs.end(),
@@ -44,12 +44,26 @@ Task PipelineBuilder::makeTask(const PlannedTask& planned, const BuiltPipeline& 
       if (planned.brokenPipeIsError) program.brokenPipeIsError();
       return session.execute(program);
     }
+    case PlannedTask::Kind::ACTOR: {
+      std::vector<DataObject> inputs;
+      for (auto& in : planned.inputs) inputs.push_back(objectFor(in, built));
+      auto actor = session.actor(planned.function, inputs, planned.config);
+      actor.maxRestarts(planned.maxRestarts).maxCallRetries(planned.maxCallRetries);
+      if (planned.cpus) actor.cpus(*planned.cpus);
+      if (!planned.actorName.empty()) actor.named(planned.actorName);
+      for (size_t i = 0; i < planned.inputs.size(); i++) {
+        if (!planned.inputs[i].label.empty()) actor.task().inputLabel(i, planned.inputs[i].label);
+      }
+      actors.emplace(index, actor);
+      return actor.task();
+    }
     case PlannedTask::Kind::CALL: {
       std::vector<DataObject> inputs;
       for (auto& in : planned.inputs) inputs.push_back(objectFor(in, built));
       std::vector<ObjectKind> kinds;
       for (auto& out : planned.outputs) kinds.push_back(out.kind);
-      auto task = session.call(planned.function, inputs, planned.config, kinds);
+      auto task = planned.actor != SIZE_MAX ? actors.at(planned.actor).call(planned.method, inputs, planned.config, kinds)
+                                            : session.call(planned.function, inputs, planned.config, kinds);
       for (size_t i = 0; i < planned.inputs.size(); i++) {
         if (!planned.inputs[i].label.empty()) task.inputLabel(i, planned.inputs[i].label);
       }
@@ -82,7 +96,7 @@ BuiltPipeline PipelineBuilder::build(const PipelinePlan& plan) {
   built.tasks.reserve(plan.tasks.size());
   for (size_t i = 0; i < plan.tasks.size(); i++) {
     auto& planned = plan.tasks[i];
-    auto task = makeTask(planned, built);
+    auto task = makeTask(planned, i, built);
     task.name(planned.name);
     for (auto& [name, amount] : planned.resources) task.resource(name, amount);
     if (planned.retries) task.retries(planned.retries);

@@ -37,9 +37,11 @@ class PipelineBuilder {
   Session& session;
   bool keepGoing;
   std::map<std::string, DataObject> uploads;  // local path -> its constant
+  std::map<size_t, Actor> actors;              // planned task index -> the actor it made
 
   DataObject objectFor(const PlannedInput& input, const BuiltPipeline& built);
-  Task makeTask(const PlannedTask& planned, const BuiltPipeline& built);
+  // `index`: the planned task's, in PipelinePlan::tasks.
+  Task makeTask(const PlannedTask& planned, size_t index, const BuiltPipeline& built);
 };
 
 }  // namespace squall

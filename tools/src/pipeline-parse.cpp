@@ -105,6 +105,11 @@ std::string resolveLocal(const std::string& dir, const std::string& path) {
   throw PipelineError(where + ": " + message);
 }
 
+std::string PipelineParser::what(const Step& step) {
+  if (step.kind == Step::Kind::ACTOR) return "actor '" + step.name + "'";
+  return std::string(step.actor.empty() ? "call" : "method") + " step '" + step.name + "'";
+}
+
 Pipeline PipelineParser::parse(const std::string& text) {
   toml::table root;
   try {
@@ -120,22 +125,37 @@ Pipeline PipelineParser::parse(const std::string& text) {
     if (key == "name") {
       pipeline.name = string(*node, "name");
       if (pipeline.name.empty()) fail(posOf(node->source()), "'name' must not be empty");
-    } else if (key == "step") {
-      auto* steps = node->as_table();
-      if (steps == nullptr) {
-        fail(posOf(node->source()),
-             "'step' must hold one table per step, written [step.NAME] (it is " +
-                 std::string(typeName(node->type())) + ")");
+    } else if (key == "step" || key == "actor") {
+      auto* tables = node->as_table();
+      if (tables == nullptr) {
+        fail(posOf(node->source()), "'" + key + "' must hold one table per " + key + ", written [" + key +
+                                        ".NAME] (it is " + std::string(typeName(node->type())) + ")");
       }
-      for (auto&& [name, stepNode] : sortedByPosition(*steps)) {
-        pipeline.steps.push_back(parseStep(name, keyPos.at(name), *stepNode));
+      for (auto&& [name, table] : sortedByPosition(*tables)) {
+        pipeline.steps.push_back(key == "step" ? parseStep(name, keyPos.at(name), *table)
+                                               : parseActor(name, keyPos.at(name), *table));
       }
     } else {
-      fail(keyPos.at(key), "unknown key '" + key + "'" + suggestion(key, {"name", "step"}) +
-                               "; a pipeline has 'name' and [step.NAME] tables");
+      fail(keyPos.at(key), "unknown key '" + key + "'" + suggestion(key, {"name", "step", "actor"}) +
+                               "; a pipeline has 'name', [step.NAME] and [actor.NAME] tables");
     }
   }
-  if (pipeline.steps.empty()) fail({}, "no steps: add at least one [step.NAME] table");
+  // Steps and actors in file order (the planner keeps it between equals).
+  std::stable_sort(pipeline.steps.begin(), pipeline.steps.end(), [](const Step& a, const Step& b) {
+    return a.pos.line != b.pos.line ? a.pos.line < b.pos.line : a.pos.column < b.pos.column;
+  });
+  std::map<std::string, const Step*> seen;
+  for (auto& step : pipeline.steps) {
+    auto [it, fresh] = seen.emplace(step.name, &step);
+    if (!fresh) {
+      fail(step.pos, "'" + step.name + "' names both a step and an actor (line " +
+                         std::to_string(it->second->pos.line) + "); steps and actors share one set of names");
+    }
+  }
+  if (std::none_of(pipeline.steps.begin(), pipeline.steps.end(),
+                   [](const Step& step) { return step.kind != Step::Kind::ACTOR; })) {
+    fail({}, "no steps: add at least one [step.NAME] table");
+  }
   checkReferences(pipeline);
   checkCycles(pipeline);
   checkStreams(pipeline);
@@ -235,11 +255,11 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
   auto entries = sortedByPosition(body);
   std::map<std::string, SourcePos> positions = keyPos;
 
-  static const std::vector<std::string> actions = {"command", "shell", "call", "make_dir", "slice",
+  static const std::vector<std::string> actions = {"command", "shell", "call", "method", "make_dir", "slice",
                                                    "load", "store"};
   static const std::vector<std::string> arrays = {"lines", "files", "range", "values"};
   static const std::vector<std::string> known = {
-      "command", "shell", "call", "make_dir", "slice", "load", "store", "inputs", "stdin", "outputs",
+      "command", "shell", "call", "method", "make_dir", "slice", "load", "store", "inputs", "stdin", "outputs",
       "stdout", "config", "config_file", "collect", "env", "cpus", "resources", "retries", "allow_failure",
       "time_limit", "expected", "lines", "files", "range", "values"};
   std::string action;
@@ -273,11 +293,12 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
     }
   }
   if (action.empty()) {
-    fail(pos, "step '" + name + "' has nothing to do: give it one of command, shell, call, make_dir, "
+    fail(pos, "step '" + name + "' has nothing to do: give it one of command, shell, call, method, make_dir, "
               "slice, load or store");
   }
   static const std::map<std::string, Step::Kind> kinds = {
       {"command", Step::Kind::EXECUTE}, {"shell", Step::Kind::EXECUTE}, {"call", Step::Kind::CALL},
+      {"method", Step::Kind::CALL},
       {"make_dir", Step::Kind::MAKE_DIR}, {"slice", Step::Kind::SLICE},
       {"load", Step::Kind::LOAD}, {"store", Step::Kind::STORE}};
   step.kind = kinds.at(action);
@@ -305,6 +326,19 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
     if (step.kind == Step::Kind::STORE && key == "collect") {
       fail(positions.at(key), "a store step has no output to collect");
     }
+    if (action == "method") {
+      static const std::map<std::string, std::string> actorsOwn = {
+          {"cpus", "; a method runs on what its actor holds (give cpus to the actor)"},
+          {"resources", "; a method runs on what its actor holds (give resources to the actor)"},
+          {"retries", "; a call running when its actor's process died is retried by the actor's "
+                      "max_call_retries"},
+          {"time_limit", "; an actor's calls run one after another in its process"},
+      };
+      auto it = actorsOwn.find(key);
+      if (it != actorsOwn.end()) {
+        fail(positions.at(key), "'" + key + "' does not apply to a method step" + it->second);
+      }
+    }
   }
 
   for (auto& [key, value] : entries) {
@@ -325,11 +359,11 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
       step.actionPos = valuePos;
       step.function = string(*value, where);
       if (auto problem = callNameProblem(step.function)) fail(valuePos, "step '" + name + "': " + *problem);
+    } else if (key == "method") {
+      step.actionPos = valuePos;
+      parseMethod(step, string(*value, where), valuePos);
     } else if (key == "config" || key == "config_file") {
-      step.config = string(*value, where);
-      step.configIsFile = key == "config_file";
-      step.configPos = valuePos;
-      if (step.configIsFile && step.config.empty()) fail(valuePos, "'config_file' is empty: give a local file");
+      parseConfig(step, key, *value, where);
     } else if (key == "make_dir") {
       step.actionPos = valuePos;
       parseInputs(step, table(*value, where), where, false);
@@ -398,33 +432,7 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
     } else if (key == "cpus") {
       step.cpus = static_cast<uint32_t>(integer(*value, where, 1, 4096));
     } else if (key == "resources") {
-      // { gpus = 1, gpus = 0.5, mem = "2G", scratch = "all" }
-      for (auto&& [resource, amountNode] : sortedByPosition(table(*value, where))) {
-        std::string name = resource;
-        auto what = where + "." + name;
-        auto pos = posOf(amountNode->source());
-        if (!isResourceName(name)) fail(pos, "'" + what + "': " + RESOURCE_NAME_RULE);
-        if (name == "cpus") fail(pos, "'" + what + "': cpus are asked with cpus = N");
-        std::string amount;
-        if (auto* n = amountNode->as_integer()) {
-          amount = std::to_string(n->get());
-        } else if (auto* f = amountNode->as_floating_point()) {
-          std::ostringstream text;
-          text.precision(12);
-          text << f->get();
-          amount = text.str();
-        } else {
-          amount = string(*amountNode, what);
-        }
-        if (amount != "all") {
-          try {
-            if (parseAmount(amount) == 0) fail(pos, "'" + what + "' is 0");
-          } catch (const std::invalid_argument& e) {
-            fail(pos, "'" + what + "': " + e.what() + ", or \"all\"");
-          }
-        }
-        step.resources.emplace_back(name, amount);
-      }
+      parseResources(step, *value, where);
     } else if (key == "retries") {
       step.retries = static_cast<uint32_t>(integer(*value, where, 0, 100));
     } else if (key == "allow_failure") {
@@ -442,6 +450,14 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
   // A function makes one output unless told otherwise.
   bool outputsGiven = std::any_of(entries.begin(), entries.end(), [](auto& e) { return e.first == "outputs"; });
   if (call && !outputsGiven) step.outputs.push_back({"out", "", ObjectKind::BLOB, step.actionPos});
+  if (!step.actor.empty()) {
+    for (auto& input : step.inputs) {
+      if (input.from.stream) {
+        fail(input.from.streamPos, "step '" + name + "': a method reads its inputs once they have ended "
+                                   "(drop stream = true)");
+      }
+    }
+  }
   // Output names are unique within a step.
   std::set<std::string> names;
   for (auto& out : step.outputs) {
@@ -459,6 +475,121 @@ Step PipelineParser::parseStep(const std::string& name, SourcePos pos, const tom
                          " outputs: collect = { OUTPUT = \"path\" } names which");
     }
   }
+  return step;
+}
+
+void PipelineParser::parseResources(Step& step, const toml::node& value, const std::string& where) {
+  // { gpus = 1, gpus = 0.5, mem = "2G", scratch = "all" }
+  for (auto&& [resource, amountNode] : sortedByPosition(table(value, where))) {
+    std::string name = resource;
+    auto what = where + "." + name;
+    auto pos = posOf(amountNode->source());
+    if (!isResourceName(name)) fail(pos, "'" + what + "': " + RESOURCE_NAME_RULE);
+    if (name == "cpus") fail(pos, "'" + what + "': cpus are asked with cpus = N");
+    std::string amount;
+    if (auto* n = amountNode->as_integer()) {
+      amount = std::to_string(n->get());
+    } else if (auto* f = amountNode->as_floating_point()) {
+      std::ostringstream text;
+      text.precision(12);
+      text << f->get();
+      amount = text.str();
+    } else {
+      amount = string(*amountNode, what);
+    }
+    if (amount != "all") {
+      try {
+        if (parseAmount(amount) == 0) fail(pos, "'" + what + "' is 0");
+      } catch (const std::invalid_argument& e) {
+        fail(pos, "'" + what + "': " + e.what() + ", or \"all\"");
+      }
+    }
+    step.resources.emplace_back(name, amount);
+  }
+}
+
+void PipelineParser::parseConfig(Step& step, const std::string& key, const toml::node& value,
+                                 const std::string& where) {
+  step.config = string(value, where);
+  step.configIsFile = key == "config_file";
+  step.configPos = posOf(value.source());
+  if (step.configIsFile && step.config.empty()) fail(step.configPos, "'config_file' is empty: give a local file");
+}
+
+void PipelineParser::parseMethod(Step& step, const std::string& text, SourcePos pos) const {
+  auto dot = text.find('.');
+  step.actor = text.substr(0, dot);
+  if (dot != std::string::npos) step.method = text.substr(dot + 1);
+  if (dot == std::string::npos || !validName(step.actor)) {
+    fail(pos, "step '" + step.name + "': method \"" + text + "\" does not name an actor's method: write "
+              "ACTOR.METHOD, ACTOR an [actor.NAME] of this file");
+  }
+  if (step.method.find('.') != std::string::npos || !isPlainName(kj::StringPtr(step.method.c_str(), step.method.size()))) {
+    fail(pos, "step '" + step.name + "': method \"" + text + "\" has a bad method name '" + step.method +
+              "': use 1 to 128 letters, digits, '-' and '_'");
+  }
+}
+
+Step PipelineParser::parseActor(const std::string& name, SourcePos pos, const toml::node& node) {
+  Step step;
+  step.name = name;
+  step.pos = pos;
+  step.kind = Step::Kind::ACTOR;
+  if (!validName(name)) fail(pos, "actor name '" + name + "' must be letters, digits, '_' and '-'");
+  static const std::vector<std::string> known = {"type", "inputs", "config", "config_file", "cpus", "resources",
+                                                 "max_restarts", "max_call_retries", "named", "allow_failure"};
+  bool typed = false;
+  std::string configKey;
+  for (auto& [key, value] : sortedByPosition(table(node, "actor." + name))) {
+    auto where = "actor." + name + "." + key;
+    auto valuePos = posOf(value->source());
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      fail(keyPos.at(key), "unknown key '" + key + "' in actor '" + name + "'" + suggestion(key, known) +
+                               " (an actor takes " + join(known, ", ") + "; its methods are steps: "
+                               "method = \"" + name + ".METHOD\")");
+    }
+    if (key == "type") {
+      typed = true;
+      step.actionPos = valuePos;
+      step.function = string(*value, where);
+      auto slash = step.function.find('/');
+      auto type = slash == std::string::npos ? std::string() : step.function.substr(slash + 1);
+      if (type.find('.') != std::string::npos || callNameProblem(step.function)) {
+        fail(valuePos, "actor '" + name + "': type \"" + step.function + "\" does not name an actor type: write "
+                       "EXECUTOR/Type, each 1 to 128 letters, digits, '-' and '_' ('.' too in the executor's)");
+      }
+    } else if (key == "inputs") {
+      parseCallInputs(step, *value, where);
+      for (auto& input : step.inputs) {
+        if (input.from.stream) {
+          fail(input.from.streamPos, "actor '" + name + "': a constructor reads its inputs once they have "
+                                     "ended (drop stream = true)");
+        }
+      }
+    } else if (key == "config" || key == "config_file") {
+      if (!configKey.empty()) {
+        fail(valuePos, "actor '" + name + "' has both '" + configKey + "' and '" + key + "'; give its config one way");
+      }
+      configKey = key;
+      parseConfig(step, key, *value, where);
+    } else if (key == "cpus") {
+      step.cpus = static_cast<uint32_t>(integer(*value, where, 1, 4096));
+    } else if (key == "resources") {
+      parseResources(step, *value, where);
+    } else if (key == "max_restarts") {
+      step.maxRestarts = static_cast<uint32_t>(integer(*value, where, 0, 1000));
+    } else if (key == "max_call_retries") {
+      step.maxCallRetries = static_cast<uint32_t>(integer(*value, where, 0, 1000));
+    } else if (key == "named") {
+      step.actorName = string(*value, where);
+      if (!isPlainName(kj::StringPtr(step.actorName.c_str(), step.actorName.size()))) {
+        fail(valuePos, "actor '" + name + "': named \"" + step.actorName + "\": " + PLAIN_NAME_RULE);
+      }
+    } else if (key == "allow_failure") {
+      step.allowFailure = boolean(*value, where);
+    }
+  }
+  if (!typed) fail(pos, "actor '" + name + "' has no type: give it type = \"EXECUTOR/Type\"");
   return step;
 }
 
@@ -500,7 +631,7 @@ void PipelineParser::parseInputs(Step& step, const toml::table& inputs, const st
 
 void PipelineParser::parseCallInputs(Step& step, const toml::node& node, const std::string& where) {
   if (!node.is_array()) {
-    fail(posOf(node.source()), "'inputs' of call step '" + step.name + "' must be a list [SOURCE, ...], "
+    fail(posOf(node.source()), "'inputs' of " + what(step) + " must be a list [SOURCE, ...], "
                                "not " + typeName(node.type()) + ": a function takes its inputs by position");
   }
   auto& list = *node.as_array();
@@ -521,7 +652,7 @@ void PipelineParser::parseCallInputs(Step& step, const toml::node& node, const s
 
 void PipelineParser::parseCallOutputs(Step& step, const toml::node& node, const std::string& where) {
   if (!node.is_array()) {
-    fail(posOf(node.source()), "'outputs' of call step '" + step.name + "' must be a list of names [\"NAME\", "
+    fail(posOf(node.source()), "'outputs' of " + what(step) + " must be a list of names [\"NAME\", "
                                "...] in the function's order (a name ending in '/' is a dir output), not " +
                                typeName(node.type()));
   }

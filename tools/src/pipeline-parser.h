@@ -53,6 +53,16 @@ class PipelineParser {
   const toml::table& table(const toml::node& node, const std::string& what) const;
   SourceRef parseRef(const toml::node& node, const std::string& what);
   Step parseStep(const std::string& name, SourcePos pos, const toml::node& node);
+  // [actor.NAME]: a Step of Kind::ACTOR.
+  Step parseActor(const std::string& name, SourcePos pos, const toml::node& node);
+  // `method = "ACTOR.METHOD"` into step.actor and step.method.
+  void parseMethod(Step& step, const std::string& text, SourcePos pos) const;
+  // `config` (text) or `config_file` (a local path).
+  void parseConfig(Step& step, const std::string& key, const toml::node& value, const std::string& where);
+  // resources = { NAME = AMOUNT, ... }
+  void parseResources(Step& step, const toml::node& value, const std::string& where);
+  // "call step 'x'", "method step 'x'" or "actor 'x'", for messages.
+  static std::string what(const Step& step);
   static ObjectKind sliceKind(const std::string& path);
   void requireAbsolute(const std::string& path, SourcePos pos, const char* what) const;
 

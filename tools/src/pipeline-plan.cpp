@@ -76,7 +76,7 @@ class PipelinePlanner {
 
   PipelinePlan plan() {
     result.name = pipeline.name;
-    result.steps = pipeline.steps.size();
+    for (auto& step : pipeline.steps) (step.kind == Step::Kind::ACTOR ? result.actors : result.steps)++;
     for (auto* step : topologicalOrder()) planStep(*step);
     return std::move(result);
   }
@@ -247,7 +247,8 @@ class PipelinePlanner {
   // Inputs (execute, call) or entries (make_dir) of one instance. A call
   // takes all items of an array step as that many inputs, in item order.
   void planInputs(const Step& step, const ArrayItem* item, size_t index, PlannedTask& task) {
-    bool call = step.kind == Step::Kind::CALL;
+    // A function, a method and a constructor take their inputs by position.
+    bool call = step.kind == Step::Kind::CALL || step.kind == Step::Kind::ACTOR;
     // Programs and functions read every stream they are given live.
     bool live = call || step.kind == Step::Kind::EXECUTE;
     std::set<std::string> paths;
@@ -396,9 +397,17 @@ class PipelinePlanner {
           markInPlace(task);
           break;
         case Step::Kind::CALL:
-          task.kind = PlannedTask::Kind::CALL;
+        case Step::Kind::ACTOR:
+          task.kind = step.kind == Step::Kind::ACTOR ? PlannedTask::Kind::ACTOR : PlannedTask::Kind::CALL;
           task.function = step.function;
           task.cpus = step.cpus;
+          task.maxRestarts = step.maxRestarts;
+          task.maxCallRetries = step.maxCallRetries;
+          task.actorName = step.actorName;
+          if (!step.actor.empty()) {
+            task.actor = stepTasks.at(step.actor).at(0);
+            task.method = step.method;
+          }
           if (step.configIsFile) {
             task.configFile = resolveLocal(pipeline.dir, expand(step.config, step, item, i, step.configPos,
                                                                 "config_file path"));
@@ -454,6 +463,7 @@ const char* kindName(PlannedTask::Kind kind) {
   switch (kind) {
     case PlannedTask::Kind::EXECUTE: return "execute";
     case PlannedTask::Kind::CALL: return "call";
+    case PlannedTask::Kind::ACTOR: return "actor";
     case PlannedTask::Kind::MAKE_DIR: return "make_dir";
     case PlannedTask::Kind::SLICE: return "slice";
     case PlannedTask::Kind::LOAD: return "load";
@@ -493,15 +503,16 @@ PipelinePlan planPipeline(const Pipeline& pipeline) { return PipelinePlanner(pip
 std::string describePlan(const PipelinePlan& plan) {
   std::ostringstream out;
   out << (plan.fromCommandLine ? "command " : "pipeline ") << plan.name << ": " << plan.steps
-      << (plan.fromCommandLine ? " stage" : " step") << (plan.steps == 1 ? ", " : "s, ") << plan.tasks.size()
-      << (plan.tasks.size() == 1 ? " task\n" : " tasks\n");
+      << (plan.fromCommandLine ? " stage" : " step") << (plan.steps == 1 ? ", " : "s, ");
+  if (plan.actors > 0) out << plan.actors << (plan.actors == 1 ? " actor, " : " actors, ");
+  out << plan.tasks.size() << (plan.tasks.size() == 1 ? " task\n" : " tasks\n");
   auto source = [&](const PlannedInput& in) {
     if (in.task == SIZE_MAX) return std::string(in.localIsDir ? "local dir " : "local file ") + in.localPath;
     auto& producer = plan.tasks[in.task];
     return producer.name + "." + producer.outputs[in.output].name;
   };
   for (auto& task : plan.tasks) {
-    out << task.name << " (" << kindName(task.kind) << ")";
+    out << task.name << " (" << (task.actor != SIZE_MAX ? "method" : kindName(task.kind)) << ")";
     if (task.cpus) out << " cpus=" << *task.cpus;
     for (auto& [name, amount] : task.resources) out << " " << name << "=" << amount;
     if (task.retries) out << " retries=" << task.retries;
@@ -522,9 +533,19 @@ std::string describePlan(const PipelinePlan& plan) {
       out << "\n";
       for (auto& [name, value] : task.env) out << "  env     " << name << "=" << quoted(value) << "\n";
     }
-    bool call = task.kind == PlannedTask::Kind::CALL;
-    if (call) {
+    bool call = task.kind == PlannedTask::Kind::CALL || task.kind == PlannedTask::Kind::ACTOR;
+    if (task.kind == PlannedTask::Kind::ACTOR) {
+      out << "  actor   " << task.function;
+      if (!task.actorName.empty()) out << " named " << quoted(task.actorName);
+      if (task.maxRestarts) out << " max_restarts=" << task.maxRestarts;
+      if (task.maxCallRetries) out << " max_call_retries=" << task.maxCallRetries;
+      out << "\n";
+    } else if (task.actor != SIZE_MAX) {
+      out << "  method  " << plan.tasks[task.actor].name << "." << task.method << "\n";
+    } else if (call) {
       out << "  call    " << task.function << "\n";
+    }
+    if (call) {
       if (!task.configFile.empty()) {
         out << "  config  " << task.config.size() << " bytes from local file " << task.configFile << "\n";
       } else if (!task.config.empty()) {

@@ -19,6 +19,7 @@ std::vector<std::string> Step::dependencies() const {
   for (auto& input : inputs) add(input.from);
   if (stdinFrom) add(*stdinFrom);
   if (from) add(*from);
+  if (!actor.empty() && std::find(out.begin(), out.end(), actor) == out.end()) out.push_back(actor);
   return out;
 }
 
@@ -42,6 +43,10 @@ void PipelineParser::checkReferences(const Pipeline& pipeline) const {
                         suggestion(ref.step, stepNames));
     }
     if (producer == &step) fail(ref.pos, "step '" + step.name + "' reads its own output");
+    if (producer->kind == Step::Kind::ACTOR) {
+      fail(ref.pos, "'" + ref.text + "' names actor '" + producer->name + "', which has no outputs: read a "
+                    "method step's (method = \"" + producer->name + ".METHOD\")");
+    }
     std::vector<std::string> outputs;
     for (auto& o : producer->outputs) outputs.push_back(o.name);
     const StepOutput* output = nullptr;
@@ -68,10 +73,21 @@ void PipelineParser::checkReferences(const Pipeline& pipeline) const {
                         output->name + "', which is a file, not a directory");
     }
   };
+  std::vector<std::string> actorNames;
+  for (auto& s : pipeline.steps) {
+    if (s.kind == Step::Kind::ACTOR) actorNames.push_back(s.name);
+  }
   for (auto& step : pipeline.steps) {
     for (auto& input : step.inputs) check(step, input.from);
     if (step.stdinFrom) check(step, *step.stdinFrom);
     if (step.from) check(step, *step.from);
+    if (step.actor.empty()) continue;
+    auto* actor = pipeline.find(step.actor);
+    if (actor == nullptr || actor->kind != Step::Kind::ACTOR) {
+      fail(step.actionPos, "step '" + step.name + "' calls a method of '" + step.actor + "', which is " +
+                               (actor == nullptr ? "no actor of this file" : "a step, not an actor") +
+                               suggestion(step.actor, actorNames) + " (declare it as [actor." + step.actor + "])");
+    }
   }
 }
 
@@ -115,6 +131,7 @@ const char* PipelineParser::actionName(Step::Kind kind) {
     case Step::Kind::SLICE: return "slice";
     case Step::Kind::LOAD: return "load";
     case Step::Kind::STORE: return "store";
+    case Step::Kind::ACTOR: return "actor";
   }
   return "?";
 }
@@ -131,6 +148,10 @@ void PipelineParser::checkStreams(Pipeline& pipeline) const {
       Step* producer = nullptr;
       for (auto& s : pipeline.steps) {
         if (s.name == ref.step) producer = &s;
+      }
+      if (!producer->actor.empty()) {
+        fail(ref.pos, "'" + ref.text + "' is made by method step '" + producer->name + "'; an actor's methods "
+                      "write blobs and dirs, not streams (drop stream = true to read it once it has ended)");
       }
       if (producer->kind != Step::Kind::EXECUTE && producer->kind != Step::Kind::CALL) {
         fail(ref.pos, "'" + ref.text + "' is made by " + actionName(producer->kind) + " step '" +

@@ -89,8 +89,10 @@ struct ArrayItem {
   std::string stem;  // name without its last extension
 };
 
+// A step, or an actor (`[actor.NAME]`: Kind::ACTOR): steps and actors share
+// one namespace, and an actor is ordered before the method steps that call it.
 struct Step {
-  enum class Kind { EXECUTE, CALL, MAKE_DIR, SLICE, LOAD, STORE };
+  enum class Kind { EXECUTE, CALL, MAKE_DIR, SLICE, LOAD, STORE, ACTOR };
   std::string name;
   Kind kind = Kind::EXECUTE;
   SourcePos pos;        // the [step.NAME] header
@@ -116,6 +118,17 @@ struct Step {
   std::string config;
   bool configIsFile = false;
   SourcePos configPos;
+
+  // A method step (`method = "ACTOR.METHOD"`) is a CALL on the actor the
+  // pipeline's `[actor.ACTOR]` makes; `function` is then empty.
+  std::string actor;
+  std::string method;
+  // An actor ([actor.NAME]): `function` is its "EXECUTOR/Type", its inputs
+  // and config go to the constructor; it lives for the run, or, named,
+  // until killed (docs/actors.md).
+  uint32_t maxRestarts = 0;
+  uint32_t maxCallRetries = 0;
+  std::string actorName;  // `named = "..."`; empty: not named
 
   // Execute inputs or make_dir entries, in file order; a call's inputs in
   // the function's order.
@@ -189,7 +202,7 @@ struct PlannedOutput {
 };
 
 struct PlannedTask {
-  enum class Kind { EXECUTE, CALL, MAKE_DIR, SLICE, LOAD, STORE, CONCAT };
+  enum class Kind { EXECUTE, CALL, MAKE_DIR, SLICE, LOAD, STORE, CONCAT, ACTOR };
   Kind kind = Kind::EXECUTE;
   std::string step;  // the step it comes from ("" for none)
   std::string name;  // "count[3]", "split.parts/part-00" for an implicit slice
@@ -203,6 +216,14 @@ struct PlannedTask {
   std::string function;
   std::string config;
   std::string configFile;
+  // A method call: the index of its actor's task (Kind::ACTOR) in
+  // PipelinePlan::tasks, and the method; SIZE_MAX for any other task.
+  size_t actor = SIZE_MAX;
+  std::string method;
+  // An actor (Kind::ACTOR; `function` is its type): see Step.
+  uint32_t maxRestarts = 0;
+  uint32_t maxCallRetries = 0;
+  std::string actorName;
   // Its stream inputs: stopping early fails the producer (broken_pipe = "error").
   bool brokenPipeIsError = false;
   std::vector<PlannedInput> inputs;
@@ -219,6 +240,7 @@ struct PlannedTask {
 struct PipelinePlan {
   std::string name;
   size_t steps = 0;        // or stages, for a command line
+  size_t actors = 0;       // [actor.NAME] tables (each also a task)
   bool fromCommandLine = false;  // squall run -c
   // Topologically ordered: every input's task comes before its consumer.
   std::vector<PlannedTask> tasks;

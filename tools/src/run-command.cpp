@@ -106,8 +106,15 @@ int runPipeline(const RunOptions& options) {
     auto built = builder.build(plan);
     session.submit();
 
+    // Actors are not watched: they live until the run ends (the session's
+    // close ends them, unless named); their calls are.
     std::vector<WatchedTask> watched;
-    for (size_t i = 0; i < plan.tasks.size(); i++) watched.push_back({built.tasks[i], plan.tasks[i].name});
+    std::vector<size_t> watchedTask;  // watched -> index in plan.tasks
+    for (size_t i = 0; i < plan.tasks.size(); i++) {
+      if (plan.tasks[i].kind == PlannedTask::Kind::ACTOR) continue;
+      watched.push_back({built.tasks[i], plan.tasks[i].name});
+      watchedTask.push_back(i);
+    }
     auto reporter = makeProgressReporter(stdout, isatty(STDOUT_FILENO));
     reporter->start(plan.name + " (session " + std::to_string(session.id()) + ")", watched.size());
     auto result = watchTasks(session, watched, *reporter);
@@ -115,8 +122,10 @@ int runPipeline(const RunOptions& options) {
     int status = 0;
     size_t finished = 0, failed = 0, skipped = 0;
     std::vector<uint64_t> failedIds;
-    for (size_t i = 0; i < result.outcomes.size(); i++) {
-      auto state = result.outcomes[i].state;
+    std::vector<TaskOutcome::State> states(plan.tasks.size(), TaskOutcome::State::FINISHED);
+    for (size_t w = 0; w < result.outcomes.size(); w++) {
+      auto i = watchedTask[w];
+      auto state = states[i] = result.outcomes[w].state;
       finished += state == TaskOutcome::State::FINISHED;
       failed += state == TaskOutcome::State::FAILED;
       skipped += state == TaskOutcome::State::SKIPPED;
@@ -141,7 +150,7 @@ int runPipeline(const RunOptions& options) {
     }
 
     for (auto& target : built.collect) {
-      if (result.outcomes[target.task].state != TaskOutcome::State::FINISHED) continue;
+      if (states[target.task] != TaskOutcome::State::FINISHED) continue;
       try {
         writeCollected(target);
         printf("collected %s -> %s\n", plan.tasks[target.task].name.c_str(), target.path.c_str());
@@ -155,7 +164,7 @@ int runPipeline(const RunOptions& options) {
     auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
     printf("%s %s: %zu finished, %zu failed, %zu skipped, %zu not run (%.1fs)\n",
            status == 0 ? "done" : "FAILED", plan.name.c_str(), finished, failed, skipped,
-           plan.tasks.size() - finished - failed - skipped, seconds);
+           watched.size() - finished - failed - skipped, seconds);
     fflush(stdout);
     session.close();
     return status;

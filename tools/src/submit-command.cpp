@@ -72,34 +72,40 @@ DataObject upload(Session& session, const std::string& file) {
   return session.blob(readFile(file), file);
 }
 
-// squall submit --call EXECUTOR/FUNCTION.
-int runCall(const SubmitOptions& options) {
-  if (!options.command.empty()) throw Error("--call runs a function: give no program");
+// What --call, --actor and --method share: no program's options, one
+// config. `what` is the flag, for messages.
+void refuseProgramOptions(const SubmitOptions& options, const std::string& what) {
+  if (!options.command.empty()) throw Error(what + " runs no program: give none");
   if (options.shell || !options.stdinFile.empty() || !options.writableInputs.empty()) {
-    throw Error("--call takes --input FILE, --output FILE and --config: not --shell, --stdin or --input-rw");
+    throw Error(what + " takes --input FILE, --output FILE and --config: not --shell, --stdin or --input-rw");
   }
   if (!options.config.empty() && !options.configFile.empty()) throw Error("give --config or --config-file, not both");
-  Client client(options.server, options.token);
-  auto session = client.newSession(options.name.empty() ? "call " + options.call : options.name);
-  std::vector<DataObject> inputs;
-  for (auto& file : options.inputs) inputs.push_back(upload(session, file));
+}
+
+std::string configOf(const SubmitOptions& options) {
+  return options.configFile.empty() ? options.config : readFile(options.configFile);
+}
+
+// The kinds of a function's or a method's outputs, from --output FILE
+// (FILE/ for a dir); none given: one blob, printed.
+std::vector<ObjectKind> outputKinds(const SubmitOptions& options) {
   std::vector<ObjectKind> kinds;
   for (auto& file : options.outputs) {
     kinds.push_back(file.size() > 1 && file.back() == '/' ? ObjectKind::DIR : ObjectKind::BLOB);
   }
-  bool printed = kinds.empty();
-  if (printed) kinds.push_back(ObjectKind::BLOB);
-  auto config = options.configFile.empty() ? options.config : readFile(options.configFile);
-  auto task = session.call(options.call, inputs, config, kinds);
-  task.cpus(options.cpus);
-  askResources(task, options.resources);
-  if (!options.name.empty()) task.name(options.name);
+  if (kinds.empty()) kinds.push_back(ObjectKind::BLOB);
+  return kinds;
+}
+
+// Submits `task` (a call), waits, writes its outputs where --output says
+// (or prints its one output) and closes the session.
+int finishCall(const SubmitOptions& options, Session& session, Task& task) {
   if (auto failed = submitAndWait(session, task)) return *failed;
-  if (printed) {
+  if (options.outputs.empty()) {
     task.output(0).fetchTo(stdout);
   } else {
     for (size_t i = 0; i < options.outputs.size(); i++) {
-      if (kinds[i] == ObjectKind::DIR) {
+      if (options.outputs[i].back() == '/') {
         task.output(i).fetchDir(options.outputs[i]);
       } else {
         task.output(i).fetchToFile(options.outputs[i]);
@@ -110,12 +116,93 @@ int runCall(const SubmitOptions& options) {
   return 0;
 }
 
+// squall submit --call EXECUTOR/FUNCTION.
+int runCall(const SubmitOptions& options) {
+  refuseProgramOptions(options, "--call");
+  Client client(options.server, options.token);
+  auto session = client.newSession(options.name.empty() ? "call " + options.call : options.name);
+  std::vector<DataObject> inputs;
+  for (auto& file : options.inputs) inputs.push_back(upload(session, file));
+  auto task = session.call(options.call, inputs, configOf(options), outputKinds(options));
+  task.cpus(options.cpus);
+  askResources(task, options.resources);
+  if (!options.name.empty()) task.name(options.name);
+  return finishCall(options, session, task);
+}
+
+// squall submit --actor EXECUTOR/Type --name NAME: submitted, then the
+// session is closed; being named, the actor outlives it (until killed).
+int runActor(const SubmitOptions& options) {
+  refuseProgramOptions(options, "--actor");
+  if (options.name.empty()) {
+    throw Error("--actor needs --name NAME: an actor started from the command line is named, so that "
+                "--method NAME.METHOD and --kill-actor NAME reach it");
+  }
+  if (!options.outputs.empty()) throw Error("--actor: an actor has no outputs (its methods have)");
+  Client client(options.server, options.token);
+  auto session = client.newSession("actor " + options.name);
+  std::vector<DataObject> inputs;
+  for (auto& file : options.inputs) inputs.push_back(upload(session, file));
+  auto actor = session.actor(options.actor, inputs, configOf(options));
+  actor.named(options.name).cpus(options.cpus).maxRestarts(options.maxRestarts).maxCallRetries(options.maxCallRetries);
+  auto task = actor.task();
+  askResources(task, options.resources);
+  task.name(options.name);
+  session.submit();
+  // Its constructor runs on a governor from now on; one that fails shows in
+  // the answer to the next --method NAME.METHOD.
+  printf("actor %s (%s) submitted: task %llu of session %llu\n", options.name.c_str(), options.actor.c_str(),
+         static_cast<unsigned long long>(actor.id()), static_cast<unsigned long long>(session.id()));
+  session.close();
+  return 0;
+}
+
+// squall submit --method NAME.METHOD: a call on a live named actor.
+int runMethod(const SubmitOptions& options) {
+  refuseProgramOptions(options, "--method");
+  auto dot = options.method.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == options.method.size()) {
+    throw Error("--method '" + options.method + "' is not NAME.METHOD (an actor's name, a dot, its method)");
+  }
+  if (!options.inputs.empty()) {
+    throw Error("--method: a named actor's method reads no files from here (its calls read objects of the "
+                "actor's own session): pass the data as --config or --config-file");
+  }
+  if (options.cpus != 1 || !options.resources.empty()) {
+    throw Error("--method: a method runs on what its actor holds; give --cpus and --resource to --actor");
+  }
+  Client client(options.server, options.token);
+  auto session = client.newSession("method " + options.method);
+  auto actor = session.getActor(options.method.substr(0, dot));
+  auto task = actor.call(options.method.substr(dot + 1), {}, configOf(options), outputKinds(options));
+  if (!options.name.empty()) task.name(options.name);
+  return finishCall(options, session, task);
+}
+
+// squall submit --kill-actor NAME.
+int runKillActor(const SubmitOptions& options) {
+  Client client(options.server, options.token);
+  auto session = client.newSession("kill " + options.killActor);
+  session.getActor(options.killActor).kill();
+  printf("actor %s killed\n", options.killActor.c_str());
+  session.close();
+  return 0;
+}
+
 }  // namespace
 
 int runSubmit(const SubmitOptions& options) {
   try {
+    int modes = !options.call.empty() + !options.actor.empty() + !options.method.empty() + !options.killActor.empty();
+    if (modes > 1) throw Error("give one of --call, --actor, --method and --kill-actor");
+    if (options.actor.empty() && (options.maxRestarts || options.maxCallRetries)) {
+      throw Error("--max-restarts and --max-call-retries are for --actor");
+    }
     if (!options.call.empty()) return runCall(options);
-    if (!options.config.empty() || !options.configFile.empty()) throw Error("--config is for --call");
+    if (!options.actor.empty()) return runActor(options);
+    if (!options.method.empty()) return runMethod(options);
+    if (!options.killActor.empty()) return runKillActor(options);
+    if (!options.config.empty() || !options.configFile.empty()) throw Error("--config is for --call, --actor and --method");
     if (options.command.empty()) throw Error("no program given (squall submit -- PROGRAM ARGS...)");
     if (options.shell && options.command.size() != 1) {
       throw Error("--shell takes one command line (quote it)");

@@ -192,10 +192,29 @@ void SessionTable::submitted(Session& session, std::vector<TaskNode*> ready) {
 
 void SessionTable::forgetNames(Session& session) {
   for (auto& [n, actor] : session.actors) {
-    if (actor.name.empty()) continue;
-    auto it = named.find(actor.name);
-    if (it != named.end() && it->second == actor.task->id) named.erase(it);
+    if (!actor.name.empty()) unname(session, actor, "its session ended");
   }
+}
+
+void SessionTable::unname(const Session& session, const ActorNode& actor, const char* why) {
+  auto it = named.find(actor.name);
+  if (it == named.end() || it->second != actor.task->id) return;
+  named.erase(it);
+  auto& task = *actor.task;
+  auto how = kj::str("task ", task.id.n, " of session ", session.id, " ");
+  std::string end = how.cStr();
+  if (task.state == TaskNode::State::FAILED) {
+    end += "failed: " + task.error;
+  } else {
+    end += "ended: " + (task.error.empty() ? std::string(why) : task.error);
+  }
+  if (endedNames.size() >= MAX_ENDED_NAMES && endedNames.count(actor.name) == 0) endedNames.erase(endedNames.begin());
+  endedNames[actor.name] = std::move(end);
+}
+
+const std::string* SessionTable::namedActorEnd(const std::string& name) const {
+  auto it = endedNames.find(name);
+  return it == endedNames.end() || named.count(name) != 0 ? nullptr : &it->second;
 }
 
 void SessionTable::registerNamedActors(Session& session) {
@@ -403,8 +422,7 @@ uint64_t SessionTable::reserveIds(Session& session, uint64_t count) {
 
 void SessionTable::actorEnded(Session& session, ActorNode& actor) {
   if (!actor.name.empty()) {
-    auto it = named.find(actor.name);
-    if (it != named.end() && it->second == actor.task->id) named.erase(it);
+    unname(session, actor, "it ended");
     if (session.lingering) {
       bool more = false;
       for (auto& [n, other] : session.actors) {

@@ -77,6 +77,10 @@ class SessionTable {
   void closeOwnedBy(const void* owner);
   // The live named actors, by name.
   const std::map<std::string, Id>& namedActors() const { return named; }
+  // How the last actor of `name` ended ("task 3 of session 2 failed: ..."),
+  // while no live actor has the name; nullptr when none did since the
+  // server started (kept for the last MAX_ENDED_NAMES names).
+  const std::string* namedActorEnd(const std::string& name) const;
   // Registers the named actors of `session` not registered yet.
   void registerNamedActors(Session& session);
   // Unregisters the names of the session's actors (it closes or failed).
@@ -166,6 +170,10 @@ class SessionTable {
   uint64_t nextSession = 1;
   Effects pending;
   std::map<std::string, Id> named;
+  static constexpr size_t MAX_ENDED_NAMES = 10000;
+  std::map<std::string, std::string> endedNames;  // name -> how its last actor ended
+  // Unregisters the actor's name (if it holds it) and keeps why it ended.
+  void unname(const Session& session, const ActorNode& actor, const char* why);
   ServerStats counters;
 
   void finishTask(Session& session, TaskNode& task, wire::TaskResult::Reader result, GovernorId from);

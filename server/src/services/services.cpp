@@ -313,7 +313,11 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto name = call.getParams().getName();
     auto& named = context.sessions.namedActors();
     auto it = named.find(name.cStr());
-    SQUALL_REQUIRE(it != named.end(), "no live actor is named '", name, "'");
+    if (it == named.end()) {
+      auto* ended = context.sessions.namedActorEnd(name.cStr());
+      SQUALL_FAIL("no live actor is named '", name, "'",
+                  ended == nullptr ? kj::str() : kj::str(" (the last one, ", ended->c_str(), ")"));
+    }
     auto& task = KJ_ASSERT_NONNULL(context.sessions.findTask(it->second));
     auto results = call.getResults();
     results.setSession(it->second.session);
