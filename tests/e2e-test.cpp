@@ -334,6 +334,34 @@ TEST_F(E2eTest, DisconnectedClientsSessionsAreClosedAndTheirTasksKilled) {
   session.wait(all);  // only possible once the sleeps were killed
 }
 
+// The same for a client killed in the middle of a wait (squall submit
+// waits for its task): the server gives the wait it was answering up with
+// the connection (Cap'n Proto 0.9 runs an incoming call to its end unless
+// it allows cancellation, and the call held the client's service, so the
+// session stayed open, its task running, until the wait was answered:
+// never, for an actor's call).
+TEST_F(E2eTest, AClientKilledWhileItWaitsHasItsSessionsClosed) {
+  ChildProcess doomed(findProgram("squall"), {"submit", "--server", cluster->serverAddress(), "--name", "doomed",
+                                              "--cpus", "2", "--", "sleep", "600"});
+  Client client(cluster->serverAddress());
+  // The server lists open sessions only: polled, as no event tells
+  // another client that a session came or went.
+  auto doomedRunning = [&]() -> std::optional<uint64_t> {
+    for (auto& state : client.sessions()) {
+      if (state.name == "doomed" && state.open) return state.running;
+    }
+    return std::nullopt;
+  };
+  for (int i = 0; i < 3000 && doomedRunning() != std::optional<uint64_t>(1); i++) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(doomedRunning(), std::optional<uint64_t>(1));
+  doomed.signal(SIGKILL);
+  ASSERT_TRUE(doomed.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(10)));
+  for (int i = 0; i < 3000 && doomedRunning(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(doomedRunning(), std::nullopt) << "the killed client's session is still open";
+}
+
 TEST_F(E2eTest, ManySmallTasksInOneSubmitSpanSeveralMessages) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("many");

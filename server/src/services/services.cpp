@@ -196,7 +196,13 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     return kj::READY_NOW;
   }
 
+  // wait, waitSome and fetch may take as long as the tasks they wait for,
+  // or for ever (an actor's call behind one that never ends): each allows
+  // cancellation, so that a client that goes takes its waits with it.
+  // Cap'n Proto 0.9 otherwise runs an incoming call to its end, and the
+  // call holds this service, whose end closes the client's sessions.
   kj::Promise<void> wait(WaitContext call) override {
+    call.allowCancellation();
     auto params = call.getParams();
     auto id = params.getSession();
     checkWaitIds(params.getIds());
@@ -207,6 +213,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   }
 
   kj::Promise<void> waitSome(WaitSomeContext call) override {
+    call.allowCancellation();
     auto params = call.getParams();
     auto id = params.getSession();
     checkWaitIds(params.getIds());
@@ -232,6 +239,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   }
 
   kj::Promise<void> fetch(FetchContext call) override {
+    call.allowCancellation();
     auto params = call.getParams();
     auto id = params.getSession();
     auto n = params.getObject();
