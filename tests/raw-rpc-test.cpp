@@ -147,6 +147,34 @@ TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
   EXPECT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
 }
 
+// add and appendData are streaming calls: a client sends them and the
+// commit without waiting for their answers. A refused part refuses the
+// commit with its message; nothing of the submit is applied.
+TEST_F(RawRpcTest, ASubmitWithARefusedPartIsNotCommitted) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  auto req = service.submitRequest();
+  req.setSession(s);
+  auto submission = req.send().getSubmission();
+  auto add = submission.addRequest();
+  concatOfOneConstant(add, s, "abc");
+  auto added = add.send();
+  auto append = submission.appendDataRequest();
+  append.setObject(99);  // declared by no add
+  append.setData(kj::StringPtr("xyz").asBytes());
+  auto appended = append.send();
+  auto commit = submission.commitRequest().send();
+  std::string error;
+  try {
+    commit.wait(io.waitScope);
+  } catch (const kj::Exception& e) {
+    error = userMessage(e).cStr();
+  }
+  EXPECT_NE(error.find("appendData: object 99"), std::string::npos) << error;
+  // Task 10 was not applied: the same graph goes through afterwards.
+  EXPECT_EQ(submitGraph(s, [&](auto& next) { concatOfOneConstant(next, s, "abc"); }), "");
+}
+
 // Issue 19 point 8: an object of a kind this server does not know was
 // accepted (and reached the governors).
 TEST_F(RawRpcTest, AnObjectOfUnknownKindIsRefused) {
