@@ -609,7 +609,19 @@ TEST(ActorRecoveryTest, ANamedActorWhoseOwnerWentSurvivesAServerRestartByName) {
   added.output().keep();
   session.submit();
   EXPECT_EQ(added.output().fetch(), "103");
+  // The owner's session lingered for its named actor across the restart;
+  // with the actor gone, it closes (the server lists open sessions only:
+  // polled, as no event tells another client).
+  auto ownerOpen = [&]() {
+    for (auto& state : caller.sessions()) {
+      if (state.name == "owner" && state.open) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(ownerOpen());
   counter.kill();
+  for (int i = 0; i < 3000 && ownerOpen(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(ownerOpen()) << "the owner's session outlived its named actor";
 }
 
 }  // namespace

@@ -28,6 +28,7 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
   session.id = record.id;
   session.name = record.name;
   session.persistent = record.persistent;
+  session.lingering = record.lingering;
   session.reservedUpTo = std::max(session.reservedUpTo, record.reservedIds);
   nextSession = std::max(nextSession, record.id + 1);
   restoring = true;
@@ -98,6 +99,15 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
   }
   if (!record.failure.empty()) fail(session, record.failure);
   registerNamedActors(session);
+  // A lingering session whose named actors ended meanwhile goes now.
+  if (session.lingering && std::none_of(session.actors.begin(), session.actors.end(), [](auto& entry) {
+        return !entry.second.name.empty() && !entry.second.task->done();
+      })) {
+    if (std::find(pending.closeLingering.begin(), pending.closeLingering.end(), session.id) ==
+        pending.closeLingering.end()) {
+      pending.closeLingering.push_back(session.id);
+    }
+  }
   logger.info("event=session-restored session={} name=\"{}\" tasks={} finished={} failed={}",
               session.id, session.name, session.tasks.size(),
               session.counts[static_cast<int>(TaskNode::State::FINISHED)],
@@ -129,15 +139,15 @@ void SessionTable::close(uint64_t id, bool evenIfNamedActors) {
     if (living > 0) {
       // Its named actors outlive it: kept open, ownerless, until they end.
       session.owner = nullptr;
-      session.lingering = true;
-      if (!session.persistent && log != nullptr) {
+      if (!session.lingering && log != nullptr) {
         try {
-          log->sessionPersistent(id);
+          log->sessionLingering(id);
         } catch (const kj::Exception& e) {
           logger.error("event=log-failed action=linger session={} error=\"{}\"", id, e.getDescription().cStr());
         }
       }
       session.persistent = true;
+      session.lingering = true;
       logger.info("event=session-lingers session={} named_actors={}", id, living);
       return;
     }

@@ -281,8 +281,10 @@ void SessionLog::updateSession(uint64_t session, const char* sql, int64_t value,
   });
 }
 
-void SessionLog::sessionPersistent(uint64_t session) {
-  updateSession(session, "UPDATE sessions SET persistent = ? WHERE id = ?", 1, "recording a persistent session");
+// sessions.persistent: 0 no, 1 yes, 2 lingering (kept open for its named
+// actors; a server that predates it reads it as persistent).
+void SessionLog::sessionLingering(uint64_t session) {
+  updateSession(session, "UPDATE sessions SET persistent = ? WHERE id = ?", 2, "recording a lingering session");
 }
 
 void SessionLog::idsReserved(uint64_t session, uint64_t end) {
@@ -692,6 +694,7 @@ std::vector<SessionLog::SessionRecord> SessionLog::load() {
       record.id = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
       record.name = columnText(stmt, 1);
       record.persistent = sqlite3_column_int(stmt, 2) != 0;
+      record.lingering = sqlite3_column_int(stmt, 2) == 2;
       record.failure = columnText(stmt, 3);
       record.reservedIds = static_cast<uint64_t>(sqlite3_column_int64(stmt, 4));
       index[record.id] = sessions.size();

@@ -92,6 +92,9 @@ class SessionLog {
     uint64_t id;
     std::string name;
     bool persistent;
+    // Kept open by the server only for its named actors (its owner closed
+    // it): closes once they have ended.
+    bool lingering = false;
     // Submit chunks in the order they were applied; each is a flat
     // capnp message (Submission.AddParams).
     std::vector<std::vector<uint8_t>> chunks;
@@ -139,9 +142,9 @@ class SessionLog {
   // Ids of the session below `end` are promised (reserveIds). Durable on
   // return.
   void idsReserved(uint64_t session, uint64_t end);
-  // The session outlives its client from now (it lingers for its named
-  // actors). Durable on return.
-  void sessionPersistent(uint64_t session);
+  // The session outlives its client from now, until its named actors have
+  // ended (it lingers; SessionRecord::lingering). Durable on return.
+  void sessionLingering(uint64_t session);
 
   // Queued until commit() or flush().
   void sessionFailed(uint64_t id, const std::string& message);
