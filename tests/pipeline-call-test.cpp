@@ -523,6 +523,8 @@ TEST(PipelineActorParseTest, BadActorsAndMethodStepsNameThePlace) {
       {tally + "config = \"1\"\nconfig_file = \"data/words.txt\"\n[step.a]\nmethod = \"t.add\"\n",
        "p.toml:4:15: actor 't' has both 'config' and 'config_file'; give its config one way"},
       {tally + "resources = { gpus = 0 }\n[step.a]\nmethod = \"t.add\"\n", "p.toml:3:22: 'actor.t.resources.gpus' is 0"},
+      {tally + "config = \"{item}\"\n[step.a]\nmethod = \"t.add\"\n",
+       "p.toml:3:10: config '{item}' uses a placeholder, but an actor is one instance, not an array"},
   });
 }
 
@@ -561,6 +563,16 @@ TEST(PipelineActorPlanTest, AnActorComesBeforeItsCallsWhichKeepTheRunsOrder) {
   std::vector<std::string> order;
   for (auto& task : plan.tasks) order.push_back(task.name);
   EXPECT_EQ(order, (Texts{"start", "t", "early", "gen", "late"}));
+  // File order stands even where a step's inner key has a later step's
+  // name (the parser once took that key's position for the step's).
+  auto keyed = planText(ws.dir,
+                        "[step.gen]\nshell = \"echo 1 > total\"\noutputs = { total = \"total\" }\n"
+                        "[actor.t]\ntype = \"testfn/Tally\"\n"
+                        "[step.add]\nmethod = \"t.add\"\ninputs = [\"@gen.total\"]\n"
+                        "[step.total]\nmethod = \"t.log\"\n");
+  order.clear();
+  for (auto& task : keyed.tasks) order.push_back(task.name);
+  EXPECT_EQ(order, (Texts{"gen", "t", "add", "total"}));
   auto& t = taskNamed(plan, "t");
   EXPECT_EQ(sources(plan, t), Texts{"start.stdout"});
   EXPECT_EQ(t.maxRestarts, 2u);
@@ -597,6 +609,11 @@ TEST_F(PipelineRunTest, ANamedActorOutlivesItsRunAndTheCommandLineReachesIt) {
   result = run(ws.dir, "run named.toml");
   EXPECT_EQ(result.status, 1);
   EXPECT_NE(result.err.find("an actor named '" + name + "' lives already"), std::string::npos) << result.err;
+  // A method that throws fails its call, not the actor: it is another
+  // session's, and lives on for its other users.
+  result = run(ws.dir, "submit --method " + name + ".add --config x");
+  EXPECT_EQ(result.status, 1);
+  EXPECT_NE(result.err.find("stoll"), std::string::npos) << result.err;
   result = run(ws.dir, "submit --method " + name + ".log --output log.txt");
   ASSERT_EQ(result.status, 0) << result.err;
   EXPECT_EQ(slurp(ws.dir / "log.txt"), "1\n10\n");
@@ -611,15 +628,15 @@ TEST_F(PipelineRunTest, ANamedActorOutlivesItsRunAndTheCommandLineReachesIt) {
 
   // Started from the command line, with a constructor input.
   writeFile(ws.dir / "seven.txt", "7");
-  result = run(ws.dir, "submit --actor testfn/Tally --name cli-" + name + " --input seven.txt");
+  result = run(ws.dir, "submit --actor testfn/Tally --name cli." + name + " --input seven.txt");
   ASSERT_EQ(result.status, 0) << result.err;
-  EXPECT_EQ(result.out.rfind("actor cli-" + name + " (testfn/Tally) submitted: task ", 0), 0u) << result.out;
-  result = run(ws.dir, "submit --method cli-" + name + ".add --config 3");
+  EXPECT_EQ(result.out.rfind("actor cli." + name + " (testfn/Tally) submitted: task ", 0), 0u) << result.out;
+  result = run(ws.dir, "submit --method cli." + name + ".add --config 3");
   EXPECT_EQ(result.out, "10") << result.err;
-  result = run(ws.dir, "submit --method cli-" + name + ".nope");
+  result = run(ws.dir, "submit --method cli." + name + ".nope");
   EXPECT_EQ(result.status, 1);
   EXPECT_NE(result.err.find("actor type testfn/Tally has no method nope"), std::string::npos) << result.err;
-  EXPECT_EQ(run(ws.dir, "submit --kill-actor cli-" + name).status, 0);
+  EXPECT_EQ(run(ws.dir, "submit --kill-actor cli." + name).status, 0);
 
   // A constructor that throws: the next call says why.
   result = run(ws.dir, "submit --actor testfn/Tally --name broken-" + name + " --config x");

@@ -197,6 +197,9 @@ struct SessionImpl {
   bool closed = false;
   // False for attached sessions: they stay open when this handle goes.
   bool owned = true;
+  // A handle on another session's named actor (Session::getActor): its
+  // calls are that session's tasks.
+  bool foreignHandle = false;
   // Ids this handle may give: [nextN, blockEnd); more are reserved on the
   // server when they run out (the creator starts with [1, 2^20)).
   uint64_t nextN = 1;

@@ -546,6 +546,7 @@ Actor Session::getActor(const std::string& name) {
     if (handle == nullptr) {
       handle = std::make_unique<client::SessionImpl>(impl->client, session);
       handle->owned = false;
+      handle->foreignHandle = true;
       handle->nextN = 0;
       handle->blockEnd = 0;
     }
@@ -579,6 +580,10 @@ Task Actor::call(const std::string& method, const std::vector<DataObject>& input
   task.function = method;
   task.callConfig = std::move(config);
   task.name = type + "." + method;
+  // A call on another session's actor must not fail that session (which
+  // would end the actor for everyone): it may fail, and its caller hears
+  // of it from wait() and fetch() as usual.
+  task.allowFailure = session->foreignHandle;
   for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
   return Task(session, task.n);
 }

@@ -131,9 +131,13 @@ Pipeline PipelineParser::parse(const std::string& text) {
         fail(posOf(node->source()), "'" + key + "' must hold one table per " + key + ", written [" + key +
                                         ".NAME] (it is " + std::string(typeName(node->type())) + ")");
       }
-      for (auto&& [name, table] : sortedByPosition(*tables)) {
-        pipeline.steps.push_back(key == "step" ? parseStep(name, keyPos.at(name), *table)
-                                               : parseActor(name, keyPos.at(name), *table));
+      // The headers' positions, before parsing the tables overwrites keyPos
+      // (they order steps and actors below).
+      auto entries = sortedByPosition(*tables);
+      auto headers = keyPos;
+      for (auto&& [name, table] : entries) {
+        pipeline.steps.push_back(key == "step" ? parseStep(name, headers.at(name), *table)
+                                               : parseActor(name, headers.at(name), *table));
       }
     } else {
       fail(keyPos.at(key), "unknown key '" + key + "'" + suggestion(key, {"name", "step", "actor"}) +

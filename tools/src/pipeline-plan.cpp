@@ -118,6 +118,10 @@ class PipelinePlanner {
   // placeholders elsewhere are a mistake worth naming.
   std::string expand(const std::string& text, const Step& step, const ArrayItem* item, size_t index,
                      SourcePos pos, const char* what) const {
+    if (item == nullptr && hasPlaceholder(text) && step.kind == Step::Kind::ACTOR) {
+      fail(pos, std::string(what) + " '" + text + "' uses a placeholder, but an actor is one instance, not an array "
+                "(write {{item}} for the text itself)");
+    }
     if (item == nullptr && hasPlaceholder(text)) {
       fail(pos, std::string(what) + " '" + text + "' uses a placeholder, but step '" + step.name +
                     "' is not an array step (give it lines, files, range or values)");

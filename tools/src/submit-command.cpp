@@ -58,7 +58,9 @@ std::optional<int> submitAndWait(Session& session, Task& task) {
   for (size_t i = 0; i < task.outputCount(); i++) task.output(i).keep();
   session.submit();
   try {
-    session.waitAll();
+    // This task, not the session's all: a call on another session's actor
+    // is a task of that session.
+    session.wait({task});
   } catch (const TaskFailed& failure) {
     return reportFailure(failure);
   }
@@ -76,8 +78,8 @@ DataObject upload(Session& session, const std::string& file) {
 // config. `what` is the flag, for messages.
 void refuseProgramOptions(const SubmitOptions& options, const std::string& what) {
   if (!options.command.empty()) throw Error(what + " runs no program: give none");
-  if (options.shell || !options.stdinFile.empty() || !options.writableInputs.empty()) {
-    throw Error(what + " takes --input FILE, --output FILE and --config: not --shell, --stdin or --input-rw");
+  if (options.shell || !options.stdinFile.empty() || !options.stdoutFile.empty() || !options.writableInputs.empty()) {
+    throw Error(what + " runs no program: --shell, --stdin, --stdout and --input-rw are for programs");
   }
   if (!options.config.empty() && !options.configFile.empty()) throw Error("give --config or --config-file, not both");
 }
@@ -97,15 +99,16 @@ std::vector<ObjectKind> outputKinds(const SubmitOptions& options) {
   return kinds;
 }
 
-// Submits `task` (a call), waits, writes its outputs where --output says
-// (or prints its one output) and closes the session.
-int finishCall(const SubmitOptions& options, Session& session, Task& task) {
+// Submits `task` (a call of `kinds` outputs), waits for it, writes its
+// outputs where --output says (or prints its one output) and closes the
+// session.
+int finishCall(const SubmitOptions& options, Session& session, Task& task, const std::vector<ObjectKind>& kinds) {
   if (auto failed = submitAndWait(session, task)) return *failed;
   if (options.outputs.empty()) {
     task.output(0).fetchTo(stdout);
   } else {
     for (size_t i = 0; i < options.outputs.size(); i++) {
-      if (options.outputs[i].back() == '/') {
+      if (kinds[i] == ObjectKind::DIR) {
         task.output(i).fetchDir(options.outputs[i]);
       } else {
         task.output(i).fetchToFile(options.outputs[i]);
@@ -123,11 +126,12 @@ int runCall(const SubmitOptions& options) {
   auto session = client.newSession(options.name.empty() ? "call " + options.call : options.name);
   std::vector<DataObject> inputs;
   for (auto& file : options.inputs) inputs.push_back(upload(session, file));
-  auto task = session.call(options.call, inputs, configOf(options), outputKinds(options));
+  auto kinds = outputKinds(options);
+  auto task = session.call(options.call, inputs, configOf(options), kinds);
   task.cpus(options.cpus);
   askResources(task, options.resources);
   if (!options.name.empty()) task.name(options.name);
-  return finishCall(options, session, task);
+  return finishCall(options, session, task, kinds);
 }
 
 // squall submit --actor EXECUTOR/Type --name NAME: submitted, then the
@@ -138,7 +142,7 @@ int runActor(const SubmitOptions& options) {
     throw Error("--actor needs --name NAME: an actor started from the command line is named, so that "
                 "--method NAME.METHOD and --kill-actor NAME reach it");
   }
-  if (!options.outputs.empty()) throw Error("--actor: an actor has no outputs (its methods have)");
+  if (!options.outputs.empty()) throw Error("--actor: an actor has no outputs (its methods have): no --output");
   Client client(options.server, options.token);
   auto session = client.newSession("actor " + options.name);
   std::vector<DataObject> inputs;
@@ -160,7 +164,8 @@ int runActor(const SubmitOptions& options) {
 // squall submit --method NAME.METHOD: a call on a live named actor.
 int runMethod(const SubmitOptions& options) {
   refuseProgramOptions(options, "--method");
-  auto dot = options.method.find('.');
+  // An actor's name may hold dots, a method's not.
+  auto dot = options.method.rfind('.');
   if (dot == std::string::npos || dot == 0 || dot + 1 == options.method.size()) {
     throw Error("--method '" + options.method + "' is not NAME.METHOD (an actor's name, a dot, its method)");
   }
@@ -174,13 +179,19 @@ int runMethod(const SubmitOptions& options) {
   Client client(options.server, options.token);
   auto session = client.newSession("method " + options.method);
   auto actor = session.getActor(options.method.substr(0, dot));
-  auto task = actor.call(options.method.substr(dot + 1), {}, configOf(options), outputKinds(options));
+  auto kinds = outputKinds(options);
+  auto task = actor.call(options.method.substr(dot + 1), {}, configOf(options), kinds);
   if (!options.name.empty()) task.name(options.name);
-  return finishCall(options, session, task);
+  return finishCall(options, session, task, kinds);
 }
 
 // squall submit --kill-actor NAME.
 int runKillActor(const SubmitOptions& options) {
+  refuseProgramOptions(options, "--kill-actor");
+  if (!options.inputs.empty() || !options.outputs.empty() || !options.config.empty() || !options.configFile.empty() ||
+      options.cpus != 1 || !options.resources.empty()) {
+    throw Error("--kill-actor NAME takes no other task options");
+  }
   Client client(options.server, options.token);
   auto session = client.newSession("kill " + options.killActor);
   session.getActor(options.killActor).kill();

@@ -161,7 +161,7 @@ void SessionTable::close(uint64_t id, bool evenIfNamedActors) {
   for (auto& [n, object] : session.objects) {
     for (auto g : object.locations) pending.remove.emplace_back(g, object.id);
   }
-  forgetNames(session);
+  forgetNames(session, "its session was closed");
   if (onClose) onClose(session);
   if (log != nullptr) {
     try {
@@ -200,9 +200,9 @@ void SessionTable::submitted(Session& session, std::vector<TaskNode*> ready) {
   registerNamedActors(session);
 }
 
-void SessionTable::forgetNames(Session& session) {
+void SessionTable::forgetNames(Session& session, const char* why) {
   for (auto& [n, actor] : session.actors) {
-    if (!actor.name.empty()) unname(session, actor, "its session ended");
+    if (!actor.name.empty()) unname(session, actor, why);
   }
 }
 
@@ -218,7 +218,13 @@ void SessionTable::unname(const Session& session, const ActorNode& actor, const 
   } else {
     end += "ended: " + (task.error.empty() ? std::string(why) : task.error);
   }
-  if (endedNames.size() >= MAX_ENDED_NAMES && endedNames.count(actor.name) == 0) endedNames.erase(endedNames.begin());
+  if (endedNames.count(actor.name) == 0) {
+    if (endedOrder.size() >= MAX_ENDED_NAMES) {
+      endedNames.erase(endedOrder.front());  // the name that ended longest ago
+      endedOrder.pop_front();
+    }
+    endedOrder.push_back(actor.name);
+  }
   endedNames[actor.name] = std::move(end);
 }
 
@@ -622,7 +628,7 @@ void SessionTable::fail(Session& session, std::string message, const TaskNode* t
         break;
     }
   }
-  forgetNames(session);
+  forgetNames(session, kj::str("its session failed: ", session.failureMessage.c_str()).cStr());
   notifyAll(session);
 }
 
@@ -921,8 +927,11 @@ kj::Promise<void> SessionTable::wait(Session& session, capnp::List<uint64_t>::Re
   }
   auto& every = session.everyWaiter;
   if (every.size() > 1024) {
+    // Done, or given up by its client (a wait allows cancellation).
     every.erase(std::remove_if(every.begin(), every.end(),
-                               [](const std::shared_ptr<Waiter>& w) { return w->remaining == 0; }),
+                               [](const std::shared_ptr<Waiter>& w) {
+                                 return w->remaining == 0 || (w->fulfiller && !w->fulfiller->isWaiting());
+                               }),
                 every.end());
   }
   every.push_back(waiter);

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <deque>
 #include <map>
 #include <spdlog/logger.h>
 
@@ -83,8 +84,9 @@ class SessionTable {
   const std::string* namedActorEnd(const std::string& name) const;
   // Registers the named actors of `session` not registered yet.
   void registerNamedActors(Session& session);
-  // Unregisters the names of the session's actors (it closes or failed).
-  void forgetNames(Session& session);
+  // Unregisters the names of the session's actors (it closes or failed:
+  // `why`, kept as how they ended).
+  void forgetNames(Session& session, const char* why);
   // Drops a session from memory only (one that could not be restored: its
   // rows stay in the log).
   void forget(uint64_t id) { sessions.erase(id); }
@@ -172,6 +174,7 @@ class SessionTable {
   std::map<std::string, Id> named;
   static constexpr size_t MAX_ENDED_NAMES = 10000;
   std::map<std::string, std::string> endedNames;  // name -> how its last actor ended
+  std::deque<std::string> endedOrder;             // its names, the first to end first
   // Unregisters the actor's name (if it holds it) and keeps why it ended.
   void unname(const Session& session, const ActorNode& actor, const char* why);
   ServerStats counters;

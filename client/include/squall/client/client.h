@@ -381,7 +381,11 @@ class Session {
   // server. Calls on an actor of another session are tasks of that session
   // (their outputs are fetched and waited for as usual, and go with
   // this session's submit); they read objects of that session only, so
-  // pass data as their config. Throws Error when no live actor has the name.
+  // pass data as their config. Such a call is allowed to fail: a method
+  // that throws fails the call (wait() and fetch() throw TaskFailed) but
+  // not the actor's session, so the actor lives on for its other users.
+  // Throws Error when no live actor has the name (saying how the last one
+  // of that name ended, if one did).
   Actor getActor(const std::string& name);
   // Sleeps; output 0 = `input`'s bytes (empty without input).
   Task sleep(std::chrono::milliseconds duration, std::optional<DataObject> input = std::nullopt);
