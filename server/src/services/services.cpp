@@ -151,7 +151,12 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   // is named as such rather than as unknown.
   Session& openSession(uint64_t id) {
     KJ_IF_MAYBE(session, context.sessions.find(id)) { return *session; }
-    SQUALL_REQUIRE(context.history.find(id) == nullptr, "session ", id, " is closed");
+    KJ_IF_MAYBE(kept, context.history.find(id)) {
+      // A session that failed says why (e.g. a named actor's session,
+      // closed when its actor failed, reached by a call of another).
+      SQUALL_FAIL("session ", id, " is closed",
+                  kept->getFailed() ? kj::str(" (it failed: ", kept->getFailure(), ")") : kj::str());
+    }
     return context.sessions.get(id);
   }
 
