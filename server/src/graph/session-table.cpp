@@ -100,14 +100,7 @@ Session& SessionTable::restore(const SessionLog::SessionRecord& record,
   if (!record.failure.empty()) fail(session, record.failure);
   registerNamedActors(session);
   // A lingering session whose named actors ended meanwhile goes now.
-  if (session.lingering && std::none_of(session.actors.begin(), session.actors.end(), [](auto& entry) {
-        return !entry.second.name.empty() && !entry.second.task->done();
-      })) {
-    if (std::find(pending.closeLingering.begin(), pending.closeLingering.end(), session.id) ==
-        pending.closeLingering.end()) {
-      pending.closeLingering.push_back(session.id);
-    }
-  }
+  closeIfNoNamedActorLives(session);
   logger.info("event=session-restored session={} name=\"{}\" tasks={} finished={} failed={}",
               session.id, session.name, session.tasks.size(),
               session.counts[static_cast<int>(TaskNode::State::FINISHED)],
@@ -132,11 +125,7 @@ void SessionTable::close(uint64_t id, bool evenIfNamedActors) {
   if (it == sessions.end()) return;
   auto& session = it->second;
   if (!evenIfNamedActors) {
-    size_t living = 0;
-    for (auto& [n, actor] : session.actors) {
-      if (!actor.name.empty() && !actor.task->done()) living++;
-    }
-    if (living > 0) {
+    if (size_t living = livingNamedActors(session); living > 0) {
       // Its named actors outlive it: kept open, ownerless, until they end.
       session.owner = nullptr;
       if (!session.lingering && log != nullptr) {
@@ -206,13 +195,27 @@ void SessionTable::forgetNames(Session& session, const char* why) {
   }
 }
 
+size_t SessionTable::livingNamedActors(const Session& session) {
+  size_t living = 0;
+  for (auto& [n, actor] : session.actors) living += !actor.name.empty() && !actor.task->done();
+  return living;
+}
+
+void SessionTable::closeIfNoNamedActorLives(Session& session) {
+  auto& queued = pending.closeLingering;
+  if (!session.lingering || livingNamedActors(session) > 0 ||
+      std::find(queued.begin(), queued.end(), session.id) != queued.end()) {
+    return;
+  }
+  queued.push_back(session.id);
+}
+
 void SessionTable::unname(const Session& session, const ActorNode& actor, const char* why) {
   auto it = named.find(actor.name);
   if (it == named.end() || it->second != actor.task->id) return;
   named.erase(it);
   auto& task = *actor.task;
-  auto how = kj::str("task ", task.id.n, " of session ", session.id, " ");
-  std::string end = how.cStr();
+  auto end = "task " + std::to_string(task.id.n) + " of session " + std::to_string(session.id) + " ";
   if (task.state == TaskNode::State::FAILED) {
     end += "failed: " + task.error;
   } else {
@@ -439,13 +442,7 @@ uint64_t SessionTable::reserveIds(Session& session, uint64_t count) {
 void SessionTable::actorEnded(Session& session, ActorNode& actor) {
   if (!actor.name.empty()) {
     unname(session, actor, "it ended");
-    if (session.lingering) {
-      bool more = false;
-      for (auto& [n, other] : session.actors) {
-        if (&other != &actor && !other.name.empty() && !other.task->done()) more = true;
-      }
-      if (!more) pending.closeLingering.push_back(session.id);
-    }
+    closeIfNoNamedActorLives(session);
   }
   auto why = actor.killed ? kj::str("actor ", actor.task->id.n, " was killed before the call ran")
                           : kj::str("actor ", actor.task->id.n, " ended before the call ran",

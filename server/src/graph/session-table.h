@@ -175,6 +175,10 @@ class SessionTable {
   static constexpr size_t MAX_ENDED_NAMES = 10000;
   std::map<std::string, std::string> endedNames;  // name -> how its last actor ended
   std::deque<std::string> endedOrder;             // its names, the first to end first
+  // Its named actors that have not ended.
+  static size_t livingNamedActors(const Session& session);
+  // A lingering session without them is queued to close (once).
+  void closeIfNoNamedActorLives(Session& session);
   // Unregisters the actor's name (if it holds it) and keeps why it ended.
   void unname(const Session& session, const ActorNode& actor, const char* why);
   ServerStats counters;
