@@ -344,6 +344,7 @@ int run(const Flags& flags) {
     ResultBatcher batcher(timer, logger);
     TaskQueue queue(env, fetcher, flags.cpus, offeredPools(flags),
                     [&batcher](TaskOutcome outcome) { batcher.report(kj::mv(outcome)); });
+    queue.onDry([&batcher]() { batcher.ranDry(); });
 
     // Data service.
     kj::Own<kj::ConnectionReceiver> receiver;

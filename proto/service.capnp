@@ -332,7 +332,10 @@ interface GovernorUpstream {
   # them again if it has to register again (a server crash), so that it
   # forgets only what survives one. Numbers increase for the governor's
   # lifetime.
-  update @0 (results :List(TaskResult), number :UInt64) -> (durable :Bool);
+  # `ranDry`: since the last update, a task's end left cpus of the
+  # governor free with no task ready to take them (the server may queue
+  # more tasks there; docs/scheduling.md "Queue depth").
+  update @0 (results :List(TaskResult), number :UInt64, ranDry :Bool) -> (durable :Bool);
   # The governor's heartbeat. Both calls fail DISCONNECTED once the server
   # has given the governor up: it must register again.
   ping @1 () -> ();

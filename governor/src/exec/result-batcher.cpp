@@ -69,6 +69,7 @@ kj::Promise<void> ResultBatcher::sendBatch() {
   }
   uint64_t number = nextUpdate++;
   request.setNumber(number);
+  request.setRanDry(std::exchange(dry, false));
   auto list = request.initResults(count);
   for (size_t i = 0; i < count; i++) {
     pending[i].toWire(list[i]);

@@ -29,6 +29,9 @@ class ResultBatcher final : private kj::TaskSet::ErrorHandler {
   KJ_DISALLOW_COPY(ResultBatcher);
 
   void report(TaskOutcome outcome);
+  // The governor's queue ran dry (TaskQueue::onDry): the next update says
+  // so, and the server may queue more here (docs/scheduling.md).
+  void ranDry() { dry = true; }
   // Registered (again) with the server: sends what waits. Results whose
   // update was lost with the previous connection are sent again (the server
   // drops those it has already recorded).
@@ -55,6 +58,7 @@ class ResultBatcher final : private kj::TaskSet::ErrorHandler {
   uint64_t nextUpdate = 1;
   uint64_t durableThrough = 0;
   bool busy = false;  // an update is scheduled or in flight
+  bool dry = false;
   // Bumped by connected(): which connection an update went out on.
   uint64_t generation = 0;
   uint64_t sent = 0;

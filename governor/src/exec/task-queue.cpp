@@ -481,6 +481,7 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
     ended(*spec, kj::mv(outcome));
     checkIdle();
     pump();
+    if (ready.empty() && freeCpus() > 0) dryListener();
   }
 }
 

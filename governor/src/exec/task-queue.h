@@ -67,6 +67,10 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   // Called when a task lends its cpus (true) or takes them again (false),
   // to tell the server (ServerLink).
   void onLend(kj::Function<void(Id, bool)> listener) { lendListener = kj::mv(listener); }
+  // Called when a task's end leaves cpus free and nothing ready to take
+  // them: the queue the server keeps here ran dry (it sends more when the
+  // results reach it; GovernorUpstream.update's ranDry).
+  void onDry(kj::Function<void()> listener) { dryListener = kj::mv(listener); }
   size_t waitingCount() const { return tasks.size() - running; }
   size_t runningCount() const { return running; }
   // Every task it holds (waiting for inputs, ready or running).
@@ -131,6 +135,7 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   std::unordered_set<Id, IdHash> seceded;
   std::deque<Hold*> rejoining;
   kj::Function<void(Id, bool)> lendListener = [](Id, bool) {};
+  kj::Function<void()> dryListener = []() {};
   // Declared last: destroyed first, so no running promise outlives a Task.
   kj::TaskSet work;
 

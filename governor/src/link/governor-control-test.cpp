@@ -54,6 +54,7 @@ class GovernorControlTest : public ::testing::Test {
     batcher = kj::heap<ResultBatcher>(wire::GovernorUpstream::Client(kj::mv(fake)),
                                       io.provider->getTimer(), *logger);
     queue = kj::heap<TaskQueue>(env, fetcher, 2, std::vector<ResourcePool>{}, [this](TaskOutcome o) { batcher->report(kj::mv(o)); });
+    queue->onDry([this]() { batcher->ranDry(); });
     control = kj::heap<GovernorControlImpl>(store, *queue, *batcher, *logger);
   }
 
@@ -386,6 +387,37 @@ TEST_F(GovernorControlTest, ABurstOfTrivialTasksCostsFewUpdates) {
   waitWithTimeout(io, request.send());
   waitWithTimeout(io, upstream->waitFor(200));
   EXPECT_LE(upstream->updates, 5u);
+}
+
+// The server learns when the queue it keeps here ran dry (it may queue more
+// here then): a task's end with nothing ready to take its cpu says so,
+// an end with a task ready behind it does not.
+TEST_F(GovernorControlTest, AnUpdateSaysWhenTheQueueRanDry) {
+  auto request = control.assignRequest();
+  auto tasks = request.initTasks(3);
+  for (uint64_t i = 0; i < 3; i++) {
+    fillCommon(tasks[i], {8, i + 1}, {}, {}, 2);  // both cpus: one at a time
+    tasks[i].getTask().getConfig().initSleep().setMilliseconds(i == 0 ? 0 : 30);
+  }
+  waitWithTimeout(io, request.send());
+  // The first ends with two behind it: not dry.
+  waitWithTimeout(io, upstream->waitForAll({{8, 1}}));
+  settle();
+  EXPECT_EQ(upstream->dryUpdates, 0u);
+  // The last leaves the cpus free with nothing ready.
+  waitWithTimeout(io, upstream->waitFor(3));
+  settle();
+  EXPECT_EQ(upstream->dryUpdates, 1u);
+  // Each update says it once.
+  auto updates = upstream->updates;
+  auto one = control.assignRequest();
+  fillCommon(one.initTasks(1)[0], {8, 4}, {}, {}, 1);
+  one.getTasks()[0].getTask().getConfig().initSleep().setMilliseconds(0);
+  waitWithTimeout(io, one.send());
+  waitWithTimeout(io, upstream->waitFor(4));
+  settle();
+  EXPECT_EQ(upstream->updates, updates + 1);
+  EXPECT_EQ(upstream->dryUpdates, 2u);
 }
 
 TEST_F(GovernorControlTest, ResultsAreKeptUntilTheServerHasThemInItsLog) {

@@ -9,6 +9,7 @@ namespace squall {
 kj::Promise<void> FakeUpstream::update(UpdateContext context) {
   updates++;
   lastNumber = context.getParams().getNumber();
+  if (context.getParams().getRanDry()) dryUpdates++;
   context.getResults().setDurable(durable);
   for (auto r : context.getParams().getResults()) {
     Result result;

@@ -33,6 +33,8 @@ class FakeUpstream final : public wire::GovernorUpstream::Server {
   // confirms later), and the number of the last update.
   bool durable = true;
   uint64_t lastNumber = 0;
+  // Updates that said the governor's queue ran dry.
+  size_t dryUpdates = 0;
 
   kj::Promise<void> update(UpdateContext context) override;
   // Resolves once `count` results have come in.

@@ -40,6 +40,14 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
 
   // Asks for a pass; many kicks before it runs make one pass.
   void kick();
+  // The governor's queue ran dry (Scheduler::ranDry).
+  void ranDry(GovernorState& governor) {
+    uint32_t before = governor.deepQueue;
+    scheduler.ranDry(governor);
+    if (governor.deepQueue != before) {
+      logger.debug("event=queue-deepened governor={} depth={}", governor.id, governor.deepQueue);
+    }
+  }
   // The governor's connection is gone: forget it, fail what depended on it.
   void governorLost(GovernorId id);
   // Resolves once what happened so far is in the session log (at once

@@ -19,6 +19,9 @@ struct GovernorState {
   // Cpus of the tasks assigned and not yet reported back (running or queued
   // on the governor).
   uint32_t load = 0;
+  // Cpus' worth of tasks it may hold queued beyond its cpus when more than
+  // the scheduler's base depth (Scheduler::ranDry); 0: the base.
+  uint32_t deepQueue = 0;
   wire::GovernorControl::Client control;
   // The functions its executors offer: "executor/function" -> output names.
   std::map<std::string, std::vector<std::string>> functions;

@@ -283,6 +283,62 @@ TEST_F(SchedulerTest, ATaskStartsWhereItCanNowRatherThanQueueBesideItsInput) {
   EXPECT_EQ(a.load + b.load + c.load, 3u);
 }
 
+// Queue depth: a governor whose queue ran dry while tasks waited here gets
+// a deeper one, doubling up to the cap; with nothing waiting, it is not
+// deepened, and once nothing waits every depth is the base again.
+TEST_F(SchedulerTest, AGovernorThatRanDryWhileTasksWaitedGetsADeeperQueue) {
+  GovernorPool pool;
+  auto& a = pool.add("a", "127.0.0.1:1", 1, nullptr);
+  auto& b = pool.add("b", "127.0.0.1:2", 1, nullptr);
+  TestGraph g(1);
+  for (uint64_t n = 0; n < 40; n++) g.output(n + 1).task({100 + n, {}, {n + 1}});
+  submit(g);
+  Scheduler scheduler(SchedulerOptions{.queueDepth = 2});
+  enqueue(scheduler);
+  scheduler.place(table, pool);
+  EXPECT_EQ(a.load, 3u);  // 1 running, 2 queued
+  EXPECT_EQ(b.load, 3u);
+  EXPECT_EQ(scheduler.readyCount(), 34u);
+
+  scheduler.ranDry(a);
+  EXPECT_EQ(a.deepQueue, 4u);
+  scheduler.place(table, pool);
+  EXPECT_EQ(a.load, 5u);  // 1 running, 4 queued
+  EXPECT_EQ(b.load, 3u);  // b did not run dry: its depth is the base
+  scheduler.ranDry(a);
+  scheduler.ranDry(a);
+  EXPECT_EQ(a.deepQueue, 16u);
+  scheduler.place(table, pool);
+  EXPECT_EQ(a.load, 17u);
+  EXPECT_EQ(scheduler.readyCount(), 40u - 17u - 3u);
+  for (int i = 0; i < 20; i++) scheduler.ranDry(a);
+  EXPECT_EQ(a.deepQueue, Scheduler::MAX_QUEUE_DEPTH);
+
+  // Everything placed: nothing waits, depths go back to the base, and a
+  // governor running dry now has simply finished.
+  scheduler.place(table, pool);
+  EXPECT_EQ(scheduler.readyCount(), 0u);
+  scheduler.settleDepths(pool);
+  EXPECT_EQ(a.deepQueue, 0u);
+  scheduler.ranDry(b);
+  EXPECT_EQ(b.deepQueue, 0u);
+}
+
+TEST_F(SchedulerTest, NoQueueDepthStaysNone) {
+  GovernorPool pool;
+  auto& a = pool.add("a", "127.0.0.1:1", 1, nullptr);
+  TestGraph g(1);
+  for (uint64_t n = 0; n < 4; n++) g.output(n + 1).task({100 + n, {}, {n + 1}});
+  submit(g);
+  Scheduler scheduler(SchedulerOptions{.queueDepth = 0});
+  enqueue(scheduler);
+  scheduler.place(table, pool);
+  scheduler.ranDry(a);
+  scheduler.place(table, pool);
+  EXPECT_EQ(a.load, 1u);  // --queue-depth 0: one at a time, as asked
+  EXPECT_EQ(a.deepQueue, 0u);
+}
+
 // Work stealing: tasks queued on a loaded governor go to one that idles.
 TEST_F(SchedulerTest, AnIdleGovernorTakesTheLastQueuedTasksOfALoadedOne) {
   GovernorPool pool;

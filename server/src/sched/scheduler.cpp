@@ -140,12 +140,12 @@ bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorP
   return true;
 }
 
-GovernorState* Scheduler::choose(const TaskNode& task, GovernorPool& governors, uint32_t depth) {
+GovernorState* Scheduler::choose(const TaskNode& task, GovernorPool& governors, bool shallow) {
   auto& all = governors.all();
   if (options.placement == Placement::RANDOM) {
     std::vector<GovernorState*> fit;
     for (auto& [gid, g] : all) {
-      if (hasRoom(g, task.cpus, depth) && offers(g, task)) fit.push_back(&g);
+      if (hasRoom(g, task.cpus, depthOf(g, shallow)) && offers(g, task)) fit.push_back(&g);
     }
     if (fit.empty()) return nullptr;
     return fit[std::uniform_int_distribution<size_t>(0, fit.size() - 1)(random)];
@@ -157,7 +157,7 @@ GovernorState* Scheduler::choose(const TaskNode& task, GovernorPool& governors, 
   uint64_t bestLocal = 0;
   double bestLoad = 0;
   for (auto& [gid, g] : all) {
-    if (!hasRoom(g, task.cpus, depth) || !offers(g, task)) continue;
+    if (!hasRoom(g, task.cpus, depthOf(g, shallow)) || !offers(g, task)) continue;
     bool now = freeCpus(g) >= task.cpus;
     uint64_t local = localBytes(task, gid);
     double load = double(g.load) / double(g.cpus);
@@ -236,10 +236,11 @@ void Scheduler::place(SessionTable& sessions, GovernorPool& governors) {
   passes++;
   std::vector<ReadyQueue::Entry> waiting;
   auto& all = governors.all();
-  uint32_t depth = options.queueDepth;
+  // No queue depth while a stream group waits for room (see the header).
+  bool shallow = false;
   auto anyRoom = [&]() {
     for (auto& [gid, g] : all) {
-      if (g.load < g.cpus + depth) return true;
+      if (g.load < g.cpus + depthOf(g, shallow)) return true;
     }
     return false;
   };
@@ -262,22 +263,34 @@ void Scheduler::place(SessionTable& sessions, GovernorPool& governors) {
         if (!placeGroup(*task->group, sessions, governors)) {
           tried.push_back(task->group);
           waiting.push_back(entry);
-          depth = 0;
+          shallow = true;
         }
         room = anyRoom();
         continue;
       }
-      GovernorState* best = choose(*task, governors, depth);
+      GovernorState* best = choose(*task, governors, shallow);
       if (best == nullptr) {
         waiting.push_back(entry);
         continue;
       }
       assign(*task, *best, sessions, governors);
-      if (best->load >= best->cpus + depth) room = anyRoom();
+      if (best->load >= best->cpus + depthOf(*best, shallow)) room = anyRoom();
     }
   }
   // Unplaced tasks keep their place in the queue.
   for (auto& entry : waiting) ready.putBack(entry);
+}
+
+void Scheduler::ranDry(GovernorState& governor) {
+  // With nothing waiting here, it simply finished (the end of a burst).
+  if (ready.empty() || options.queueDepth == 0) return;
+  uint32_t now = std::max(options.queueDepth, governor.deepQueue);
+  governor.deepQueue = std::min(MAX_QUEUE_DEPTH, now * 2);
+}
+
+void Scheduler::settleDepths(GovernorPool& governors) {
+  if (!ready.empty()) return;
+  for (auto& [gid, g] : governors.all()) g.deepQueue = 0;
 }
 
 std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& governors) {

@@ -25,6 +25,9 @@ struct SchedulerOptions {
   // Deeper queues raise throughput for tiny tasks; work stealing takes
   // queued tasks back when another governor idles, so they cost little
   // balance for long tasks.
+  // The base: a governor that runs dry while tasks wait on the server (its
+  // tasks end faster than the server's next batch reaches it) gets twice
+  // its depth, up to Scheduler::MAX_QUEUE_DEPTH, until no task waits.
   uint32_t queueDepth = 16;
   Placement placement = Placement::BLEVEL;
   // Seeds RANDOM's draws: the same graph on the same governors is placed
@@ -75,6 +78,18 @@ class Scheduler {
   // waits for room, other tasks are placed without queue depth, so queues
   // drain and the group is not starved.
   void place(SessionTable& sessions, GovernorPool& governors);
+
+  // The most cpus' worth a governor's queue grows to (ranDry).
+  static constexpr uint32_t MAX_QUEUE_DEPTH = 1024;
+  // `governor` ran dry: a task's end there left cpus free with none of its
+  // tasks ready (GovernorUpstream.update's ranDry). If tasks wait here
+  // meanwhile, its queue was too short to cover the trip of its results
+  // and of the next batch (tiny tasks): its depth doubles.
+  void ranDry(GovernorState& governor);
+  // After place(): with no task waiting, every depth is the base again
+  // (deep queues are for floods of tiny tasks; long ones balance better
+  // on short queues).
+  void settleDepths(GovernorPool& governors);
 
   // Work stealing, after place(): governors with free cpus that no queued
   // task could use take tasks that loaded governors hold queued beyond
@@ -129,7 +144,11 @@ class Scheduler {
 
   // Places every member of `group` or none; false when they do not fit now.
   bool placeGroup(StreamGroup& group, SessionTable& sessions, GovernorPool& governors);
-  GovernorState* choose(const TaskNode& task, GovernorPool& governors, uint32_t depth);
+  // `shallow`: no queue depth at all (a stream group waits for room).
+  GovernorState* choose(const TaskNode& task, GovernorPool& governors, bool shallow);
+  uint32_t depthOf(const GovernorState& g, bool shallow) const {
+    return shallow ? 0 : std::max(options.queueDepth, g.deepQueue);
+  }
   void assign(TaskNode& task, GovernorState& governor, SessionTable& sessions, GovernorPool& governors);
 };
 

@@ -725,6 +725,7 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
     // these are written; the commit that has them confirms them (see the
     // Dispatcher).
     governor.appliedUpdate = std::max(governor.appliedUpdate, call.getParams().getNumber());
+    if (call.getParams().getRanDry()) context.dispatcher.ranDry(governor);
     call.getResults().setDurable(context.sessions.sessionLog() == nullptr);
     context.dispatcher.kick();
     return kj::READY_NOW;
