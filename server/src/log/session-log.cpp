@@ -102,9 +102,14 @@ const char* const MIGRATIONS[] = {
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
 
 // Prepared statement, finalized on scope exit.
+// A statement from SessionLog::prepare's cache, made ready for its next
+// use (reset, bindings cleared: a blob bound SQLITE_STATIC is not held).
 struct Statement {
   sqlite3_stmt* stmt;
-  ~Statement() { sqlite3_finalize(stmt); }
+  ~Statement() {
+    sqlite3_reset(stmt);
+    sqlite3_clear_bindings(stmt);
+  }
   operator sqlite3_stmt*() const { return stmt; }
 };
 
@@ -148,19 +153,27 @@ void SessionLog::exec(const char* sql) {
 }
 
 sqlite3_stmt* SessionLog::prepare(const char* sql) {
+  auto it = statements.find(sql);
+  if (it != statements.end()) return it->second;
   sqlite3_stmt* stmt = nullptr;
-  int rc = sqlite3_prepare_v2(db, sql, -1, &stmt, nullptr);
+  int rc = sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, nullptr);
   if (rc != SQLITE_OK) fail("prepare", rc);
+  statements.emplace(sql, stmt);
   return stmt;
 }
 
 template <typename Body>
 void SessionLog::transaction(const char* what, Body&& body) {
-  exec("BEGIN IMMEDIATE");
+  {
+    Statement begin{prepare("BEGIN IMMEDIATE")};
+    int rc = sqlite3_step(begin);
+    if (rc != SQLITE_DONE) fail(what, rc);
+  }
   try {
     body();
-    int rc = sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
-    if (rc != SQLITE_OK) fail(what, rc);
+    Statement commit{prepare("COMMIT")};
+    int rc = sqlite3_step(commit);
+    if (rc != SQLITE_DONE) fail(what, rc);
   } catch (...) {
     sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
     throw;
@@ -229,10 +242,16 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
       nextKeptSeq = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
     }
   } catch (...) {
-    sqlite3_close(db);
-    db = nullptr;
+    closeDb();
     throw;
   }
+}
+
+void SessionLog::closeDb() {
+  for (auto& [sql, stmt] : statements) sqlite3_finalize(stmt);
+  statements.clear();
+  if (db != nullptr) sqlite3_close(db);
+  db = nullptr;
 }
 
 SessionLog::~SessionLog() noexcept(false) {
@@ -243,7 +262,7 @@ SessionLog::~SessionLog() noexcept(false) {
   jobChanged.notify_all();
   // The writer finishes the commit it has.
   if (writer.joinable()) writer.join();
-  if (db != nullptr) sqlite3_close(db);
+  closeDb();
 }
 
 void SessionLog::limitSize(uint64_t mb) {

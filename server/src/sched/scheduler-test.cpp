@@ -339,6 +339,34 @@ TEST_F(SchedulerTest, NoQueueDepthStaysNone) {
   EXPECT_EQ(a.deepQueue, 0u);
 }
 
+// An actor is placed only onto free cpus: queued behind a running actor it
+// would wait for ever, even once another governor frees up.
+TEST_F(SchedulerTest, AnActorIsNotQueuedBehindBusyCpus) {
+  GovernorPool pool;
+  auto& a = pool.add("a", "127.0.0.1:1", 1, nullptr);
+  auto& b = pool.add("b", "127.0.0.1:2", 1, nullptr);
+  TestGraph g(1);
+  g.output(1).output(2).output(3).task({10, {}, {1}}).task({11, {}, {2}}).task({12, {}, {3}});
+  auto& s = submit(g);
+  s.tasks.at(10).isActor = true;
+  s.tasks.at(12).isActor = true;
+  Scheduler scheduler(SchedulerOptions{.queueDepth = 16});
+  enqueue(scheduler);
+  scheduler.place(table, pool);
+  // The first actor and the task take both cpus; the second actor waits
+  // here rather than in a queue behind either.
+  EXPECT_NE(s.tasks.at(10).governor, s.tasks.at(11).governor);
+  EXPECT_EQ(s.tasks.at(12).state, TaskNode::State::READY);
+  EXPECT_EQ(scheduler.queued(), (std::vector<Id>{{1, 12}}));
+  // The task ends: the actor takes its cpu.
+  auto where = s.tasks.at(11).governor;
+  pool.release(where, {1, 11});
+  report({1, 11}, true, where, {2});
+  scheduler.place(table, pool);
+  EXPECT_EQ(s.tasks.at(12).governor, where);
+  EXPECT_EQ(a.load + b.load, 2u);
+}
+
 // Work stealing: tasks queued on a loaded governor go to one that idles.
 TEST_F(SchedulerTest, AnIdleGovernorTakesTheLastQueuedTasksOfALoadedOne) {
   GovernorPool pool;

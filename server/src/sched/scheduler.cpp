@@ -268,7 +268,10 @@ void Scheduler::place(SessionTable& sessions, GovernorPool& governors) {
         room = anyRoom();
         continue;
       }
-      GovernorState* best = choose(*task, governors, shallow);
+      // An actor goes only where it starts now: it holds its cpus for its
+      // whole life, so queued behind another actor it could wait for ever
+      // while another governor frees up (and it is never stolen back).
+      GovernorState* best = choose(*task, governors, shallow || task->isActor);
       if (best == nullptr) {
         waiting.push_back(entry);
         continue;
