@@ -101,7 +101,6 @@ const char* const MIGRATIONS[] = {
 };
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
 
-// Prepared statement, finalized on scope exit.
 // A statement from SessionLog::prepare's cache, made ready for its next
 // use (reset, bindings cleared: a blob bound SQLITE_STATIC is not held).
 struct Statement {
@@ -162,18 +161,18 @@ sqlite3_stmt* SessionLog::prepare(const char* sql) {
   return stmt;
 }
 
+void SessionLog::step(const char* sql, const char* what) {
+  Statement stmt{prepare(sql)};
+  int rc = sqlite3_step(stmt);
+  if (rc != SQLITE_DONE) fail(what, rc);
+}
+
 template <typename Body>
 void SessionLog::transaction(const char* what, Body&& body) {
-  {
-    Statement begin{prepare("BEGIN IMMEDIATE")};
-    int rc = sqlite3_step(begin);
-    if (rc != SQLITE_DONE) fail(what, rc);
-  }
+  step("BEGIN IMMEDIATE", what);
   try {
     body();
-    Statement commit{prepare("COMMIT")};
-    int rc = sqlite3_step(commit);
-    if (rc != SQLITE_DONE) fail(what, rc);
+    step("COMMIT", what);
   } catch (...) {
     sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
     throw;

@@ -284,6 +284,8 @@ class SessionLog {
   // of the connection; never two Statements of one `sql` at once.
   sqlite3_stmt* prepare(const char* sql);
   std::unordered_map<std::string, sqlite3_stmt*> statements;
+  // Runs the cached statement `sql`, which returns no rows.
+  void step(const char* sql, const char* what);
   // Finalizes the statements, then closes the connection.
   void closeDb();
 };

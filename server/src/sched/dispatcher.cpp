@@ -162,7 +162,6 @@ void Dispatcher::pass() {
 
   if (!holding) {
     scheduler.place(sessions, governors);
-    scheduler.settleDepths(governors);
     scheduler.placeCalls(sessions, governors);
     for (auto& retraction : scheduler.steal(sessions, governors)) retract(kj::mv(retraction));
     for (auto& order : scheduler.prefetch(effects.inputFinished, sessions, governors)) sendPrefetch(order);

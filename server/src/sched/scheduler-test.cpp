@@ -318,7 +318,6 @@ TEST_F(SchedulerTest, AGovernorThatRanDryWhileTasksWaitedGetsADeeperQueue) {
   // governor running dry now has simply finished.
   scheduler.place(table, pool);
   EXPECT_EQ(scheduler.readyCount(), 0u);
-  scheduler.settleDepths(pool);
   EXPECT_EQ(a.deepQueue, 0u);
   scheduler.ranDry(b);
   EXPECT_EQ(b.deepQueue, 0u);

@@ -282,6 +282,11 @@ void Scheduler::place(SessionTable& sessions, GovernorPool& governors) {
   }
   // Unplaced tasks keep their place in the queue.
   for (auto& entry : waiting) ready.putBack(entry);
+  // Nothing waits: every depth is the base again (deep queues are for
+  // floods of tiny tasks; long ones balance better on short queues).
+  if (ready.empty()) {
+    for (auto& [gid, g] : all) g.deepQueue = 0;
+  }
 }
 
 void Scheduler::ranDry(GovernorState& governor) {
@@ -289,11 +294,6 @@ void Scheduler::ranDry(GovernorState& governor) {
   if (ready.empty() || options.queueDepth == 0) return;
   uint32_t now = std::max(options.queueDepth, governor.deepQueue);
   governor.deepQueue = std::min(MAX_QUEUE_DEPTH, now * 2);
-}
-
-void Scheduler::settleDepths(GovernorPool& governors) {
-  if (!ready.empty()) return;
-  for (auto& [gid, g] : governors.all()) g.deepQueue = 0;
 }
 
 std::vector<Retraction> Scheduler::steal(SessionTable& sessions, GovernorPool& governors) {

@@ -85,11 +85,8 @@ class Scheduler {
   // tasks ready (GovernorUpstream.update's ranDry). If tasks wait here
   // meanwhile, its queue was too short to cover the trip of its results
   // and of the next batch (tiny tasks): its depth doubles.
+  // (place() sets every depth back to the base once no task waits.)
   void ranDry(GovernorState& governor);
-  // After place(): with no task waiting, every depth is the base again
-  // (deep queues are for floods of tiny tasks; long ones balance better
-  // on short queues).
-  void settleDepths(GovernorPool& governors);
 
   // Work stealing, after place(): governors with free cpus that no queued
   // task could use take tasks that loaded governors hold queued beyond
