@@ -1,5 +1,6 @@
 #include "session-log.h"
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -118,6 +119,97 @@ TEST_F(SessionLogTest, SubmitsAreWrittenByTheWriterThreadAndCanBeTakenBack) {
   ASSERT_EQ(sessions[0].chunks.size(), 1u);  // the second submit only
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(sessions[0].chunks[0].data()), 11), "chunk-three");
   EXPECT_TRUE(sessions[0].constants.empty());
+}
+
+// A one-call submit (a sync actor call) waited two thread wake-ups for
+// the writer, three times the write itself: a small one that finds the
+// writer idle is written on this thread, durable when submitLater returns.
+TEST_F(SessionLogTest, ASmallSubmitWhileTheWriterIsIdleIsWrittenAtOnce) {
+  kj::EventLoop loop;
+  kj::WaitScope waitScope(loop);
+  {
+    SessionLog log(path, *logger);
+    log.sessionOpened(1, "s", true);
+    std::vector<kj::Array<capnp::word>> chunks;
+    chunks.push_back(wordsOf("small-one"));
+    auto first = log.submitLater(1, kj::mv(chunks), {{3, {9, 8}}});
+    EXPECT_TRUE(first.poll(waitScope));
+    auto rows = first.wait(waitScope);
+    EXPECT_EQ(rows.firstSeq, 0);
+    EXPECT_EQ(rows.endSeq, 1);
+    EXPECT_EQ(rows.constants, std::vector<uint64_t>{3});
+    // One for a session that has gone is not written, as on the writer.
+    std::vector<kj::Array<capnp::word>> late;
+    late.push_back(wordsOf("for no session"));
+    auto none = log.submitLater(2, kj::mv(late), {}).wait(waitScope);
+    EXPECT_EQ(none.firstSeq, none.endSeq);
+    // Next in order after a big one the writer has: it waits its turn.
+    std::vector<kj::Array<capnp::word>> big;
+    big.push_back(kj::heapArray<capnp::word>(SessionLog::SMALL_SUBMIT_BYTES / sizeof(capnp::word) + 1));
+    memset(big[0].asBytes().begin(), 0, big[0].asBytes().size());
+    auto bigRows = log.submitLater(1, kj::mv(big), {});
+    std::vector<kj::Array<capnp::word>> after;
+    after.push_back(wordsOf("small-two"));
+    auto afterRows = log.submitLater(1, kj::mv(after), {});
+    EXPECT_EQ(bigRows.wait(waitScope).firstSeq, 1);
+    EXPECT_EQ(afterRows.wait(waitScope).firstSeq, 2);
+  }
+  SessionLog log(path, *logger);
+  auto sessions = log.load();
+  ASSERT_EQ(sessions.size(), 1u);
+  ASSERT_EQ(sessions[0].chunks.size(), 3u);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sessions[0].chunks[0].data()), 9), "small-one");
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(sessions[0].chunks[2].data()), 9), "small-two");
+  ASSERT_EQ(sessions[0].constants.size(), 1u);
+  EXPECT_EQ(sessions[0].constants[0].second, (std::vector<uint8_t>{9, 8}));
+}
+
+// Writes on the loop thread fill the WAL too; its checkpoint (milliseconds,
+// with an fsync) is made by the writer thread. Should the loop thread keep
+// the connection so busy that the writer cannot get it, the loop thread
+// checkpoints at ~6 MiB itself: the WAL stays bounded either way.
+TEST_F(SessionLogTest, CheckpointsAreMadeByTheWriterThreadAndKeepTheWalBounded) {
+  kj::EventLoop loop;
+  kj::WaitScope waitScope(loop);
+  SessionLog log(path, *logger);
+  log.sessionOpened(1, "s", true);
+  std::mutex mutex;
+  std::condition_variable checkpointed;
+  int checkpoints = 0;                  // under mutex
+  bool onThisThread = false;            // under mutex
+  auto self = std::this_thread::get_id();
+  log.afterCheckpoint = [&]() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      checkpoints++;
+      if (std::this_thread::get_id() == self) onThisThread = true;
+    }
+    checkpointed.notify_all();
+  };
+  auto wal = path + "-wal";
+  uintmax_t largest = 0;
+  auto submits = [&](int n) {
+    for (int i = 0; i < n; i++) {  // each ~60 KiB, mostly written on this thread
+      std::vector<kj::Array<capnp::word>> chunks;
+      chunks.push_back(kj::heapArray<capnp::word>(60000 / sizeof(capnp::word)));
+      memset(chunks[0].asBytes().begin(), i & 0xff, chunks[0].asBytes().size());
+      // (To the writer instead while it holds the connection.)
+      log.submitLater(1, kj::mv(chunks), {}).wait(waitScope);
+      largest = std::max(largest, fs::file_size(wal));
+    }
+  };
+  // ~4.2 MiB: past the checkpoint mark (1,000 pages), short of the
+  // overdue one (1,500).
+  submits(70);
+  {
+    std::unique_lock<std::mutex> lock(mutex);
+    // An event, bounded: the writer was woken for it.
+    EXPECT_TRUE(checkpointed.wait_for(lock, std::chrono::seconds(60), [&]() { return checkpoints > 0; }));
+    EXPECT_FALSE(onThisThread);
+  }
+  submits(700);  // ~42 MiB more
+  EXPECT_LE(largest, 8u << 20);  // journal_size_limit
+  EXPECT_EQ(log.load()[0].chunks.size(), 770u);
 }
 
 TEST_F(SessionLogTest, WhatIsWrittenComesBackAfterReopening) {

@@ -202,6 +202,9 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
     // One server per log: the lock is taken by the first write below and
     // held until the log is closed, so a second server fails at once.
     exec("PRAGMA locking_mode=EXCLUSIVE");
+    // Checkpoints are the writer thread's (walCommitted), in place of
+    // SQLite's own after each commit past 1,000 pages on whichever thread.
+    sqlite3_wal_hook(db, &SessionLog::walCommitted, this);
     int version = 0;
     {
       Statement stmt{prepare("PRAGMA user_version")};
@@ -277,7 +280,7 @@ void SessionLog::limitSize(uint64_t mb) {
 }
 
 void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persistent) {
-  std::lock_guard<std::mutex> lock(dbMutex);
+  LoopWrite lock(*this);
   transaction("recording a new session", [&]() {
     Statement stmt{prepare("INSERT INTO sessions (id, name, persistent) VALUES (?, ?, ?)")};
     sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(id));
@@ -289,7 +292,7 @@ void SessionLog::sessionOpened(uint64_t id, const std::string& name, bool persis
 }
 
 void SessionLog::updateSession(uint64_t session, const char* sql, int64_t value, const char* what) {
-  std::lock_guard<std::mutex> lock(dbMutex);
+  LoopWrite lock(*this);
   transaction(what, [&]() {
     Statement stmt{prepare(sql)};
     sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(value));
@@ -312,7 +315,7 @@ void SessionLog::idsReserved(uint64_t session, uint64_t end) {
 
 void SessionLog::submitted(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
                            const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants) {
-  std::lock_guard<std::mutex> lock(dbMutex);
+  LoopWrite lock(*this);
   insertSubmit(session, chunks, constants, false);
 }
 
@@ -365,6 +368,32 @@ SessionLog::SubmitRows SessionLog::insertSubmit(
 kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
     uint64_t session, std::vector<kj::Array<capnp::word>> chunks,
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants) {
+  size_t bytes = 0;
+  for (auto& chunk : chunks) bytes += chunk.asBytes().size();
+  for (auto& [n, data] : constants) bytes += data.size();
+  if (bytes <= SMALL_SUBMIT_BYTES && !beforeSubmitWrite) {
+    // Only the loop thread queues work, so an idle writer stays idle
+    // until this returns, and no submit handed in earlier is unwritten.
+    std::unique_lock<std::mutex> jobs(jobMutex);
+    std::unique_lock<std::mutex> dbLock(dbMutex, std::defer_lock);
+    if (submitJobs.empty() && !job && !stopping && dbLock.try_lock()) {
+      jobs.unlock();
+      SubmitRows rows;
+      auto error = kj::runCatchingExceptions([&]() {
+        std::vector<kj::ArrayPtr<const uint8_t>> chunkBytes;
+        for (auto& chunk : chunks) chunkBytes.push_back(chunk.asBytes());
+        std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constantBytes;
+        for (auto& [n, data] : constants) constantBytes.emplace_back(n, kj::arrayPtr(data.data(), data.size()));
+        rows = insertSubmit(session, chunkBytes, constantBytes, true);
+      });
+      dbLock.unlock();
+      handOverCheckpoint();
+      KJ_IF_MAYBE(e, error) {
+        return kj::mv(*e);
+      }
+      return kj::mv(rows);
+    }
+  }
   auto paf = kj::newPromiseAndCrossThreadFulfiller<void>();
   auto rows = std::make_shared<SubmitHandoff>();
   {
@@ -380,7 +409,7 @@ kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
 }
 
 void SessionLog::undoSubmit(const SubmitRows& rows) {
-  std::lock_guard<std::mutex> lock(dbMutex);
+  LoopWrite lock(*this);
   transaction("undoing a submit", [&]() {
     Statement chunks{prepare("DELETE FROM chunks WHERE session = ? AND seq >= ? AND seq < ?")};
     sqlite3_bind_int64(chunks, 1, static_cast<sqlite3_int64>(rows.session));
@@ -413,7 +442,7 @@ void SessionLog::sessionClosed(uint64_t id) {
                         pendingFailures.end());
   // A commit under way may still hold its outcomes: they are not written
   // once the session row is gone (see write()).
-  std::lock_guard<std::mutex> lock(dbMutex);
+  LoopWrite lock(*this);
   transaction("pruning a closed session", [&]() {
     Statement stmt{prepare("DELETE FROM sessions WHERE id = ?")};
     sqlite3_bind_int64(stmt, 1, static_cast<sqlite3_int64>(id));
@@ -625,8 +654,12 @@ void SessionLog::flush() {
   } catch (...) {
     retryCount = batch.changes;
     retry = std::move(batch);
+    lock.unlock();
+    handOverCheckpoint();
     throw;
   }
+  lock.unlock();
+  handOverCheckpoint();
 }
 
 kj::Promise<void> SessionLog::commit() {
@@ -647,10 +680,56 @@ kj::Promise<void> SessionLog::commit() {
   });
 }
 
+int SessionLog::walCommitted(void* self, sqlite3*, const char*, int pages) {
+  auto* log = static_cast<SessionLog*>(self);
+  log->walPages.store(pages);
+  if (pages >= CHECKPOINT_PAGES) log->checkpointDue.store(true);
+  return SQLITE_OK;
+}
+
+void SessionLog::handOverCheckpoint() {
+  if (!checkpointDue.load()) return;
+  if (walPages.load() >= OVERDUE_CHECKPOINT_PAGES) {
+    // The writer has not got the connection in time (the loop thread
+    // writing back to back holds it): a bounded WAL comes first.
+    checkpoint();
+    return;
+  }
+  {
+    // Under jobMutex, so that the writer cannot miss it between its test
+    // and its wait.
+    std::lock_guard<std::mutex> lock(jobMutex);
+    if (stopping) return;  // the connection's close checkpoints
+    if (!writer.joinable()) writer = std::thread([this]() { writerLoop(); });
+  }
+  jobChanged.notify_all();
+}
+
+void SessionLog::checkpoint() {
+  checkpointDue.store(false);
+  std::lock_guard<std::mutex> dbLock(dbMutex);
+  int pages = 0, copied = 0;
+  int rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, &pages, &copied);
+  // Nothing is lost when it fails: the WAL keeps the frames, and the next
+  // commit past the mark tries again.
+  if (rc != SQLITE_OK) {
+    logger.warn("event=log-checkpoint-failed path={} error=\"{}\"", file, sqlite3_errmsg(db));
+  } else {
+    logger.debug("event=log-checkpoint path={} pages={} copied={}", file, pages, copied);
+  }
+  if (afterCheckpoint) afterCheckpoint();
+}
+
 void SessionLog::writerLoop() {
   for (;;) {
     std::unique_lock<std::mutex> lock(jobMutex);
-    jobChanged.wait(lock, [this]() { return job || !submitJobs.empty() || stopping; });
+    jobChanged.wait(lock, [this]() { return job || !submitJobs.empty() || stopping || checkpointDue.load(); });
+    if (checkpointDue.load() && !stopping) {
+      // First, so that a steady stream of submits cannot starve it.
+      lock.unlock();
+      checkpoint();
+      continue;
+    }
     if (!submitJobs.empty()) {
       auto submit = std::move(submitJobs.front());
       submitJobs.pop_front();
