@@ -19,7 +19,9 @@ $Cxx.namespace("squall::wire");
 # 5: tasks that submit tasks (TaskSpec.parent, ClientService.reserveIds and
 # cancelTask, GovernorUpstream.lendCpus, GovernorInfo.seceded;
 # docs/nested.md); named actors (ActorConfig.name, ClientService.findActor).
-const protocolVersion :UInt32 = 5;
+# 6: ClientService.submitGraph, which clients use for every submit that fits
+# one message.
+const protocolVersion :UInt32 = 6;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.

@@ -99,6 +99,12 @@ interface ClientService {
   # there, and its type ("executor/Type"). Throws naming the name when no
   # live actor has it.
   findActor @19 (name :Text) -> (session :UInt64, actor :UInt64, type :Text);
+  # A graph small enough for one message, in one call: what submit(), one
+  # Submission.add() and commit() do, with no Submission to make, call
+  # twice more and release (a one-call submit, such as an actor call made
+  # and waited for, cost the server three calls and their messages).
+  submitGraph @20 (session :UInt64, objects :List(ObjectSpec), tasks :List(TaskSpec))
+      -> (tasks :UInt64, objects :UInt64);
 }
 
 # What the server knows of a data object.

@@ -62,6 +62,20 @@ class RawRpcTest : public ::testing::Test {
     }
   }
 
+  // The same in one ClientService.submitGraph call.
+  template <typename Fill>
+  std::string submitInOneCall(uint64_t session, Fill&& fill) {
+    auto req = service.submitGraphRequest();
+    req.setSession(session);
+    fill(req);
+    try {
+      req.send().wait(io.waitScope);
+      return "";
+    } catch (const kj::Exception& e) {
+      return userMessage(e).cStr();
+    }
+  }
+
   uint64_t newSession() {
     return service.newSessionRequest().send().wait(io.waitScope).getSession();
   }
@@ -89,7 +103,9 @@ void setId(wire::Id::Builder id, uint64_t session, uint64_t n) {
 
 // Object 1, a constant holding `text`; task 10 concatenates it into object
 // 2, kept.
-void concatOfOneConstant(wire::Submission::AddParams::Builder add, uint64_t s, kj::StringPtr text) {
+// (`add`: a Submission.add or a ClientService.submitGraph request.)
+template <typename Graph>
+void concatOfOneConstant(Graph& add, uint64_t s, kj::StringPtr text) {
   auto objects = add.initObjects(2);
   setId(objects[0].initId(), s, 1);
   objects[0].setIsConstant(true);
@@ -145,6 +161,63 @@ TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
   auto wait = service.waitRequest();
   wait.setSession(s);
   EXPECT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
+}
+
+// submitGraph (one call for a graph that fits one message, what the client
+// library sends for a small submit) checks as submit/add/commit do, and
+// counts as an open submit while it is written.
+TEST_F(RawRpcTest, AOneCallSubmitIsCheckedAsTheLongWay) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  auto cycle = [&](auto& add) {
+    auto objects = add.initObjects(2);
+    setId(objects[0].initId(), s, 1);
+    setId(objects[1].initId(), s, 2);
+    auto tasks = add.initTasks(2);
+    for (int i = 0; i < 2; i++) {
+      setId(tasks[i].initId(), s, 10 + i);
+      tasks[i].initConfig().setConcat();
+      setId(tasks[i].initInputs(1)[0].initObject(), s, 1 + i);
+      setId(tasks[i].initOutputs(1)[0], s, 2 - i);
+    }
+  };
+  auto oneCall = submitInOneCall(s, cycle);
+  EXPECT_NE(oneCall.find("cycle"), std::string::npos) << oneCall;
+  EXPECT_EQ(oneCall, submitGraph(s, cycle));
+  auto unknownKind = [&](auto& add) {
+    auto objects = add.initObjects(1);
+    setId(objects[0].initId(), s, 1);
+    objects[0].setIsConstant(true);
+    objects[0].setKind(static_cast<wire::ObjectKind>(7));
+  };
+  oneCall = submitInOneCall(s, unknownKind);
+  EXPECT_NE(oneCall.find("object 1 has an unknown kind (7)"), std::string::npos) << oneCall;
+  EXPECT_EQ(oneCall, submitGraph(s, unknownKind));
+  oneCall = submitInOneCall(s + 1000, [&](auto& add) { concatOfOneConstant(add, s + 1000, "abc"); });
+  EXPECT_NE(oneCall.find(std::to_string(s + 1000)), std::string::npos) << oneCall;
+  // With the client's 16 submits open, a one-call submit is refused too.
+  std::vector<wire::Submission::Client> held;
+  for (int i = 0; i < 16; i++) {
+    auto req = service.submitRequest();
+    req.setSession(s);
+    held.push_back(req.send().wait(io.waitScope).getSubmission());
+  }
+  oneCall = submitInOneCall(s, [&](auto& add) { concatOfOneConstant(add, s, "abc"); });
+  EXPECT_NE(oneCall.find("(limit client-submits=16)"), std::string::npos) << oneCall;
+  held.clear();
+  // Refused ones applied nothing: the graph goes through, and runs.
+  auto ok = [&](auto& add) { concatOfOneConstant(add, s, "abc"); };
+  auto req = service.submitGraphRequest();
+  req.setSession(s);
+  ok(req);
+  auto counts = req.send().wait(io.waitScope);
+  EXPECT_EQ(counts.getTasks(), 1u);
+  EXPECT_EQ(counts.getObjects(), 2u);
+  auto wait = service.waitRequest();
+  wait.setSession(s);
+  EXPECT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
+  // Its ids are taken now, as after the long way.
+  EXPECT_NE(submitInOneCall(s, ok), "");
 }
 
 // add and appendData are streaming calls: a client sends them and the

@@ -198,11 +198,70 @@ void SessionImpl::submit() {
       return false;
     }
   };
+  // The slice of objects and tasks from (nextObject, nextTask) that fits
+  // one message; constants too big to go inline are left to appendData.
+  auto slice = [&](size_t nextObject, size_t nextTask) {
+    size_t objectEnd = nextObject, taskEnd = nextTask, bytes = 0;
+    while (objectEnd < objects.size() && objectEnd - nextObject < MAX_ITEMS_PER_ADD &&
+           bytes < MAX_BYTES_PER_ADD) {
+      auto& o = objects[objectEnd++];
+      bytes += 64 + o.label.size() + (o.data.size() <= INLINE_CONSTANT_BYTES ? o.data.size() : 0);
+    }
+    while (taskEnd < tasks.size() && taskEnd - nextTask < MAX_ITEMS_PER_ADD && bytes < MAX_BYTES_PER_ADD) {
+      auto& t = tasks[taskEnd++];
+      bytes += 128 + t.name.size() + t.attributes.size() + t.callConfig.size() + t.path.size() +
+               48 * (t.inputs.size() + t.outputs.size());
+      for (auto& in : t.inputs) bytes += in.path.size() + in.label.size();
+      for (auto& a : t.args) bytes += a.size() + 8;
+      for (auto& r : t.resources) bytes += r.name.size() + 32;
+      for (auto& [name, value] : t.env) bytes += name.size() + value.size() + 16;
+    }
+    return std::make_pair(objectEnd, taskEnd);
+  };
+  // Fills one message's lists with objects [nextObject, objectEnd) and
+  // tasks [nextTask, taskEnd); big constants go to `bigConstants`.
+  auto fill = [&](auto& message, size_t nextObject, size_t objectEnd, size_t nextTask, size_t taskEnd,
+                  std::vector<const LocalObject*>& bigConstants) {
+    auto objectList = message.initObjects(objectEnd - nextObject);
+    for (size_t i = nextObject; i < objectEnd; i++) {
+      auto& o = objects[i];
+      auto out = objectList[i - nextObject];
+      setId(out.initId(), id, o.n);
+      out.setKind(static_cast<wire::ObjectKind>(o.kind));  // same order
+      out.setKeep(o.keep);
+      out.setLabel(o.label);
+      out.setContentType(o.contentType);
+      out.setIsConstant(o.constant);
+      if (o.constant) {
+        if (o.data.size() <= INLINE_CONSTANT_BYTES) {
+          out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(o.data.data()), o.data.size()));
+        } else {
+          bigConstants.push_back(&o);
+        }
+      }
+    }
+    auto taskList = message.initTasks(taskEnd - nextTask);
+    for (size_t i = nextTask; i < taskEnd; i++) fillTask(taskList[i - nextTask], tasks[i], id, parent);
+  };
   bool resent = false;
   client.retrying([&]() {
     if (resent && applied()) return;
     resent = true;
     auto& ws = client.waitScope();
+    auto [firstObjectEnd, firstTaskEnd] = slice(0, 0);
+    bool oneMessage = firstObjectEnd == objects.size() && firstTaskEnd == tasks.size() &&
+                      std::none_of(objects.begin(), objects.end(), [](const LocalObject& o) {
+                        return o.constant && o.data.size() > INLINE_CONSTANT_BYTES;
+                      });
+    if (oneMessage) {
+      // One call (ClientService.submitGraph) instead of three.
+      auto req = client.svc().submitGraphRequest();
+      req.setSession(id);
+      std::vector<const LocalObject*> none;
+      fill(req, 0, objects.size(), 0, tasks.size(), none);
+      req.send().wait(ws);
+      return;
+    }
     auto req = client.svc().submitRequest();
     req.setSession(id);
     auto submission = req.send().getSubmission();
@@ -210,44 +269,9 @@ void SessionImpl::submit() {
     size_t nextTask = 0;
     std::vector<const LocalObject*> bigConstants;
     do {
-      // Pick a slice that fits one message.
-      size_t objectEnd = nextObject, taskEnd = nextTask, bytes = 0;
-      while (objectEnd < objects.size() && objectEnd - nextObject < MAX_ITEMS_PER_ADD &&
-             bytes < MAX_BYTES_PER_ADD) {
-        auto& o = objects[objectEnd++];
-        bytes += 64 + o.label.size() + (o.data.size() <= INLINE_CONSTANT_BYTES ? o.data.size() : 0);
-      }
-      while (taskEnd < tasks.size() && taskEnd - nextTask < MAX_ITEMS_PER_ADD &&
-             bytes < MAX_BYTES_PER_ADD) {
-        auto& t = tasks[taskEnd++];
-        bytes += 128 + t.name.size() + t.attributes.size() + t.callConfig.size() + t.path.size() +
-                 48 * (t.inputs.size() + t.outputs.size());
-        for (auto& in : t.inputs) bytes += in.path.size() + in.label.size();
-        for (auto& a : t.args) bytes += a.size() + 8;
-        for (auto& r : t.resources) bytes += r.name.size() + 32;
-        for (auto& [name, value] : t.env) bytes += name.size() + value.size() + 16;
-      }
+      auto [objectEnd, taskEnd] = slice(nextObject, nextTask);
       auto add = submission.addRequest();
-      auto objectList = add.initObjects(objectEnd - nextObject);
-      for (size_t i = nextObject; i < objectEnd; i++) {
-        auto& o = objects[i];
-        auto out = objectList[i - nextObject];
-        setId(out.initId(), id, o.n);
-        out.setKind(static_cast<wire::ObjectKind>(o.kind));  // same order
-        out.setKeep(o.keep);
-        out.setLabel(o.label);
-        out.setContentType(o.contentType);
-        out.setIsConstant(o.constant);
-        if (o.constant) {
-          if (o.data.size() <= INLINE_CONSTANT_BYTES) {
-            out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(o.data.data()), o.data.size()));
-          } else {
-            bigConstants.push_back(&o);
-          }
-        }
-      }
-      auto taskList = add.initTasks(taskEnd - nextTask);
-      for (size_t i = nextTask; i < taskEnd; i++) fillTask(taskList[i - nextTask], tasks[i], id, parent);
+      fill(add, nextObject, objectEnd, nextTask, taskEnd, bigConstants);
       add.send().wait(ws);
       nextObject = objectEnd;
       nextTask = taskEnd;

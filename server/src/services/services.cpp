@@ -39,9 +39,13 @@ class SubmissionImpl final : public wire::Submission::Server {
   ~SubmissionImpl() noexcept(false) { closed(); }
 
   kj::Promise<void> add(AddContext call) override {
-    SQUALL_REQUIRE(!committed, "submission already committed");
-    pending.add(call.getParams());
+    addChunk(call.getParams());
     return kj::READY_NOW;
+  }
+
+  void addChunk(wire::Submission::AddParams::Reader chunk) {
+    SQUALL_REQUIRE(!committed, "submission already committed");
+    pending.add(chunk);
   }
 
   kj::Promise<void> appendData(AppendDataContext call) override {
@@ -52,13 +56,22 @@ class SubmissionImpl final : public wire::Submission::Server {
   }
 
   kj::Promise<void> commit(CommitContext call) override {
+    return commitThen([call](uint64_t tasks, uint64_t objects) mutable {
+      call.getResults().setTasks(tasks);
+      call.getResults().setObjects(objects);
+    });
+  }
+
+  // Validates and applies what was added; `answer` gets the counts of
+  // tasks and objects applied.
+  kj::Promise<void> commitThen(kj::Function<void(uint64_t, uint64_t)> answer) {
     SQUALL_REQUIRE(!committed, "submission already committed");
     committed = true;
     closed();
     auto* log = context.sessions.sessionLog();
     if (log == nullptr) {
       KJ_DEFER(pending.drop());
-      apply(call);
+      apply(answer);
       return kj::READY_NOW;
     }
     // Acknowledged only once durable, so that a crash after the answer
@@ -73,10 +86,10 @@ class SubmissionImpl final : public wire::Submission::Server {
     auto running = context.running;
     return log->submitLater(session, pending.flatChunks(), kj::mv(constants))
         .then(
-            [this, call, running](SessionLog::SubmitRows rows) mutable {
+            [this, answer = kj::mv(answer), running](SessionLog::SubmitRows rows) mutable {
               KJ_DEFER(pending.drop());
               if (!*running) kj::throwFatalException(KJ_EXCEPTION(DISCONNECTED, "the server is stopping"));
-              KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { apply(call); })) {
+              KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { apply(answer); })) {
                 if (auto* log = context.sessions.sessionLog()) log->undoSubmit(rows);
                 kj::throwFatalException(kj::mv(*e));
               }
@@ -122,13 +135,12 @@ class SubmissionImpl final : public wire::Submission::Server {
   }
 
   // Checks the submit against the session as it is now and applies it.
-  void apply(CommitContext& call) {
+  void apply(kj::Function<void(uint64_t, uint64_t)>& answer) {
     auto& target = context.sessions.get(session);
     auto ready = pending.commit(target, capacity());
     context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
                         pending.taskCount(), pending.objectCount(), ready.size());
-    call.getResults().setTasks(pending.taskCount());
-    call.getResults().setObjects(pending.objectCount());
+    answer(pending.taskCount(), pending.objectCount());
     context.sessions.submitted(target, std::move(ready));
     context.dispatcher.kick();
   }
@@ -190,15 +202,39 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   }
 
   kj::Promise<void> submit(SubmitContext call) override {
-    auto id = call.getParams().getSession();
+    call.getResults().setSubmission(newSubmission(call.getParams().getSession()));
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> submitGraph(SubmitGraphContext call) override {
+    auto params = call.getParams();
+    auto submission = newSubmission(params.getSession());
+    {
+      // The chunk as submit() would have had it: the log keeps chunks in
+      // that form, and replay reads them so.
+      capnp::MallocMessageBuilder chunk(params.totalSize().wordCount + 16);
+      auto root = chunk.initRoot<wire::Submission::AddParams>();
+      root.setObjects(params.getObjects());
+      root.setTasks(params.getTasks());
+      submission->addChunk(root.asReader());
+    }
+    auto& target = *submission;
+    return target
+        .commitThen([call](uint64_t tasks, uint64_t objects) mutable {
+          call.getResults().setTasks(tasks);
+          call.getResults().setObjects(objects);
+        })
+        .attach(kj::mv(submission));
+  }
+
+  kj::Own<SubmissionImpl> newSubmission(uint64_t id) {
     auto& session = openSession(id);
     SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", id, " has failed: ", session.failureMessage);
     SQUALL_REQUIRE(*openSubmits < context.limits.clientSubmits, "this client has ", *openSubmits,
                    " submits open already (limit ", context.limits.named(context.limits.clientSubmits),
                    "); commit or drop one first");
     ++*openSubmits;
-    call.getResults().setSubmission(kj::heap<SubmissionImpl>(context, id, openSubmits));
-    return kj::READY_NOW;
+    return kj::heap<SubmissionImpl>(context, id, openSubmits);
   }
 
   // wait, waitSome and fetch may take as long as the tasks they wait for,
