@@ -119,6 +119,21 @@ void concatOfOneConstant(Graph& add, uint64_t s, kj::StringPtr text) {
   setId(tasks[0].initOutputs(1)[0], s, 2);
 }
 
+// Tasks 10 and 11, each concatenating the other's output.
+template <typename Graph>
+void cycleOfTwoConcats(Graph& add, uint64_t s) {
+  auto objects = add.initObjects(2);
+  setId(objects[0].initId(), s, 1);
+  setId(objects[1].initId(), s, 2);
+  auto tasks = add.initTasks(2);
+  for (int i = 0; i < 2; i++) {
+    setId(tasks[i].initId(), s, 10 + i);
+    tasks[i].initConfig().setConcat();
+    setId(tasks[i].initInputs(1)[0].initObject(), s, 1 + i);
+    setId(tasks[i].initOutputs(1)[0], s, 2 - i);
+  }
+}
+
 TEST_F(RawRpcTest, WrongVersionAndTokenAreRefusedClearly) {
   EXPECT_NE(registerWith(999, "sesame").find("protocol version mismatch"), std::string::npos);
   EXPECT_NE(registerWith(wire::PROTOCOL_VERSION, "guess").find("authentication failed"),
@@ -130,18 +145,7 @@ TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto s = newSession();
   // A cycle through two concats.
-  auto error = submitGraph(s, [&](auto& add) {
-    auto objects = add.initObjects(2);
-    setId(objects[0].initId(), s, 1);
-    setId(objects[1].initId(), s, 2);
-    auto tasks = add.initTasks(2);
-    for (int i = 0; i < 2; i++) {
-      setId(tasks[i].initId(), s, 10 + i);
-      tasks[i].initConfig().setConcat();
-      setId(tasks[i].initInputs(1)[0].initObject(), s, 1 + i);
-      setId(tasks[i].initOutputs(1)[0], s, 2 - i);
-    }
-  });
+  auto error = submitGraph(s, [&](auto& add) { cycleOfTwoConcats(add, s); });
   EXPECT_NE(error.find("cycle"), std::string::npos) << error;
   // An execute with no program and a stdin index out of range.
   error = submitGraph(s, [&](auto& add) {
@@ -169,18 +173,7 @@ TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
 TEST_F(RawRpcTest, AOneCallSubmitIsCheckedAsTheLongWay) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto s = newSession();
-  auto cycle = [&](auto& add) {
-    auto objects = add.initObjects(2);
-    setId(objects[0].initId(), s, 1);
-    setId(objects[1].initId(), s, 2);
-    auto tasks = add.initTasks(2);
-    for (int i = 0; i < 2; i++) {
-      setId(tasks[i].initId(), s, 10 + i);
-      tasks[i].initConfig().setConcat();
-      setId(tasks[i].initInputs(1)[0].initObject(), s, 1 + i);
-      setId(tasks[i].initOutputs(1)[0], s, 2 - i);
-    }
-  };
+  auto cycle = [&](auto& add) { cycleOfTwoConcats(add, s); };
   auto oneCall = submitInOneCall(s, cycle);
   EXPECT_NE(oneCall.find("cycle"), std::string::npos) << oneCall;
   EXPECT_EQ(oneCall, submitGraph(s, cycle));
