@@ -254,5 +254,126 @@ TEST(BufferedMessageStreamTest, CarriesCapnpRpc) {
   EXPECT_LT(clientStream.counts().writes, clientStream.counts().messagesOut / 4);
 }
 
+// A data service that never answers a read (until cancelled) and says
+// when it is gone.
+class Held final : public wire::DataService::Server {
+ public:
+  Held(bool& gone, bool& cancelled) : gone(gone), cancelled(cancelled) {}
+  ~Held() { gone = true; }
+  kj::Promise<void> read(ReadContext context) override {
+    context.allowCancellation();
+    return kj::Promise<void>(kj::NEVER_DONE).attach(kj::defer([this]() { cancelled = true; }));
+  }
+
+ private:
+  bool& gone;
+  bool& cancelled;
+};
+
+// open() hands out a Held service; counts the opens.
+class Opener final : public wire::DataBootstrap::Server {
+ public:
+  kj::Promise<void> open(OpenContext context) override {
+    opens++;
+    goneAtOpen.push_back(gone);
+    gone = cancelled = false;
+    context.getResults().setService(kj::heap<Held>(gone, cancelled));
+    return kj::READY_NOW;
+  }
+  int opens = 0;
+  bool gone = false, cancelled = false;
+  // Whether the service handed out before was gone when each open came.
+  std::vector<bool> goneAtOpen;
+};
+
+struct RpcPair {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  kj::TwoWayPipe pipe = io.provider->newTwoWayPipe();
+  BufferedMessageStream serverStream{*pipe.ends[0]};
+  BufferedMessageStream clientStream{*pipe.ends[1]};
+  capnp::TwoPartyVatNetwork serverNet{serverStream, capnp::rpc::twoparty::Side::SERVER};
+  capnp::TwoPartyVatNetwork clientNet{clientStream, capnp::rpc::twoparty::Side::CLIENT};
+  Opener* opener;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> server;
+  capnp::RpcSystem<capnp::rpc::twoparty::VatId> client = capnp::makeRpcClient(clientNet);
+  wire::DataBootstrap::Client cap = nullptr;
+
+  explicit RpcPair(kj::Own<Opener> bootstrap)
+      : opener(bootstrap.get()), server(capnp::makeRpcServer(serverNet, kj::mv(bootstrap))) {
+    capnp::word scratch[4] = {};
+    capnp::MallocMessageBuilder vat(scratch);
+    auto id = vat.getRoot<capnp::rpc::twoparty::VatId>();
+    id.setSide(capnp::rpc::twoparty::Side::SERVER);
+    cap = client.bootstrap(id).castAs<wire::DataBootstrap>();
+  }
+  // Runs the loop until nothing is left to do on either side.
+  void settle() {
+    for (int i = 0; i < 100; i++) io.waitScope.poll();
+  }
+};
+
+// A Finish for a call whose Return has come goes with the next message,
+// not in a write of its own that wakes the peer for nothing; likewise a
+// Release, which the peer sees before the message it came with.
+TEST(BufferedMessageStreamTest, FinishesAndReleasesGoWithTheNextMessage) {
+  auto opener = kj::heap<Opener>();
+  RpcPair rpc(kj::mv(opener));
+  constexpr int N = 50;
+  rpc.cap.openRequest().send().wait(rpc.io.waitScope);
+  rpc.settle();
+  auto writesBefore = rpc.clientStream.counts().writes;
+  auto messagesBefore = rpc.clientStream.counts().messagesOut;
+  for (int i = 0; i < N; i++) {
+    {
+      // The answer and its service are dropped when this scope ends: a
+      // Finish and a Release to send.
+      auto answer = rpc.cap.openRequest().send().wait(rpc.io.waitScope);
+    }
+    rpc.settle();  // the client's loop idles: they were not written alone
+    EXPECT_TRUE(rpc.opener->goneAtOpen.back() || i == 0) << i;
+  }
+  auto writes = rpc.clientStream.counts().writes - writesBefore;
+  auto messages = rpc.clientStream.counts().messagesOut - messagesBefore;
+  EXPECT_GE(messages, 2u * N);  // calls, finishes and releases
+  EXPECT_LE(writes, static_cast<uint64_t>(N) + 1);  // one write a call
+  EXPECT_EQ(rpc.opener->opens, N + 1);
+  // Each open found the service handed out before it already released.
+  for (int i = 2; i <= N; i++) EXPECT_TRUE(rpc.opener->goneAtOpen[i]) << i;
+  EXPECT_FALSE(rpc.opener->gone);  // the last one's Release still waits
+}
+
+// A Finish for a call still running cancels it: that goes at once.
+TEST(BufferedMessageStreamTest, AFinishThatCancelsACallGoesAtOnce) {
+  RpcPair rpc(kj::heap<Opener>());
+  auto service = rpc.cap.openRequest().send().wait(rpc.io.waitScope).getService();
+  {
+    auto req = service.readRequest();
+    auto pending = req.send();
+    rpc.settle();
+    EXPECT_FALSE(rpc.opener->cancelled);
+  }  // dropped: cancelled
+  rpc.settle();
+  EXPECT_TRUE(rpc.opener->cancelled);
+}
+
+// Clean-up messages held pile up to MAX_HELD_MESSAGES at most.
+TEST(BufferedMessageStreamTest, HeldCleanUpMessagesAreBounded) {
+  RpcPair rpc(kj::heap<Opener>());
+  {
+    std::vector<wire::DataService::Client> services;
+    for (size_t i = 0; i < 2 * BufferedMessageStream::MAX_HELD_MESSAGES; i++) {
+      services.push_back(rpc.cap.openRequest().send().wait(rpc.io.waitScope).getService());
+    }
+    rpc.settle();
+  }
+  auto writes = rpc.clientStream.counts().writes;
+  EXPECT_FALSE(rpc.opener->gone);
+  rpc.settle();
+  // 128 Releases, dropped in one turn: written without a call to carry
+  // them, the 64th on.
+  EXPECT_EQ(rpc.clientStream.counts().writes, writes + 1);
+  EXPECT_TRUE(rpc.opener->gone);
+}
+
 }  // namespace
 }  // namespace squall

@@ -1,5 +1,6 @@
 #include <squall/proto/message-stream.h>
 
+#include <capnp/rpc.capnp.h>
 #include <capnp/serialize.h>
 #include <cstring>
 #include <kj/debug.h>
@@ -167,6 +168,7 @@ capnp::MessageReaderAndFds BufferedMessageStream::deliver(kj::Array<capnp::word>
     }
   }
   auto reader = kj::heap<capnp::FlatArrayMessageReader>(message.asPtr(), options).attach(kj::mv(message));
+  noteRead(*reader);
   return MessageReaderAndFds{kj::mv(reader), fdSpace.slice(0, fdCount)};
 }
 
@@ -187,6 +189,7 @@ kj::Promise<void> BufferedMessageStream::writeMessage(kj::ArrayPtr<const int> fd
   KJ_IF_MAYBE(e, writeError) { return kj::cp(*e); }
   KJ_REQUIRE(segments.size() > 0, "a message has at least one segment");
   counts_.messagesOut++;
+  bool cleanUp = cleanUpOnly(segments);
   size_t size = messageBytes(segments);
   unwritten += size;
   if (fds.size() > 0) {
@@ -204,8 +207,47 @@ kj::Promise<void> BufferedMessageStream::writeMessage(kj::ArrayPtr<const int> fd
   append(segments);
   for (auto& s : segments) batch.addAll(s.asBytes());
   if (unwritten > HIGH_WATER_BYTES) return flush();
+  if (cleanUp && !flushScheduled && blockingFd < 0 && ++held < MAX_HELD_MESSAGES) return kj::READY_NOW;
   scheduleFlush();
   return kj::READY_NOW;
+}
+
+void BufferedMessageStream::noteRead(capnp::MessageReader& message) {
+  // A malformed message is the RPC system's to refuse, not ours.
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                auto root = message.getRoot<capnp::rpc::Message>();
+                if (root.isReturn()) answered.insert(root.getReturn().getAnswerId());
+              })) {
+    (void)e;
+  }
+}
+
+bool BufferedMessageStream::cleanUpOnly(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+  bool cleanUp = false;
+  // (Not an RPC message: nothing to hold.)
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                capnp::SegmentArrayMessageReader reader(segments);
+                auto root = reader.getRoot<capnp::rpc::Message>();
+                switch (root.which()) {
+                  case capnp::rpc::Message::FINISH:
+                    // Unanswered, it cancels the call: that may not wait.
+                    cleanUp = answered.erase(root.getFinish().getQuestionId()) > 0;
+                    break;
+                  case capnp::rpc::Message::RELEASE:
+                    cleanUp = true;
+                    break;
+                  case capnp::rpc::Message::CALL:
+                    // A question id used again: a Return read for its
+                    // earlier use is not this one's.
+                    answered.erase(root.getCall().getQuestionId());
+                    break;
+                  default:
+                    break;
+                }
+              })) {
+    (void)e;
+  }
+  return cleanUp;
 }
 
 kj::Promise<void> BufferedMessageStream::writeMessages(
@@ -275,6 +317,7 @@ void BufferedMessageStream::writeBlocking(kj::ArrayPtr<const kj::ArrayPtr<const 
 
 void BufferedMessageStream::writeNow() {
   KJ_REQUIRE(blockingFd >= 0, "writeNow() needs blocking writes");
+  held = 0;
   KJ_IF_MAYBE(e, writeError) { kj::throwFatalException(kj::cp(*e)); }
   if (batch.size() == 0) return;
   auto data = batch.releaseAsArray();
@@ -285,6 +328,7 @@ void BufferedMessageStream::writeNow() {
 
 kj::Promise<void> BufferedMessageStream::flush(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> more,
                                                kj::ArrayPtr<const int> fds) {
+  held = 0;
   // Every byte here was counted in `unwritten` when its message came.
   auto data = batch.releaseAsArray();
   size_t owed = data.size();

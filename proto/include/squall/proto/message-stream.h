@@ -21,6 +21,16 @@
 //   its promise resolves once written. While more than 1 MiB waits to be
 //   written, a message's promise resolves only when its batch has gone, so
 //   capnp's write queue, which waits on it, holds the sender back.
+// - Clean-up messages wait for the next message: a Finish for a call
+//   whose Return has come, and a Release, only let the peer free what it
+//   keeps for us, so they go out with the next other message written
+//   (or once MAX_HELD_MESSAGES of them wait) instead of in a write of
+//   their own, which woke the peer for nothing: the peer of every call
+//   made and answered (an executor after each call, a server after each
+//   update) woke once more for the Finish. In order as always, so the
+//   peer sees them before anything that follows; a Finish that cancels a
+//   call still running goes at once. Not with blocking writes (an
+//   executor's connection).
 // - File descriptors (SCM_RIGHTS, Unix sockets only): a message with
 //   descriptors is written alone, after the batch before it, in one
 //   sendmsg(), as capnp's stream writes it. Linux ends a read() at the
@@ -36,6 +46,7 @@
 #include <deque>
 #include <kj/async-io.h>
 #include <kj/vector.h>
+#include <unordered_set>
 
 namespace squall {
 
@@ -52,6 +63,8 @@ class BufferedMessageStream final : public capnp::MessageStream {
   static constexpr size_t COPY_LIMIT_BYTES = 64 * 1024;
   // Bytes handed over and not yet written past which writes wait.
   static constexpr size_t HIGH_WATER_BYTES = 1024 * 1024;
+  // Clean-up messages held for the next other message, at most.
+  static constexpr size_t MAX_HELD_MESSAGES = 64;
 
   kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(
       kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options = capnp::ReaderOptions(),
@@ -132,6 +145,15 @@ class BufferedMessageStream final : public capnp::MessageStream {
   kj::Maybe<kj::Exception> writeError;
   bool flushScheduled = false;
   kj::Promise<void> scheduledFlush = nullptr;
+  // Clean-up messages in the batch with no flush scheduled.
+  size_t held = 0;
+  // Our questions the peer has answered (Return read) and we have not
+  // finished yet.
+  std::unordered_set<uint32_t> answered;
+  // Whether a message we write only cleans up (see the header), and the
+  // Returns among those we read.
+  bool cleanUpOnly(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
+  void noteRead(capnp::MessageReader& message);
   // Blocking writes on this descriptor (useBlockingWrites); -1: none.
   int blockingFd = -1;
 
