@@ -171,19 +171,18 @@ TEST_F(SessionLogTest, ASmallSubmitWhileTheWriterIsIdleIsWrittenAtOnce) {
 TEST_F(SessionLogTest, CheckpointsAreMadeByTheWriterThreadAndKeepTheWalBounded) {
   kj::EventLoop loop;
   kj::WaitScope waitScope(loop);
-  SessionLog log(path, *logger);
-  log.sessionOpened(1, "s", true);
+  // Declared before the log, whose writer thread uses them until it ends.
   std::mutex mutex;
   std::condition_variable checkpointed;
   int checkpoints = 0;                  // under mutex
   bool onThisThread = false;            // under mutex
   auto self = std::this_thread::get_id();
+  SessionLog log(path, *logger);
+  log.sessionOpened(1, "s", true);
   log.afterCheckpoint = [&]() {
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      checkpoints++;
-      if (std::this_thread::get_id() == self) onThisThread = true;
-    }
+    std::lock_guard<std::mutex> lock(mutex);
+    checkpoints++;
+    if (std::this_thread::get_id() == self) onThisThread = true;
     checkpointed.notify_all();
   };
   auto wal = path + "-wal";

@@ -372,11 +372,12 @@ kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
   for (auto& chunk : chunks) bytes += chunk.asBytes().size();
   for (auto& [n, data] : constants) bytes += data.size();
   if (bytes <= SMALL_SUBMIT_BYTES && !beforeSubmitWrite) {
-    // Only the loop thread queues work, so an idle writer stays idle
-    // until this returns, and no submit handed in earlier is unwritten.
+    // Only the loop thread queues work, so an idle writer (none queued,
+    // none being written) stays idle until this returns, and no submit
+    // handed in earlier is unwritten.
     std::unique_lock<std::mutex> jobs(jobMutex);
     std::unique_lock<std::mutex> dbLock(dbMutex, std::defer_lock);
-    if (submitJobs.empty() && !job && !stopping && dbLock.try_lock()) {
+    if (submitJobs.empty() && !writingSubmit && !job && !stopping && dbLock.try_lock()) {
       jobs.unlock();
       SubmitRows rows;
       auto error = kj::runCatchingExceptions([&]() {
@@ -733,9 +734,11 @@ void SessionLog::writerLoop() {
     if (!submitJobs.empty()) {
       auto submit = std::move(submitJobs.front());
       submitJobs.pop_front();
+      writingSubmit = true;
       if (stopping) {
         // The server is going down: its client hears nothing back, so
         // nothing of it may be replayed either.
+        writingSubmit = false;
         lock.unlock();
         submit.done->reject(KJ_EXCEPTION(DISCONNECTED, "the server is stopping"));
         continue;
@@ -752,6 +755,9 @@ void SessionLog::writerLoop() {
         std::lock_guard<std::mutex> handoff(submit.rows->mutex);
         submit.rows->rows = std::move(written);
       });
+      lock.lock();
+      writingSubmit = false;
+      lock.unlock();
       KJ_IF_MAYBE(e, error) {
         submit.done->reject(kj::mv(*e));
       } else {

@@ -261,6 +261,7 @@ class SessionLog {
     kj::Own<kj::CrossThreadPromiseFulfiller<void>> done;
   };
   std::deque<SubmitJob> submitJobs;
+  bool writingSubmit = false;  // the writer took one and has not written it yet
   size_t retryCount = 0;  // loop thread's copy of retry->changes
   bool stopping = false;
   // A commit left the WAL at CHECKPOINT_PAGES or more (set by walCommitted
