@@ -120,6 +120,8 @@ class BufferedMessageStream final : public capnp::MessageStream {
     kj::Array<kj::AutoCloseFd> fds;
   };
   std::deque<FdBundle> fdBundles;
+  // Where each read's descriptors land (readSome).
+  kj::Array<kj::AutoCloseFd> fdScratch;
 
   size_t available() const { return end_ - begin; }
   kj::byte* bytes() { return reinterpret_cast<kj::byte*>(buffer.begin()); }
