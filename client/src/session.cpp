@@ -248,8 +248,8 @@ void SessionImpl::submit() {
     if (resent && applied()) return;
     resent = true;
     auto& ws = client.waitScope();
-    auto [firstObjectEnd, firstTaskEnd] = slice(0, 0);
-    bool oneMessage = firstObjectEnd == objects.size() && firstTaskEnd == tasks.size() &&
+    auto cut = slice(0, 0);
+    bool oneMessage = cut.first == objects.size() && cut.second == tasks.size() &&
                       std::none_of(objects.begin(), objects.end(), [](const LocalObject& o) {
                         return o.constant && o.data.size() > INLINE_CONSTANT_BYTES;
                       });
@@ -269,12 +269,12 @@ void SessionImpl::submit() {
     size_t nextTask = 0;
     std::vector<const LocalObject*> bigConstants;
     do {
-      auto [objectEnd, taskEnd] = slice(nextObject, nextTask);
       auto add = submission.addRequest();
-      fill(add, nextObject, objectEnd, nextTask, taskEnd, bigConstants);
+      fill(add, nextObject, cut.first, nextTask, cut.second, bigConstants);
       add.send().wait(ws);
-      nextObject = objectEnd;
-      nextTask = taskEnd;
+      nextObject = cut.first;
+      nextTask = cut.second;
+      cut = slice(nextObject, nextTask);
     } while (nextObject < objects.size() || nextTask < tasks.size());
     for (auto* o : bigConstants) {
       for (size_t offset = 0; offset < o->data.size(); offset += APPEND_CHUNK_BYTES) {

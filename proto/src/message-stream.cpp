@@ -319,7 +319,6 @@ void BufferedMessageStream::writeBlocking(kj::ArrayPtr<const kj::ArrayPtr<const 
 
 void BufferedMessageStream::writeNow() {
   KJ_REQUIRE(blockingFd >= 0, "writeNow() needs blocking writes");
-  held = 0;
   KJ_IF_MAYBE(e, writeError) { kj::throwFatalException(kj::cp(*e)); }
   if (batch.size() == 0) return;
   auto data = batch.releaseAsArray();

@@ -160,7 +160,7 @@ void PendingSubmit::charge(uint64_t more) {
   bytes += more;
 }
 
-void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
+size_t PendingSubmit::admit(wire::Submission::AddParams::Reader chunk) {
   auto size = chunk.totalSize().wordCount * sizeof(capnp::word);
   SQUALL_REQUIRE(tasks + chunk.getTasks().size() <= limits.submitTasks, "the submit has more than ",
                  limits.submitTasks, " tasks ", limits.note(limits.submitTasks));
@@ -183,9 +183,19 @@ void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
   for (auto object : chunk.getObjects()) {
     if (object.getIsConstant()) declaredConstants[object.getId().getN()] = true;
   }
+  return size;
+}
+
+void PendingSubmit::add(wire::Submission::AddParams::Reader chunk) {
+  auto size = admit(chunk);
   auto message = std::make_unique<capnp::MallocMessageBuilder>(size / sizeof(capnp::word) + 16);
   message->setRoot(chunk);
   messages.push_back(std::move(message));
+}
+
+void PendingSubmit::add(std::unique_ptr<capnp::MallocMessageBuilder> chunk) {
+  admit(chunk->getRoot<wire::Submission::AddParams>().asReader());
+  messages.push_back(std::move(chunk));
 }
 
 std::vector<kj::Array<capnp::word>> PendingSubmit::flatChunks() const {

@@ -48,6 +48,9 @@ class PendingSubmit {
 
   // Copies one chunk. Throws FAILED when a limit is exceeded.
   void add(wire::Submission::AddParams::Reader chunk);
+  // The same for a chunk built already (ClientService.submitGraph): kept
+  // as it is, not copied.
+  void add(std::unique_ptr<capnp::MallocMessageBuilder> chunk);
   // Appends to a constant declared in an earlier add(). Throws FAILED for an
   // unknown or non-constant object.
   void appendData(uint64_t object, kj::ArrayPtr<const kj::byte> data);
@@ -79,6 +82,8 @@ class PendingSubmit {
   uint64_t tasks = 0;
   uint64_t objects = 0;
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;
+  // add()'s checks and counts; returns the chunk's size in bytes.
+  size_t admit(wire::Submission::AddParams::Reader chunk);
   // Constants' extra bytes from appendData, by object n.
   std::unordered_map<uint64_t, std::vector<kj::byte>> appended;
   std::unordered_map<uint64_t, bool> declaredConstants;

@@ -365,6 +365,16 @@ SessionLog::SubmitRows SessionLog::insertSubmit(
   return rows;
 }
 
+SessionLog::SubmitRows SessionLog::insertSubmit(
+    uint64_t session, const std::vector<kj::Array<capnp::word>>& chunks,
+    const std::vector<std::pair<uint64_t, std::vector<uint8_t>>>& constants) {
+  std::vector<kj::ArrayPtr<const uint8_t>> chunkBytes;
+  for (auto& chunk : chunks) chunkBytes.push_back(chunk.asBytes());
+  std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constantBytes;
+  for (auto& [n, data] : constants) constantBytes.emplace_back(n, kj::arrayPtr(data.data(), data.size()));
+  return insertSubmit(session, chunkBytes, constantBytes, true);
+}
+
 kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
     uint64_t session, std::vector<kj::Array<capnp::word>> chunks,
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants) {
@@ -380,13 +390,7 @@ kj::Promise<SessionLog::SubmitRows> SessionLog::submitLater(
     if (submitJobs.empty() && !writingSubmit && !job && !stopping && dbLock.try_lock()) {
       jobs.unlock();
       SubmitRows rows;
-      auto error = kj::runCatchingExceptions([&]() {
-        std::vector<kj::ArrayPtr<const uint8_t>> chunkBytes;
-        for (auto& chunk : chunks) chunkBytes.push_back(chunk.asBytes());
-        std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constantBytes;
-        for (auto& [n, data] : constants) constantBytes.emplace_back(n, kj::arrayPtr(data.data(), data.size()));
-        rows = insertSubmit(session, chunkBytes, constantBytes, true);
-      });
+      auto error = kj::runCatchingExceptions([&]() { rows = insertSubmit(session, chunks, constants); });
       dbLock.unlock();
       handOverCheckpoint();
       KJ_IF_MAYBE(e, error) {
@@ -746,12 +750,8 @@ void SessionLog::writerLoop() {
       lock.unlock();
       if (beforeSubmitWrite) beforeSubmitWrite();
       auto error = kj::runCatchingExceptions([&]() {
-        std::vector<kj::ArrayPtr<const uint8_t>> chunks;
-        for (auto& chunk : submit.chunks) chunks.push_back(chunk.asBytes());
-        std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>> constants;
-        for (auto& [n, bytes] : submit.constants) constants.emplace_back(n, kj::arrayPtr(bytes.data(), bytes.size()));
         std::lock_guard<std::mutex> dbLock(dbMutex);
-        auto written = insertSubmit(submit.session, chunks, constants, true);
+        auto written = insertSubmit(submit.session, submit.chunks, submit.constants);
         std::lock_guard<std::mutex> handoff(submit.rows->mutex);
         submit.rows->rows = std::move(written);
       });

@@ -310,6 +310,10 @@ class SessionLog {
   SubmitRows insertSubmit(uint64_t session, const std::vector<kj::ArrayPtr<const uint8_t>>& chunks,
                           const std::vector<std::pair<uint64_t, kj::ArrayPtr<const uint8_t>>>& constants,
                           bool onlyIfOpen);
+  // The same for submitLater's owned chunks and constants, only if the
+  // session is still open.
+  SubmitRows insertSubmit(uint64_t session, const std::vector<kj::Array<capnp::word>>& chunks,
+                          const std::vector<std::pair<uint64_t, std::vector<uint8_t>>>& constants);
   // The queue (after a failed batch) as one batch; empties the queue.
   Batch take();
   // One transaction, then one for the history; caller holds dbMutex.

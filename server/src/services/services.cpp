@@ -43,9 +43,11 @@ class SubmissionImpl final : public wire::Submission::Server {
     return kj::READY_NOW;
   }
 
-  void addChunk(wire::Submission::AddParams::Reader chunk) {
+  // A chunk: an add()'s reader, or one built already (submitGraph).
+  template <typename Chunk>
+  void addChunk(Chunk&& chunk) {
     SQUALL_REQUIRE(!committed, "submission already committed");
-    pending.add(chunk);
+    pending.add(kj::fwd<Chunk>(chunk));
   }
 
   kj::Promise<void> appendData(AppendDataContext call) override {
@@ -55,11 +57,16 @@ class SubmissionImpl final : public wire::Submission::Server {
     return kj::READY_NOW;
   }
 
-  kj::Promise<void> commit(CommitContext call) override {
-    return commitThen([call](uint64_t tasks, uint64_t objects) mutable {
+  kj::Promise<void> commit(CommitContext call) override { return commitThen(countsInto(call)); }
+
+  // An answer for commitThen that sets a call's results (both commit and
+  // submitGraph answer with `tasks` and `objects`).
+  template <typename Context>
+  static kj::Function<void(uint64_t, uint64_t)> countsInto(Context call) {
+    return [call](uint64_t tasks, uint64_t objects) mutable {
       call.getResults().setTasks(tasks);
       call.getResults().setObjects(objects);
-    });
+    };
   }
 
   // Validates and applies what was added; `answer` gets the counts of
@@ -209,22 +216,15 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> submitGraph(SubmitGraphContext call) override {
     auto params = call.getParams();
     auto submission = newSubmission(params.getSession());
-    {
-      // The chunk as submit() would have had it: the log keeps chunks in
-      // that form, and replay reads them so.
-      capnp::MallocMessageBuilder chunk(params.totalSize().wordCount + 16);
-      auto root = chunk.initRoot<wire::Submission::AddParams>();
-      root.setObjects(params.getObjects());
-      root.setTasks(params.getTasks());
-      submission->addChunk(root.asReader());
-    }
+    // The chunk as submit() would have had it: the log keeps chunks in
+    // that form, and replay reads them so. Built once, kept as built.
+    auto chunk = std::make_unique<capnp::MallocMessageBuilder>(params.totalSize().wordCount + 16);
+    auto root = chunk->initRoot<wire::Submission::AddParams>();
+    root.setObjects(params.getObjects());
+    root.setTasks(params.getTasks());
+    submission->addChunk(std::move(chunk));
     auto& target = *submission;
-    return target
-        .commitThen([call](uint64_t tasks, uint64_t objects) mutable {
-          call.getResults().setTasks(tasks);
-          call.getResults().setObjects(objects);
-        })
-        .attach(kj::mv(submission));
+    return target.commitThen(SubmissionImpl::countsInto(call)).attach(kj::mv(submission));
   }
 
   kj::Own<SubmissionImpl> newSubmission(uint64_t id) {
