@@ -20,7 +20,8 @@ $Cxx.namespace("squall::wire");
 # cancelTask, GovernorUpstream.lendCpus, GovernorInfo.seceded;
 # docs/nested.md); named actors (ActorConfig.name, ClientService.findActor).
 # 6: ClientService.submitGraph, which clients use for every submit that fits
-# one message.
+# one message. Also 6: submitGraph's waitFor (compatible both ways: a
+# server without it answers with no `waited`, and the client then waits).
 const protocolVersion :UInt32 = 6;
 
 # Ids are chosen by the client: `n` is unique within one session across both

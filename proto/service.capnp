@@ -103,8 +103,16 @@ interface ClientService {
   # Submission.add() and commit() do, with no Submission to make, call
   # twice more and release (a one-call submit, such as an actor call made
   # and waited for, cost the server three calls and their messages).
-  submitGraph @20 (session :UInt64, objects :List(ObjectSpec), tasks :List(TaskSpec))
-      -> (tasks :UInt64, objects :UInt64);
+  # With `waitFor` (ids of tasks and objects, of this session), it also
+  # waits for them once applied, as wait() does, and answers only then, with
+  # `waited` set: a call made and waited for (Session::submitAndWait) is one
+  # round trip, not two. An error of the submit itself is thrown as before
+  # (nothing applied); `waited` says how the wait ended. A server that does
+  # not know `waitFor` answers at once without `waited` (the client then
+  # waits as before).
+  submitGraph @20 (session :UInt64, objects :List(ObjectSpec), tasks :List(TaskSpec),
+                   waitFor :List(UInt64))
+      -> (tasks :UInt64, objects :UInt64, waited :WaitResult);
 }
 
 # What the server knows of a data object.

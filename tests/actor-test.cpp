@@ -294,6 +294,76 @@ TEST_F(ActorTest, ACrashAmongPipelinedCallsRunsNoCallTwice) {
   }
 }
 
+// submitAndWait: a call made and waited for in one call to the server
+// (submitGraph's waitFor); a failed call throws TaskFailed as wait() does,
+// a refused graph throws the submit's Error with nothing applied, and a
+// graph too big for one message is submitted and waited for the long way.
+TEST_F(ActorTest, SubmitAndWaitRunsACallAndWaitsForItInOneGo) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("submit and wait");
+  auto counter = session.actor("stats/Counter", {}, "10");
+  auto first = counter.call("add", {}, "5");
+  first.output().keep();
+  session.submitAndWait({first});
+  // Finished when it returns: no wait was needed.
+  EXPECT_EQ(first.info().state, "finished");
+  EXPECT_EQ(first.output().fetch(), "15");
+  // The session's next calls, made one after another as a sync caller would.
+  for (int i = 1; i <= 20; i++) {
+    auto call = counter.call("add", {}, "1");
+    call.output().keep();
+    session.submitAndWait({call});
+    ASSERT_EQ(call.info().state, "finished") << "call " << i;
+    ASSERT_EQ(call.output().fetch(), std::to_string(15 + i));
+  }
+  // A failing method: TaskFailed naming the call, as wait() throws.
+  auto failing = counter.call("fail", {}, "on purpose");
+  std::string message;
+  try {
+    session.submitAndWait({failing});
+    ADD_FAILURE() << "a failed call did not throw";
+  } catch (const TaskFailed& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("asked to fail: on purpose"), std::string::npos) << message;
+  EXPECT_EQ(failing.info().state, "failed");
+}
+
+TEST_F(ActorTest, SubmitAndWaitRefusesABadGraphAndWaitsTheLongWayForABigOne) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("submit and wait: refused and big");
+  auto counter = session.actor("stats/Counter");
+  session.submit();
+  auto unknown = counter.call("noSuchMethod");
+  std::string refused;
+  try {
+    session.submitAndWait({unknown});
+    ADD_FAILURE() << "an unknown method was not refused";
+  } catch (const TaskFailed& e) {
+    ADD_FAILURE() << "refused as a failed task: " << e.what();
+  } catch (const Error& e) {
+    refused = e.what();
+  }
+  EXPECT_NE(refused.find("noSuchMethod"), std::string::npos) << refused;
+  // Nothing of it was applied: the actor's next call is its first.
+  auto read = counter.call("add", {}, "2");
+  read.output().keep();
+  session.submitAndWait({read});
+  EXPECT_EQ(read.output().fetch(), "2");
+  // A constant over the inline limit needs more than one message.
+  auto big = session.blob(std::string(3 << 20, 'x'));
+  auto copied = session.concat({big, session.blob("y")});
+  copied.output().keep();
+  session.submitAndWait({copied});
+  EXPECT_EQ(copied.info().state, "finished");
+  EXPECT_EQ(copied.output().fetch().size(), (3u << 20) + 1);
+  // Nothing to wait for: a plain submit.
+  auto later = counter.call("add", {}, "1");
+  later.output().keep();
+  session.submitAndWait({});
+  EXPECT_EQ(later.output().fetch(), "3");
+}
+
 TEST_F(ActorTest, AMethodThatThrowsFailsItsCallAndTheActorKeepsItsState) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("throw");

@@ -213,6 +213,52 @@ TEST_F(RawRpcTest, AOneCallSubmitIsCheckedAsTheLongWay) {
   EXPECT_NE(submitInOneCall(s, ok), "");
 }
 
+// submitGraph with waitFor answers once what it names has finished, with
+// `waited` set; a waitFor naming an id of neither the graph nor the
+// session, or more ids than a wait may, refuses the submit (nothing
+// applied).
+TEST_F(RawRpcTest, AOneCallSubmitThatWaitsAnswersOnceItsTasksFinished) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  auto ok = [&](auto& add) { concatOfOneConstant(add, s, "abc"); };
+  auto refused = submitInOneCall(s, [&](auto& add) {
+    ok(add);
+    auto ids = add.initWaitFor(2);
+    ids.set(0, 10);
+    ids.set(1, 99);
+  });
+  EXPECT_NE(refused.find("wait: unknown task or object 99"), std::string::npos) << refused;
+  refused = submitInOneCall(s, [&](auto& add) {
+    ok(add);
+    add.initWaitFor(1000001);  // the default wait-ids limit is 1,000,000
+  });
+  EXPECT_NE(refused.find("ids, more than"), std::string::npos) << refused;
+  auto req = service.submitGraphRequest();
+  req.setSession(s);
+  ok(req);
+  auto ids = req.initWaitFor(2);
+  ids.set(0, 10);  // the task
+  ids.set(1, 2);   // its output
+  auto answer = req.send().wait(io.waitScope);
+  EXPECT_EQ(answer.getTasks(), 1u);
+  ASSERT_TRUE(answer.hasWaited());
+  EXPECT_TRUE(answer.getWaited().isOk());
+  auto state = service.getTasksRequest();
+  state.setSession(s);
+  state.initIds(1).set(0, 10);
+  auto tasks = state.send().wait(io.waitScope).getTasks();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].getState(), wire::TaskInfo::State::FINISHED);
+  // Without waitFor: answered at once, without `waited`.
+  auto plain = service.submitGraphRequest();
+  plain.setSession(s);
+  auto objects = plain.initObjects(1);
+  setId(objects[0].initId(), s, 20);
+  objects[0].setIsConstant(true);
+  objects[0].setData(kj::StringPtr("x").asBytes());
+  EXPECT_FALSE(plain.send().wait(io.waitScope).hasWaited());
+}
+
 // add and appendData are streaming calls: a client sends them and the
 // commit without waiting for their answers. A refused part refuses the
 // commit with its message; nothing of the submit is applied.

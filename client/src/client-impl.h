@@ -301,7 +301,12 @@ struct SessionImpl {
     }
   }
 
-  void submit();
+  // With `waitFor`, a graph that fits one message is also waited for in
+  // the same call (submitGraph's waitFor): true when it was (a task that
+  // failed throws TaskFailed, as wait() does); false when the caller must
+  // still wait (a bigger graph, an older server, a submit sent again after
+  // a lost connection).
+  bool submit(const std::vector<uint64_t>* waitFor = nullptr);
   void wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished);
   // `expect`: when set, the object must be of this kind.
   void fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect = {});

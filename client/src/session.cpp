@@ -166,7 +166,7 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
 
 }  // namespace
 
-void SessionImpl::submit() {
+bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
   checkOpen();
   // Sent or refused, what was built is done with: a refused graph was not
   // applied and is not sent again by the next submit.
@@ -243,6 +243,14 @@ void SessionImpl::submit() {
     auto taskList = message.initTasks(taskEnd - nextTask);
     for (size_t i = nextTask; i < taskEnd; i++) fillTask(taskList[i - nextTask], tasks[i], id, parent);
   };
+  // Each id once, as wait() sends them.
+  std::vector<uint64_t> waitIds;
+  if (waitFor != nullptr) {
+    waitIds = *waitFor;
+    std::sort(waitIds.begin(), waitIds.end());
+    waitIds.erase(std::unique(waitIds.begin(), waitIds.end()), waitIds.end());
+  }
+  bool waited = false;
   bool resent = false;
   client.retrying([&]() {
     if (resent && applied()) return;
@@ -259,7 +267,20 @@ void SessionImpl::submit() {
       req.setSession(id);
       std::vector<const LocalObject*> none;
       fill(req, 0, objects.size(), 0, tasks.size(), none);
-      req.send().wait(ws);
+      if (waitIds.empty()) {
+        req.send().wait(ws);
+        return;
+      }
+      auto list = req.initWaitFor(waitIds.size());
+      for (size_t i = 0; i < waitIds.size(); i++) list.set(i, waitIds[i]);
+      // It waits, as wait() does: a function gives its cpus back meanwhile.
+      if (client.aroundWait) client.aroundWait(true);
+      KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
+      auto response = client.block(req.send());
+      if (response.hasWaited()) {
+        waited = true;
+        if (response.getWaited().isFailed()) throw taskFailed(response.getWaited().getFailed());
+      }
       return;
     }
     auto req = client.svc().submitRequest();
@@ -293,6 +314,7 @@ void SessionImpl::submit() {
       if (t.type != LocalTask::Type::ACTOR) submittedTasks.push_back(t.n);  // actors never finish by themselves
     }
   }
+  return waited;
 }
 
 void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector<uint64_t>* finished) {
@@ -753,6 +775,29 @@ void Session::submit() {
     if (!handle->tasks.empty() || !handle->objects.empty()) handle->whileOpen([handle]() { handle->submit(); });
   }
   impl->whileOpen([&]() { impl->submit(); });
+}
+
+void Session::submitAndWait(const std::vector<Task>& tasks) {
+  // By session, as wait(): calls on a named actor of another session are
+  // its tasks. Those sessions' parts go first, unwaited (as submit() sends
+  // them), so that this one's tasks do not wait behind them.
+  std::map<client::SessionImpl*, std::vector<uint64_t>> ids;
+  for (auto& t : tasks) ids[t.session].push_back(t.id());
+  for (auto& entry : impl->foreign) {
+    auto* handle = entry.second.get();
+    if (!handle->tasks.empty() || !handle->objects.empty()) handle->whileOpen([handle]() { handle->submit(); });
+  }
+  auto own = ids.find(impl.get());
+  bool waited = false;
+  if (own != ids.end()) {
+    waited = impl->whileOpen([&]() { return impl->submit(&own->second); });
+  } else {
+    impl->whileOpen([&]() { impl->submit(); });
+  }
+  for (auto& [owner, list] : ids) {
+    if (owner == impl.get() && waited) continue;
+    owner->wait(list, false, nullptr);
+  }
 }
 
 void Session::wait(const std::vector<Task>& tasks) {

@@ -184,6 +184,13 @@ std::vector<ObjectKind> outputKinds(py::handle outputs, const char* what) {
   return kinds;
 }
 
+// The live tasks behind handles (for the calls that take a list of tasks).
+std::vector<Task> liveTasks(std::vector<TaskHandle>& handles) {
+  std::vector<Task> tasks;
+  for (auto& handle : handles) tasks.push_back(handle.live());
+  return tasks;
+}
+
 void setResource(Task& task, const std::string& name, py::handle amount) {
   if (py::isinstance<py::str>(amount)) {
     task.resource(name, amount.cast<std::string>());
@@ -612,6 +619,18 @@ void bindSession(py::module_& m) {
           "Sends everything built since the last submit. Raises squall.Error naming the problem if the graph "
           "is invalid (then nothing of it was applied).")
       .def(
+          "submit_and_wait",
+          [](SessionBox& s, std::vector<TaskHandle> handles) {
+            auto& session = s.live();
+            auto tasks = liveTasks(handles);
+            py::gil_scoped_release release;
+            session.submitAndWait(tasks);
+          },
+          py::arg("tasks"),
+          "submit(), then wait(tasks), in one round trip to the server when what was built fits one message "
+          "(e.g. an actor's method call made and waited for). Raises squall.Error if the graph is invalid "
+          "(nothing applied), TaskFailed if the wait fails.")
+      .def(
           "wait",
           [](SessionBox& s, py::handle items) {
             auto& session = s.live();
@@ -638,8 +657,7 @@ void bindSession(py::module_& m) {
           "wait_some",
           [](SessionBox& s, std::vector<TaskHandle> tasks) {
             auto& session = s.live();
-            std::vector<Task> list;
-            for (auto& t : tasks) list.push_back(t.live());
+            auto list = liveTasks(tasks);
             std::vector<uint64_t> finished;
             {
               py::gil_scoped_release release;

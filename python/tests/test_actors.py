@@ -140,6 +140,20 @@ def test_state_lives_between_submits(session):
     assert later[-1].info().name == "Counter.increment"
 
 
+def test_submit_and_wait_makes_a_call_and_waits_for_it_in_one_go(session):
+    counter = Counter.remote(1)
+    for expected in range(2, 12):
+        call = counter.increment.remote()
+        call.output.keep()
+        session.submit_and_wait([call])
+        # Finished on return: no wait needed before reading its result.
+        assert call.info().state == "finished"
+        assert call.output.value() == expected
+    failing = counter.fail.remote("on purpose")
+    with pytest.raises(squall.TaskFailed, match="asked to fail: on purpose"):
+        session.submit_and_wait([failing])
+
+
 def test_two_actors_run_in_parallel_with_their_own_state(session, tmp_path):
     a, b = Counter.remote(0), Counter.remote(100)
     met = [a.meet.remote(str(tmp_path / "a"), str(tmp_path / "b")),

@@ -5,6 +5,8 @@
 # Prints `<metric> <value>` lines, the median of REPS runs each:
 #   squall_actor_calls_sync_per_s / dask_actor_calls_sync_per_s: one call at
 #     a time, each waited for (the round trip);
+#   squall_actor_calls_sync_combined_per_s: the same, each call submitted
+#     and waited for in one call to the server (Session::submitAndWait);
 #   ..._async_per_s: N calls on one actor at once;
 #   ..._2actors_per_s: N calls over two actors on two governors (workers).
 # Knobs: REPS (3), N (2000).

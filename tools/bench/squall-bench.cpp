@@ -100,11 +100,13 @@ double functionTasksPerSecond(squall::Client& client, int n) {
 
 // Actor calls (docs/actors.md), the shapes of ../shared/peers/dask_actors.py
 // and Ray's published figures: `n` calls of increment on one actor, each
-// submitted and waited for before the next (sync: the round trip); `n`
+// submitted and waited for before the next (sync: the round trip; with
+// `combined`, each in one call to the server, Session::submitAndWait,
+// instead of submit() and wait()); `n`
 // calls on one actor submitted at once (async: pipelined through the
 // server and governor); `n` calls spread over 2 actors on 2 governors, at
 // once. The actors are made, and warm, before the clock starts.
-double actorCallsPerSecond(squall::Client& client, int n, int actors, bool sync) {
+double actorCallsPerSecond(squall::Client& client, int n, int actors, bool sync, bool combined = false) {
   auto session = client.newSession("bench-actors");
   std::vector<squall::Actor> counters;
   for (int a = 0; a < actors; a++) {
@@ -116,9 +118,13 @@ double actorCallsPerSecond(squall::Client& client, int n, int actors, bool sync)
   auto start = Clock::now();
   if (sync) {
     for (int i = 0; i < n; i++) {
-      auto call = counters[0].call("increment");
-      session.submit();
-      call.wait();
+      if (combined) {
+        session.submitAndWait({counters[0].call("increment")});
+      } else {
+        auto call = counters[0].call("increment");
+        session.submit();
+        call.wait();
+      }
     }
   } else {
     for (int i = 0; i < n; i++) counters[i % actors].call("increment");
@@ -309,6 +315,7 @@ int main(int argc, char** argv) {
   bool streamsOnly = false, recoveryOnly = false, inputsOnly = false, functionsOnly = false, buildOnly = false;
   bool callsOnly = false, actorsOnly = false;
   std::vector<std::string> governorArgs;
+  std::string actorPhase = "all";
   int recoveryTasks = 100000;
   std::string server;
   app.add_option("--governors", governors)->capture_default_str();
@@ -337,6 +344,11 @@ int main(int argc, char** argv) {
   app.add_flag("--actors-only", actorsOnly,
                "run only the actor benchmark: calls on one actor one after another and at once, and over "
                "two actors at once (--trivial of them; docs/benchmarks.md)");
+  app.add_option("--actor-phase", actorPhase,
+                 "with --actors-only: only one of its phases (sync, sync-combined, async, 2actors), e.g. to "
+                 "profile it")
+      ->check(CLI::IsMember({"all", "sync", "sync-combined", "async", "2actors"}))
+      ->capture_default_str();
   app.add_option("--governor-arg", governorArgs,
                  "an argument for every governor started (e.g. --governor-arg=--input-isolation=copy)");
   app.add_flag("--recovery-only", recoveryOnly,
@@ -390,9 +402,17 @@ int main(int argc, char** argv) {
     }
     if (actorsOnly) {
       fprintf(stderr, "# actors: %d governors x %d cpus; N=%d calls\n", governors, cpus, n);
-      run("squall_actor_calls_sync_per_s", [&]() { return actorCallsPerSecond(client, n, 1, true); });
-      run("squall_actor_calls_async_per_s", [&]() { return actorCallsPerSecond(client, n, 1, false); });
-      run("squall_actor_calls_2actors_per_s", [&]() { return actorCallsPerSecond(client, n, 2, false); });
+      auto phase = [&](const char* name) { return actorPhase == "all" || actorPhase == name; };
+      if (phase("sync"))
+        run("squall_actor_calls_sync_per_s", [&]() { return actorCallsPerSecond(client, n, 1, true); });
+      if (phase("sync-combined")) {
+        run("squall_actor_calls_sync_combined_per_s",
+            [&]() { return actorCallsPerSecond(client, n, 1, true, true); });
+      }
+      if (phase("async"))
+        run("squall_actor_calls_async_per_s", [&]() { return actorCallsPerSecond(client, n, 1, false); });
+      if (phase("2actors"))
+        run("squall_actor_calls_2actors_per_s", [&]() { return actorCallsPerSecond(client, n, 2, false); });
       return 0;
     }
     if (callsOnly) {

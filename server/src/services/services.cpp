@@ -3,6 +3,7 @@
 #include "explain.h"
 
 #include <algorithm>
+#include <unordered_set>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/resource-amounts.h>
@@ -224,7 +225,47 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     root.setTasks(params.getTasks());
     submission->addChunk(std::move(chunk));
     auto& target = *submission;
-    return target.commitThen(SubmissionImpl::countsInto(call)).attach(kj::mv(submission));
+    auto id = params.getSession();
+    if (!params.hasWaitFor() || params.getWaitFor().size() == 0) {
+      return target.commitThen(SubmissionImpl::countsInto(call)).attach(kj::mv(submission));
+    }
+    // Checked before anything is applied: a bad wait refuses the submit.
+    checkCombinedWait(id, params);
+    return target.commitThen(SubmissionImpl::countsInto(call))
+        .attach(kj::mv(submission))
+        .then([this, id, call]() mutable {
+          // Applied and durable: from here the call is a wait, and like
+          // one it ends if its caller goes (not before: a submit cut off
+          // between its log write and its apply would be replayed without
+          // having been applied). Whatever ends the wait is told in
+          // `waited`, never thrown: a thrown error says the submit failed.
+          call.allowCancellation();
+          return kj::evalNow([&]() {
+                   auto& session = openSession(id);
+                   return context.sessions.wait(session, call.getParams().getWaitFor(), false);
+                 })
+              .then([this, id, call]() mutable {
+                fillWaitResult(id, call.getResults().initWaited(), call.getParams().getWaitFor());
+              },
+                    [call](kj::Exception&& e) mutable {
+                      call.getResults().initWaited().initFailed().setMessage(e.getDescription());
+                    });
+        });
+  }
+
+  // A combined submit and wait names ids of its own graph or of the
+  // session's earlier submits, as many as a wait may.
+  void checkCombinedWait(uint64_t id, wire::ClientService::SubmitGraphParams::Reader params) {
+    auto ids = params.getWaitFor();
+    checkWaitIds(ids);
+    auto& session = openSession(id);
+    std::unordered_set<uint64_t> graph;
+    for (auto object : params.getObjects()) graph.insert(object.getId().getN());
+    for (auto task : params.getTasks()) graph.insert(task.getId().getN());
+    for (auto n : ids) {
+      SQUALL_REQUIRE(graph.count(n) != 0 || session.objects.count(n) != 0 || session.tasks.count(n) != 0,
+                     "wait: unknown task or object ", n);
+    }
   }
 
   kj::Own<SubmissionImpl> newSubmission(uint64_t id) {

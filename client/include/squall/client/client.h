@@ -409,6 +409,11 @@ class Session {
   // nothing of it was applied, and it is dropped: the next submit sends
   // only what is built after this one).
   void submit();
+  // submit(), then wait(tasks), in one round trip to the server when what
+  // was built fits one message (e.g. an actor's call made and waited for:
+  // Ray's `ray.get(a.f.remote())`). Errors as from those two: Error from
+  // the submit (nothing applied), TaskFailed from the wait.
+  void submitAndWait(const std::vector<Task>& tasks);
   // Block until the named tasks/objects are finished; throw TaskFailed if the
   // session fails first.
   //
