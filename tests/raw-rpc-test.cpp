@@ -259,6 +259,56 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsAnswersOnceItsTasksFinished) {
   EXPECT_FALSE(plain.send().wait(io.waitScope).hasWaited());
 }
 
+// Once applied, a one-call submit that waits is a wait: a client that goes
+// takes it with it, and its session closes (were the call held to its end,
+// it would hold the client's service, and the session, for the minute its
+// task sleeps).
+TEST_F(RawRpcTest, AOneCallSubmitThatWaitsEndsWithItsClient) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  auto req = service.submitGraphRequest();
+  req.setSession(s);
+  auto task = req.initTasks(1)[0];
+  setId(task.initId(), s, 10);
+  task.initConfig().initSleep().setMilliseconds(60000);
+  req.initWaitFor(1).set(0, 10);
+  auto pending = req.send();
+  // (Unknown until the submit is applied.)
+  auto running = [&]() {
+    auto state = service.getTasksRequest();
+    state.setSession(s);
+    state.initIds(1).set(0, 10);
+    try {
+      auto tasks = state.send().wait(io.waitScope).getTasks();
+      return tasks.size() == 1 && tasks[0].getState() == wire::TaskInfo::State::RUNNING;
+    } catch (const kj::Exception& e) {
+      EXPECT_NE(std::string(userMessage(e).cStr()).find("unknown task 10"), std::string::npos)
+          << userMessage(e).cStr();
+      return false;
+    }
+  };
+  bool started = false;
+  for (int i = 0; i < 1000 && !started; i++) {
+    started = running();
+    if (!started) io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  ASSERT_TRUE(started) << "the sleeping task never ran";
+  EXPECT_FALSE(pending.poll(io.waitScope)) << "answered before its task finished";
+  // The client goes: its call, its service and its connection.
+  { auto dropped = kj::mv(pending); }
+  service = nullptr;
+  connection = nullptr;
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  bool closed = false;
+  for (int i = 0; i < 1000 && !closed; i++) {
+    auto state = service.getStateRequest();
+    state.setSession(s);
+    closed = state.send().wait(io.waitScope).getState().getClosed();
+    if (!closed) io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
+  }
+  EXPECT_TRUE(closed) << "the session outlived its client while its combined wait ran";
+}
+
 // add and appendData are streaming calls: a client sends them and the
 // commit without waiting for their answers. A refused part refuses the
 // commit with its message; nothing of the submit is applied.
