@@ -251,6 +251,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     waitIds.erase(std::unique(waitIds.begin(), waitIds.end()), waitIds.end());
   }
   bool waited = false;
+  std::optional<TaskFailed> failed;
   bool resent = false;
   client.retrying([&]() {
     if (resent && applied()) return;
@@ -279,7 +280,8 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
       auto response = client.block(req.send());
       if (response.hasWaited()) {
         waited = true;
-        if (response.getWaited().isFailed()) throw taskFailed(response.getWaited().getFailed());
+        // Thrown once the submit's own bookkeeping is done: it was applied.
+        if (response.getWaited().isFailed()) failed = taskFailed(response.getWaited().getFailed());
       }
       return;
     }
@@ -314,6 +316,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
       if (t.type != LocalTask::Type::ACTOR) submittedTasks.push_back(t.n);  // actors never finish by themselves
     }
   }
+  if (failed) throw *failed;
   return waited;
 }
 
