@@ -246,7 +246,8 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsAnswersOnceItsTasksFinished) {
   auto state = service.getTasksRequest();
   state.setSession(s);
   state.initIds(1).set(0, 10);
-  auto tasks = state.send().wait(io.waitScope).getTasks();
+  auto response = state.send().wait(io.waitScope);
+  auto tasks = response.getTasks();
   ASSERT_EQ(tasks.size(), 1u);
   EXPECT_EQ(tasks[0].getState(), wire::TaskInfo::State::FINISHED);
   // Without waitFor: answered at once, without `waited`.
@@ -279,7 +280,8 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsEndsWithItsClient) {
     state.setSession(s);
     state.initIds(1).set(0, 10);
     try {
-      auto tasks = state.send().wait(io.waitScope).getTasks();
+      auto response = state.send().wait(io.waitScope);
+      auto tasks = response.getTasks();
       return tasks.size() == 1 && tasks[0].getState() == wire::TaskInfo::State::RUNNING;
     } catch (const kj::Exception& e) {
       EXPECT_NE(std::string(userMessage(e).cStr()).find("unknown task 10"), std::string::npos)
