@@ -23,6 +23,7 @@ const SERVER = env('SQUALL_SERVER_BIN');
 const GOVERNOR = env('SQUALL_GOVERNOR_BIN');
 const SQUALL = env('SQUALL_CLI_BIN');
 const EXECUTOR = env('SQUALL_TEST_EXECUTOR');
+const NESTED = env('SQUALL_NESTED_EXECUTOR');
 const MODULES = env('SQUALL_WEB_MODULES');
 const TIMEOUT = 15000; // every wait for the page, ms
 
@@ -210,6 +211,43 @@ stdout = true
     check(rowBadges === 'closed', `badges of the closed session on the overview: ${rowBadges}`);
     check(errors.length === 0, `page errors: ${errors.join('; ')}`);
     console.log('ok: the closed session shows one state, its graph, timeline, table and failure');
+
+    // A task that submits tasks (docs/nested.md): its page lists them, and
+    // theirs name it. A third governor offers the nested tests' executor;
+    // the three leaves wait for a file, so the session stays open.
+    await start(GOVERNOR, ['--server', rpc, '--work-dir', path.join(work, 'governor-2'), '--name', 'governor-2',
+      '--cpus', '4', '--log-level', 'warn', '--executor', `tree=${NESTED}`], ['registered governor=']);
+    const tree = path.join(work, 'tree');
+    fs.mkdirSync(tree);
+    const treePipeline = path.join(work, 'browser-tree.toml');
+    fs.writeFileSync(treePipeline, `name = "browser-tree"
+[step.root]
+call = "tree/node"
+config = "1 3 ${tree} root 0 block"
+`);
+    const treeRun = spawn(SQUALL, ['run', treePipeline], {
+      stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, SQUALL_SERVER: rpc },
+    });
+    children.push(treeRun);
+    const treeExit = new Promise((resolve) => treeRun.on('exit', (code) => resolve(code)));
+    const treeRow = page.locator('[data-testid=session-row]', { hasText: 'browser-tree' });
+    await treeRow.getByRole('link', { name: 'browser-tree' }).click();
+    await page.waitForURL(/\/sessions\/\d+$/);
+    await page.locator('[data-testid=task-row]').nth(3).waitFor();
+    await page.locator('[data-testid=task-row]').getByRole('link', { name: 'root', exact: true }).click();
+    await page.waitForURL(/\/tasks\/\d+$/);
+    await page.locator('[data-testid=task-children] li').nth(2).waitFor();
+    const listed = await page.locator('[data-testid=task-children] li').allTextContents();
+    check(listed.length === 3 && listed.every((text, i) => text.includes(`node root.${i}`)), `children listed: ${listed}`);
+    await page.locator('[data-testid=task-children] a', { hasText: 'node root.1' }).click();
+    await page.waitForURL(/\/tasks\/\d+$/);
+    const parent = await page.locator('[data-testid=task-parent]').textContent();
+    check(parent.includes('root'), `parent shown: ${JSON.stringify(parent)}`);
+    fs.writeFileSync(path.join(tree, 'release'), '');
+    const treeCode = await Promise.race([treeExit, new Promise((r) => setTimeout(() => r('timeout'), 30000))]);
+    check(treeCode === 0, `squall run of the tree exit status ${treeCode}`);
+    check(errors.length === 0, `page errors: ${errors.join('; ')}`);
+    console.log('ok: a task that submitted tasks lists them; a child links to its parent');
   } finally {
     await browser.close();
   }

@@ -38,6 +38,7 @@ struct TestTask {
   // Execute: the input fed on stdin (-1: none).
   int32_t stdinInput = -1;
   uint64_t expectedMs = 0;  // the scheduler's hint (0: unknown)
+  uint64_t parent = 0;      // the task that submitted it (0: a client)
 };
 
 // An execute task running `program` with inputs and outputs at paths.
@@ -85,6 +86,7 @@ class TestGraph {
       ts[i].initId().setSession(session);
       ts[i].getId().setN(t.n);
       ts[i].setName(t.name);
+      ts[i].setParent(t.parent);
       ts[i].setAttributes(t.attributes);
       ts[i].initResources().setCpus(t.cpus.value_or(1));
       ts[i].getResources().setCpusAsked(t.cpus.has_value());

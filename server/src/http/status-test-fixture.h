@@ -34,11 +34,16 @@ class StatusFixture : public ::testing::Test {
 
   Session& submit(TestGraph& graph, const char* name = "s") {
     auto& session = table.open(name, this);
+    submitMore(session, graph);
+    return session;
+  }
+
+  // A later submit into `session`.
+  void submitMore(Session& session, TestGraph& graph) {
     PendingSubmit pending(session.id, Limits{});
     pending.add(graph.build());
     table.submitted(session, pending.commit(session));
     table.effects().ready.clear();
-    return session;
   }
 
   void run(Session& session, uint64_t task, GovernorState& on) {

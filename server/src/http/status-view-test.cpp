@@ -89,6 +89,38 @@ TEST_F(StatusViewTest, TaskDetailsHaveSpecInputsOutputsAndTails) {
   EXPECT_TRUE(view.task(s.id, 999).is_null());
 }
 
+// A task that submitted tasks (docs/nested.md) lists them, and each names
+// it as its parent.
+TEST_F(StatusViewTest, TaskDetailsNameTheParentAndTheChildren) {
+  auto& g = governor("gov", 2);
+  TestGraph first(1);
+  testing::TestTask parentTask{10, {}, {2}, {"parent-program"}};
+  parentTask.name = "parent";
+  first.output(2).task(parentTask);
+  auto& s = submit(first);
+  run(s, 10, g);
+  TestGraph children(s.id);
+  for (uint64_t n : {20, 21, 22}) {
+    children.output(n + 100);
+    testing::TestTask child{n, {}, {n + 100}, {"child-program"}};
+    child.parent = 10;
+    child.name = "child " + std::to_string(n);
+    children.task(child);
+  }
+  submitMore(s, children);
+  auto parent = view.task(s.id, 10);
+  EXPECT_TRUE(parent["parent"].is_null());
+  EXPECT_EQ(parent["childrenCount"], 3);
+  ASSERT_EQ(parent["children"].size(), 3u);
+  EXPECT_EQ(parent["children"][1]["id"], 21);
+  EXPECT_EQ(parent["children"][1]["name"], "child 21");
+  auto child = view.task(s.id, 22);
+  EXPECT_EQ(child["parent"]["id"], 10);
+  EXPECT_EQ(child["parent"]["name"], "parent");
+  EXPECT_EQ(child["parent"]["state"], "running");
+  EXPECT_EQ(child["childrenCount"], 0);
+}
+
 TEST_F(StatusViewTest, SmallGraphIsTasksBigGraphIsGroups) {
   TestGraph small(1);
   small.output(2).output(3).task({10, {}, {2}, {"a"}}).task({11, {2}, {3}, {"b"}});

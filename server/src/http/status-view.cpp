@@ -627,6 +627,16 @@ Json StatusView::task(uint64_t id, uint64_t n) {
     Json outputs = Json::array();
     for (auto* object : task.outputs) outputs.push_back(objectJson(*s, *object));
     out["outputs"] = outputs;
+    // Tasks that submit tasks (docs/nested.md): who submitted it, and the
+    // first MAX_CHILDREN_SHOWN of those it submitted.
+    auto brief = [](const TaskNode& other) {
+      return Json{{"id", other.id.n}, {"name", other.spec.getName().cStr()}, {"state", taskStateName(other.state)}};
+    };
+    out["parent"] = task.parent != nullptr ? brief(*task.parent) : Json(nullptr);
+    Json children = Json::array();
+    for (size_t i = 0; i < task.children.size() && i < MAX_CHILDREN_SHOWN; i++) children.push_back(brief(*task.children[i]));
+    out["children"] = std::move(children);
+    out["childrenCount"] = task.children.size();
     out["closed"] = false;
     return out;
   }

@@ -53,6 +53,7 @@ class StatusView {
  public:
   static constexpr size_t SMALL_GRAPH = 400;  // tasks drawn one by one up to this
   static constexpr size_t MAX_GROUPS = 150;   // groups drawn; the rest are merged
+  static constexpr size_t MAX_CHILDREN_SHOWN = 100;  // of a task that submitted tasks
   static constexpr size_t TIMELINE_BARS = 2000;
   static constexpr size_t TIMELINE_BUCKETS = 160;
   // Closed sessions listed in /api/sessions and on the overview (each kept
