@@ -56,11 +56,11 @@ int reportFailure(const TaskFailed& failure) {
 // when the task failed, else nothing.
 std::optional<int> submitAndWait(Session& session, Task& task) {
   for (size_t i = 0; i < task.outputCount(); i++) task.output(i).keep();
-  session.submit();
   try {
     // This task, not the session's all: a call on another session's actor
-    // is a task of that session.
-    session.wait({task});
+    // is a task of that session. One round trip when the graph fits one
+    // message; a refused submit throws Error, not TaskFailed.
+    session.submitAndWait({task});
   } catch (const TaskFailed& failure) {
     return reportFailure(failure);
   }
