@@ -164,6 +164,13 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   }
 }
 
+// Each id once, sorted: the server bounds the ids of one wait (wait-ids).
+std::vector<uint64_t> eachOnce(std::vector<uint64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
 }  // namespace
 
 bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
@@ -243,13 +250,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     auto taskList = message.initTasks(taskEnd - nextTask);
     for (size_t i = nextTask; i < taskEnd; i++) fillTask(taskList[i - nextTask], tasks[i], id, parent);
   };
-  // Each id once, as wait() sends them.
-  std::vector<uint64_t> waitIds;
-  if (waitFor != nullptr) {
-    waitIds = *waitFor;
-    std::sort(waitIds.begin(), waitIds.end());
-    waitIds.erase(std::unique(waitIds.begin(), waitIds.end()), waitIds.end());
-  }
+  auto waitIds = waitFor != nullptr ? eachOnce(*waitFor) : std::vector<uint64_t>{};
   bool waited = false;
   std::optional<TaskFailed> failed;
   bool resent = false;
@@ -322,10 +323,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
 
 void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector<uint64_t>* finished) {
   checkOpen();
-  // Each id once: the server bounds the ids of one wait (wait-ids).
-  std::vector<uint64_t> ids(named);
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  auto ids = eachOnce(named);
   // A function waiting for its children gives its cpus back meanwhile
   // (also while a lost server is reached again).
   if (client.aroundWait) client.aroundWait(true);
@@ -769,34 +767,34 @@ Task Session::store(const DataObject& object, const std::string& path, bool over
   return Task(impl.get(), task.n);
 }
 
-void Session::submit() {
-  // Calls on named actors of other sessions first (they read nothing of
-  // this one).
-  for (auto& entry : impl->foreign) {
+namespace {
+
+// Calls on named actors of other sessions are submitted first (they read
+// nothing of this session).
+void submitForeign(client::SessionImpl& impl) {
+  for (auto& entry : impl.foreign) {
     // (A named pointer: clang 14 cannot capture a structured binding.)
     auto* handle = entry.second.get();
     if (!handle->tasks.empty() || !handle->objects.empty()) handle->whileOpen([handle]() { handle->submit(); });
   }
+}
+
+}  // namespace
+
+void Session::submit() {
+  submitForeign(*impl);
   impl->whileOpen([&]() { impl->submit(); });
 }
 
 void Session::submitAndWait(const std::vector<Task>& tasks) {
-  // By session, as wait(): calls on a named actor of another session are
-  // its tasks. Those sessions' parts go first, unwaited (as submit() sends
-  // them), so that this one's tasks do not wait behind them.
+  // By session, as wait(). Other sessions' parts go unwaited, as submit()
+  // sends them, so that this one's tasks do not wait behind them; theirs
+  // are waited for after.
   std::map<client::SessionImpl*, std::vector<uint64_t>> ids;
   for (auto& t : tasks) ids[t.session].push_back(t.id());
-  for (auto& entry : impl->foreign) {
-    auto* handle = entry.second.get();
-    if (!handle->tasks.empty() || !handle->objects.empty()) handle->whileOpen([handle]() { handle->submit(); });
-  }
+  submitForeign(*impl);
   auto own = ids.find(impl.get());
-  bool waited = false;
-  if (own != ids.end()) {
-    waited = impl->whileOpen([&]() { return impl->submit(&own->second); });
-  } else {
-    impl->whileOpen([&]() { impl->submit(); });
-  }
+  bool waited = impl->whileOpen([&]() { return impl->submit(own != ids.end() ? &own->second : nullptr); });
   for (auto& [owner, list] : ids) {
     if (owner == impl.get() && waited) continue;
     owner->wait(list, false, nullptr);

@@ -226,31 +226,28 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     submission->addChunk(std::move(chunk));
     auto& target = *submission;
     auto id = params.getSession();
-    if (!params.hasWaitFor() || params.getWaitFor().size() == 0) {
-      return target.commitThen(SubmissionImpl::countsInto(call)).attach(kj::mv(submission));
-    }
+    bool waits = params.getWaitFor().size() > 0;
     // Checked before anything is applied: a bad wait refuses the submit.
-    checkCombinedWait(id, params);
-    return target.commitThen(SubmissionImpl::countsInto(call))
-        .attach(kj::mv(submission))
-        .then([this, id, call]() mutable {
-          // Applied and durable: from here the call is a wait, and like
-          // one it ends if its caller goes (not before: a submit cut off
-          // between its log write and its apply would be replayed without
-          // having been applied). Whatever ends the wait is told in
-          // `waited`, never thrown: a thrown error says the submit failed.
-          call.allowCancellation();
-          return kj::evalNow([&]() {
-                   auto& session = openSession(id);
-                   return context.sessions.wait(session, call.getParams().getWaitFor(), false);
-                 })
-              .then([this, id, call]() mutable {
-                fillWaitResult(id, call.getResults().initWaited(), call.getParams().getWaitFor());
-              },
-                    [call](kj::Exception&& e) mutable {
-                      call.getResults().initWaited().initFailed().setMessage(e.getDescription());
-                    });
-        });
+    if (waits) checkCombinedWait(id, params);
+    auto applied = target.commitThen(SubmissionImpl::countsInto(call)).attach(kj::mv(submission));
+    if (!waits) return applied;
+    return applied.then([this, id, call]() mutable {
+      // Applied and durable: from here the call is a wait, and like one it
+      // ends if its caller goes (not before: a submit cut off between its
+      // log write and its apply would be replayed without having been
+      // applied). Whatever ends the wait is told in `waited`, never thrown:
+      // a thrown error says the submit failed.
+      call.allowCancellation();
+      return kj::evalNow([&]() {
+               return context.sessions.wait(openSession(id), call.getParams().getWaitFor(), false);
+             })
+          .then([this, id, call]() mutable {
+                  fillWaitResult(id, call.getResults().initWaited(), call.getParams().getWaitFor());
+                },
+                [call](kj::Exception&& e) mutable {
+                  call.getResults().initWaited().initFailed().setMessage(e.getDescription());
+                });
+    });
   }
 
   // A combined submit and wait names ids of its own graph or of the
