@@ -9,6 +9,7 @@
 #include "input-isolation.h"
 #include "object-store.h"
 #include "resources.h"
+#include "direct-calls.h"
 #include "result-batcher.h"
 #include "server-link.h"
 #include "stream-hub.h"
@@ -340,10 +341,17 @@ int run(const Flags& flags) {
     ActorHosts actors(executors, timer, logger);
     env.actors = actors;
 
+    // Actor calls clients send here directly (docs/actors.md).
+    DirectCalls direct(store, actors, name, logger);
+    dataEnv.directCalls = direct;
+
     // Results wait in the batcher while no server connection is up.
     ResultBatcher batcher(timer, logger);
-    TaskQueue queue(env, fetcher, flags.cpus, offeredPools(flags),
-                    [&batcher](TaskOutcome outcome) { batcher.report(kj::mv(outcome)); });
+    TaskQueue queue(env, fetcher, flags.cpus, offeredPools(flags), [&batcher, &direct](TaskOutcome outcome) {
+      direct.ended(outcome);
+      batcher.report(kj::mv(outcome));
+    });
+    direct.useQueue(queue);
     queue.onDry([&batcher]() { batcher.ranDry(); });
 
     // Data service.
@@ -376,7 +384,7 @@ int run(const Flags& flags) {
     ServerLink link(network, timer, store, queue, batcher, logger,
                     ServerLinkOptions{kj::str(flags.server.c_str()), kj::str(token.c_str()), kj::str(name),
                                       kj::str(dataAddress), flags.cpus, executors, seconds(flags.connectTimeout),
-                                      seconds(flags.reconnectTimeout), seconds(flags.serverTimeout)});
+                                      seconds(flags.reconnectTimeout), seconds(flags.serverTimeout), direct});
     auto connected = link.connect(io.waitScope);
     KJ_IF_MAYBE(message, connected.tryGet<kj::String>()) {
       failure = kj::mv(*message);

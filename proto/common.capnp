@@ -22,6 +22,11 @@ $Cxx.namespace("squall::wire");
 # 6: ClientService.submitGraph, which clients use for every submit that fits
 # one message. Also 6: submitGraph's waitFor (compatible both ways: a
 # server without it answers with no `waited`, and the client then waits).
+# Also 6: actor calls sent to the actor's governor directly
+# (DataService.callActor, TaskResult.direct, GovernorInfo.direct,
+# ClientService.locateActor and recordDirect; docs/actors.md "Calls that
+# skip the server"). Compatible both ways: a client whose server or
+# governor lacks them (unimplemented) sends its calls through the server.
 const protocolVersion :UInt32 = 6;
 
 # Ids are chosen by the client: `n` is unique within one session across both
@@ -290,6 +295,16 @@ struct TaskResult {
   # away (a governor lost as the task was placed). Not the task's failure:
   # the server places it again once it knows of the loss.
   inputUnavailable @11 :Bool;
+  # Set for an actor call a client sent to this governor directly
+  # (DataService.callActor): the call's graph, as the client sent it, for
+  # the server to record (it may not have heard of the call yet).
+  direct @12 :Graph;
+}
+
+# A piece of a session's graph: what one Submission.add() carries.
+struct Graph {
+  objects @0 :List(ObjectSpec);
+  tasks @1 :List(TaskSpec);
 }
 
 # Why a session (or a wait) failed.

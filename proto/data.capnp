@@ -32,6 +32,20 @@ interface DataService {
   # others. A live read of a stream already stored here reads those bytes.
   read @0 (id :Common.Id, offset :UInt64, sink :ByteSink, compress :Bool, live :Bool)
       -> (size :UInt64, kind :Common.ObjectKind);
+
+  # An actor call sent here directly by its client, skipping the server
+  # (docs/actors.md, "Calls that skip the server"): `call` holds one task
+  # of type actorCall on an actor this governor hosts, its outputs' specs
+  # and the constants it reads (nothing else). It takes its turn on the
+  # actor behind the calls that reached the governor before it (by either
+  # way), runs, and the answer is its result. The governor reports it to
+  # the server in its next update (TaskResult.direct), which records it as
+  # if it had been submitted and assigned.
+  #
+  # `refused` (the call was not run, and is not reported): the actor is
+  # not here (it moved, ended and was forgotten), or the call is not one
+  # this way takes; the client then sends it through the server.
+  callActor @1 (call :Common.Graph) -> (result :Common.TaskResult, refused :Text);
 }
 
 interface ByteSink {

@@ -113,6 +113,29 @@ interface ClientService {
   submitGraph @20 (session :UInt64, objects :List(ObjectSpec), tasks :List(TaskSpec),
                    waitFor :List(UInt64))
       -> (tasks :UInt64, objects :UInt64, waited :WaitResult);
+  # Where the actor (task `actor` of the session) runs: the data address of
+  # its governor, where its calls may be sent directly
+  # (DataService.callActor), and its type's methods there (a client checks
+  # a call against them as a submit would). Empty while it is not placed
+  # (or has ended).
+  locateActor @21 (session :UInt64, actor :UInt64) -> (address :Text, methods :List(ActorMethod));
+  # Records actor calls the client sent to the governor at `address`
+  # directly (one call per graph, as sent), before a request of the client
+  # names them (a submit reading their outputs, a fetch, a cancel): those
+  # the server has not heard of yet are recorded as running there, their
+  # results come in that governor's updates. With no such governor (it is
+  # gone, or `address` is empty: the governor refused them, or the
+  # connection to it broke before they were answered), they are placed as
+  # if submitted now. Those it knows already are left as they are.
+  # Durable on return; throws as a submit does when one is invalid
+  # (nothing recorded).
+  recordDirect @22 (session :UInt64, address :Text, calls :List(Common.Graph)) -> ();
+}
+
+# A method of an actor type, and the count of outputs it makes.
+struct ActorMethod {
+  name @0 :Text;
+  outputs @1 :UInt32;
 }
 
 # What the server knows of a data object.
@@ -255,6 +278,11 @@ struct GovernorInfo {
   # Of `tasks`, those running functions that gave their cpus back while
   # they wait for tasks they submitted (GovernorUpstream.lendCpus).
   seceded @7 :List(Id);
+  # Actor calls clients sent it directly (DataService.callActor) whose
+  # results are not durable at the server yet, and their outputs: the
+  # server may not know them (they are recorded from the results), so it
+  # neither cancels nor removes them.
+  direct @8 :List(Id);
 }
 
 # Server -> governor. Calls are batched: one per scheduling pass.

@@ -10,6 +10,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <random>
+#include <set>
 #include <filesystem>
 #include <fstream>
 #include <signal.h>
@@ -68,6 +70,7 @@ class ActorTest : public ::testing::Test {
     options.cpus = 2;
     options.governorArgs = {"--executor", "stats=" + actorExecutor()};
     options.governorArgsEach = {{}, {"--resource", "gpus=[0]"}};
+    if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
     cluster = new LocalCluster(options);
     cluster->start();
   }
@@ -571,6 +574,180 @@ TEST_F(ActorTest, ANamedActorIsReachedFromASecondSessionAndOutlivesItsOwn) {
   EXPECT_TRUE(closed) << "the lingering session did not close after its named actor ended";
   EXPECT_NE(errorOf([&]() { session.getActor(name); }).find("no live actor is named 'shared-counter'"),
             std::string::npos);
+}
+
+// The value of the counter `name` on the server's /metrics.
+uint64_t metric(const std::string& http, const std::string& name) {
+  auto body = httpGet(http, "/metrics").body;
+  auto at = body.find("\n" + name + " ");
+  if (at == std::string::npos) throw std::runtime_error("no metric " + name);
+  return std::stoull(body.substr(at + name.size() + 2));
+}
+
+// An actor placed and warm: its calls may go to its governor directly.
+Actor placedCounter(Session& session, const std::string& config = "") {
+  auto counter = session.actor("stats/Counter", {}, config);
+  counter.call("add", {}, "0");
+  session.submit();
+  session.waitAll();
+  return counter;
+}
+
+// A call made and waited for goes to the actor's governor and back, not
+// through the server (docs/actors.md, "Calls that skip the server"); the
+// server still records every one, once, from the governor's report or
+// when the client names it (here: fetches and the task list).
+TEST_F(ActorTest, CallsMadeAndWaitedForGoToTheActorsGovernorDirectlyAndAreRecordedOnce) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("direct calls");
+  auto counter = placedCounter(session);
+  auto before = metric(cluster->httpAddress(), "squall_actor_calls_direct_total");
+  std::vector<Task> calls;
+  for (int i = 1; i <= 200; i++) {
+    auto call = counter.call("add", {}, "1");
+    call.output().keep();
+    session.submitAndWait({call});
+    calls.push_back(call);
+  }
+  for (size_t i = 0; i < calls.size(); i += 37) EXPECT_EQ(calls[i].output().fetch(), std::to_string(i + 1));
+  EXPECT_EQ(metric(cluster->httpAddress(), "squall_actor_calls_direct_total") - before, 200u);
+  std::set<uint64_t> seen;
+  size_t finished = 0;
+  for (auto& info : session.tasks()) {
+    EXPECT_TRUE(seen.insert(info.id).second) << "task " << info.id << " listed twice";
+    finished += info.state == "finished" && info.type == "actor_call";
+  }
+  EXPECT_EQ(finished, 201u);
+  // Their outputs are the session's objects like any task's.
+  auto sum = session.concat({calls[0].output(), calls[199].output()});
+  sum.output().keep();
+  session.submit();
+  EXPECT_EQ(sum.output().fetch(), "1200");
+}
+
+// With $SQUALL_DIRECT_CALLS=0 (clients that cannot reach governors), every
+// call goes through the server.
+TEST_F(ActorTest, WithDirectCallsTurnedOffEveryCallGoesThroughTheServer) {
+  Client client(cluster->serverAddress());
+  setenv("SQUALL_DIRECT_CALLS", "0", 1);
+  auto session = client.newSession("no direct calls");
+  unsetenv("SQUALL_DIRECT_CALLS");
+  auto counter = placedCounter(session);
+  auto before = metric(cluster->httpAddress(), "squall_actor_calls_direct_total");
+  for (int i = 1; i <= 20; i++) {
+    auto call = counter.call("add", {}, "1");
+    session.submitAndWait({call});
+  }
+  auto read = counter.call("read");
+  read.output().keep();
+  session.submit();
+  EXPECT_EQ(read.output().fetch(), "20");
+  EXPECT_EQ(metric(cluster->httpAddress(), "squall_actor_calls_direct_total"), before);
+}
+
+// Calls sent directly, in batches through the server, and reading other
+// tasks' outputs (through the server), mixed at random: the actor runs
+// them in the order they were made, each once.
+TEST_F(ActorTest, CallsGoingDirectlyAndThroughTheServerRunInTheOrderTheyWereMade) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("mixed ways");
+  auto counter = placedCounter(session);
+  auto before = metric(cluster->httpAddress(), "squall_actor_calls_direct_total");
+  std::mt19937 random(21);
+  std::string expected = "0\n";
+  int amount = 0;
+  size_t calls = 0;
+  for (int step = 0; step < 400; step++) {
+    auto kind = random() % 10;
+    if (kind < 6) {
+      // Alone: directly, unless calls through the server are not seen to
+      // have ended.
+      amount++;
+      counter.call("add", {}, std::to_string(amount));
+      expected += std::to_string(amount) + "\n";
+      calls++;
+    } else if (kind < 8) {
+      // A batch: through the server.
+      for (int i = 0; i < 12; i++) {
+        amount++;
+        counter.call("add", {}, std::to_string(amount));
+        expected += std::to_string(amount) + "\n";
+        calls++;
+      }
+    } else if (kind == 8) {
+      // Reading another task's output: through the server, after a while.
+      amount++;
+      auto late = session.sleep(std::chrono::milliseconds(3), session.blob(std::to_string(amount)));
+      counter.call("addInput", {late.output()});
+      expected += std::to_string(amount) + "\n";
+      calls++;
+    } else {
+      // What went through the server is seen to end: directly again.
+      session.submit();
+      session.waitAll();
+      continue;
+    }
+    session.submit();
+  }
+  auto log = counter.call("log");
+  log.output().keep();
+  session.submit();
+  session.waitAll();
+  EXPECT_TRUE(log.output().fetch() == expected) << "calls lost, repeated or out of order";
+  auto direct = metric(cluster->httpAddress(), "squall_actor_calls_direct_total") - before;
+  EXPECT_GT(direct, 0u) << "no call went directly";
+  EXPECT_LT(direct, calls) << "every call went directly";
+}
+
+// A method that throws in a call sent directly fails it as one sent
+// through the server would: the wait throws TaskFailed with its message,
+// and the session fails (the server has recorded it).
+TEST_F(ActorTest, ADirectCallThatThrowsFailsItsWaitAndItsSessionWithTheMessage) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("direct failure");
+  auto counter = placedCounter(session);
+  auto failing = counter.call("fail", {}, "on purpose");
+  std::string message;
+  try {
+    session.submitAndWait({failing});
+    ADD_FAILURE() << "the failed call was not reported";
+  } catch (const TaskFailed& e) {
+    message = e.what();
+    EXPECT_EQ(e.task, failing.id());
+  }
+  EXPECT_NE(message.find("asked to fail: on purpose"), std::string::npos) << message;
+  auto state = session.state();
+  EXPECT_FALSE(state.open);
+  EXPECT_NE(state.failure.find("asked to fail: on purpose"), std::string::npos) << state.failure;
+}
+
+// Killing an actor with calls sent directly still queued behind a running
+// one: they fail saying it was killed, and nothing waits for ever.
+TEST_F(ActorTest, KillingAnActorFailsTheDirectCallsQueuedOnIt) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("kill with direct calls");
+  auto counter = placedCounter(session);
+  auto spinning = counter.call("spin");
+  session.submit();
+  std::vector<Task> queued;
+  for (int i = 0; i < 3; i++) {
+    queued.push_back(counter.call("add", {}, "1"));
+    session.submit();
+  }
+  counter.kill();
+  for (auto& call : queued) {
+    std::string error;
+    try {
+      call.wait();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("killed"), std::string::npos) << "call " << call.id() << ": " << error;
+  }
+  auto spun = spinning.info();
+  EXPECT_EQ(spun.state, "failed");
+  EXPECT_NE(spun.error.find("killed"), std::string::npos) << spun.error;
+  EXPECT_TRUE(session.state().open) << "a killed actor's calls failed the session";
 }
 
 TEST(ActorGovernorLossTest, AnActorWhoseGovernorIsLostRestartsElsewhereOrFailsSayingWhy) {

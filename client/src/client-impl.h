@@ -124,6 +124,16 @@ struct ClientImpl {
     if (!whileBlocked) return promise.wait(waitScope());
     std::optional<T> result;
     auto answered = promise.then([&result](T&& value) { result.emplace(kj::mv(value)); }).fork();
+    blockSliced(answered);
+    return kj::mv(*result);
+  }
+  void block(kj::Promise<void>&& promise) {
+    if (!whileBlocked) return promise.wait(waitScope());
+    auto answered = promise.fork();
+    blockSliced(answered);
+  }
+  // Waits for `answered`, calling whileBlocked every BLOCK_SLICE.
+  void blockSliced(kj::ForkedPromise<void>& answered) {
     auto& timer = loop.provider->getTimer();
     while (!answered.addBranch()
                 .then([]() { return true; })
@@ -131,7 +141,6 @@ struct ClientImpl {
                 .wait(waitScope())) {
       whileBlocked();
     }
-    return kj::mv(*result);
   }
   static constexpr kj::Duration BLOCK_SLICE = 100 * kj::MILLISECONDS;
 };
@@ -191,6 +200,44 @@ struct LocalTask {
   uint64_t actor = 0;
 };
 
+// An actor call sent to its actor's governor directly (docs/actors.md,
+// "Calls that skip the server"): the server hears of it from the
+// governor's report, or from recordDirect when this client names it to the
+// server first.
+struct DirectCall {
+  uint64_t actor = 0;
+  // The data address of the governor it was sent to.
+  std::string address;
+  std::vector<uint64_t> outputs;
+  std::string name;
+  // Its graph (a flat wire::Graph), for recordDirect.
+  kj::Array<capnp::word> graph;
+  // Resolves once answered, or once its fate is left to the server.
+  kj::ForkedPromise<void> done = nullptr;
+  bool answered = false;
+  bool ok = false;
+  std::string error;
+  int exitStatus = -1;
+  std::string stderrTail;
+  // The server has it (recordDirect answered; it may have had it before).
+  bool recorded = false;
+  // Its fate is the server's: the governor refused it (it is placed anew),
+  // or the connection broke before the answer (it runs there, or is placed
+  // anew if that governor is gone). Waited for there.
+  bool viaServer = false;
+  // Not answered and not recorded yet (the server was unreachable when it
+  // was to be): recorded by the next call of the session that can block.
+  bool unsettled = false;
+  // Why the server refused to record it (it then knows nothing of it).
+  std::string recordError;
+  // The governor refused it: recorded with no governor (placed anew).
+  bool refused = false;
+};
+
+// False when $SQUALL_DIRECT_CALLS is 0, no or off: every actor call then
+// goes through the server (e.g. where clients cannot reach governors).
+bool directCallsAllowed();
+
 struct SessionImpl {
   ClientImpl& client;
   uint64_t id;
@@ -229,6 +276,83 @@ struct SessionImpl {
   std::unordered_map<uint64_t, ObjectKind> kinds;
 
   SessionImpl(ClientImpl& client, uint64_t id) : client(client), id(id) {}
+  ~SessionImpl();
+
+  // Direct actor calls (DirectCall), by task, in the order they were made.
+  std::map<uint64_t, DirectCall> direct;
+  // Their outputs: object -> task.
+  std::unordered_map<uint64_t, uint64_t> directOutputs;
+  // Where actors run (locateActor): the governor's data address, empty
+  // when unknown (then asked again after `askAgain`).
+  struct ActorPlace {
+    std::string address;
+    kj::TimePoint askAgain = kj::origin<kj::TimePoint>();
+    // Its type's methods there and the outputs each makes: a call that
+    // does not fit goes through the server, which says why at submit.
+    std::map<std::string, uint32_t> methods;
+  };
+  std::unordered_map<uint64_t, ActorPlace> actorPlaces;
+  // Calls made through the server, by actor, that this handle has not seen
+  // end: while there are, that actor's calls go through the server too, so
+  // that they run in the order made.
+  std::unordered_map<uint64_t, std::set<uint64_t>> serverCalls;
+  // The server or a governor does not know direct calls, or
+  // $SQUALL_DIRECT_CALLS says not to make them: none are made.
+  bool directOff = !directCallsAllowed();
+  // Calls made through the server and the ids that name them (the task,
+  // its outputs) -> (actor, task), for serverCalls.
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> serverCallIds;
+  // Records of direct calls sent from answers' continuations (declared
+  // after what they use, so destroyed first).
+  struct DirectErrors final : public kj::TaskSet::ErrorHandler {
+    // Each record handles its own failure (leaveToServer).
+    void taskFailed(kj::Exception&&) override {}
+  };
+  DirectErrors directErrors;
+  kj::Own<kj::TaskSet> directTasks;
+
+  // Sends what was built to the actors' governors directly when it may
+  // (every task an actor call on a placed actor with no call of this
+  // handle on it through the server, reading constants built with it);
+  // false when it must go through the server (nothing sent).
+  bool sendDirect();
+  // Before what was built goes through the server: its inputs made by
+  // direct calls are recorded, and calls on an actor wait for this
+  // handle's direct calls on it to be answered (their order).
+  void beforeServerSubmit();
+  // Where `actor` runs (its address empty when unknown).
+  const ActorPlace& actorPlace(uint64_t actor);
+  // The direct call making `id` (a task or one of its outputs), if any.
+  DirectCall* directOf(uint64_t id, uint64_t* task = nullptr);
+  // Records (recordDirect) the direct calls named by `ids` (tasks or
+  // objects; all when `all`) that the server may not know, so that a
+  // request naming them finds them.
+  void recordNamed(const std::vector<uint64_t>& ids, bool all = false);
+  // Records calls not recorded yet: each at its governor, or (refused)
+  // placed anew.
+  void record(const std::vector<uint64_t>& tasks);
+  // Records the calls left unsettled.
+  void settleDirect();
+  // What answered ones this handle no longer needs to keep: recorded,
+  // then forgotten (waits for them go to the server).
+  void pruneDirect();
+  // Sends one call (sendDirect).
+  void sendOne(const LocalTask& task, const std::string& address,
+               const std::unordered_map<uint64_t, const LocalObject*>& objects);
+  // Its answer came, or its connection broke first.
+  void answered(uint64_t n, capnp::Response<wire::DataService::CallActorResults>&& response);
+  void cutOff(uint64_t n, kj::Exception&& e);
+  // Its fate is the server's from now (DirectCall::viaServer): recorded
+  // at once if the server is reachable, else later (settleDirect).
+  void leaveToServer(uint64_t n);
+  // Calls made through the server (the actor calls among `made`), and
+  // their end seen (ids waited for, or every one).
+  void madeViaServer(const std::vector<LocalTask>& made);
+  void sawEnd(const std::vector<uint64_t>& ids, bool all);
+  // The part of a wait that direct calls answer: `ids` less what it
+  // waits for here; returns the ids it leaves to the server.
+  std::vector<uint64_t> waitDirect(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished,
+                                   bool& done);
 
   LocalObject& pendingObject(uint64_t n) {
     auto it = objectIndex.find(n);
@@ -316,6 +440,15 @@ struct SessionImpl {
   std::vector<TaskInfo> taskInfos(const std::vector<uint64_t>& ids,
                                   const std::vector<std::string>& states, uint32_t limit);
 };
+
+// A constant this big goes with its submit's message; bigger ones follow
+// in pieces (Submission.appendData).
+constexpr size_t INLINE_CONSTANT_BYTES = 1 << 20;
+
+void setId(wire::Id::Builder b, uint64_t session, uint64_t n);
+void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t session, uint64_t parent);
+// A constant's bytes go only `withData`.
+void fillObject(wire::ObjectSpec::Builder out, const LocalObject& o, uint64_t session, bool withData);
 
 // A session's state as the client API gives it.
 SessionState toState(wire::SessionState::Reader s);

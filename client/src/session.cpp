@@ -23,7 +23,6 @@ namespace {
 // Chunks of a submit stay far below capnp's 64 MiB message limit.
 constexpr size_t MAX_ITEMS_PER_ADD = 20000;
 constexpr size_t MAX_BYTES_PER_ADD = 16 << 20;
-constexpr size_t INLINE_CONSTANT_BYTES = 1 << 20;
 constexpr size_t APPEND_CHUNK_BYTES = 8 << 20;
 
 // Receives fetched bytes into a string or a file.
@@ -65,8 +64,6 @@ TaskFailed taskFailed(wire::Failure::Reader f) {
   return TaskFailed(f.getMessage().cStr(), f.getTask(), f.getTaskName().cStr(), f.getExitStatus(),
                     f.getStderrTail().cStr());
 }
-
-namespace {
 
 void setId(wire::Id::Builder b, uint64_t session, uint64_t n) {
   b.setSession(session);
@@ -164,6 +161,18 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   }
 }
 
+void fillObject(wire::ObjectSpec::Builder out, const LocalObject& o, uint64_t session, bool withData) {
+  setId(out.initId(), session, o.n);
+  out.setKind(static_cast<wire::ObjectKind>(o.kind));  // same order
+  out.setKeep(o.keep);
+  out.setLabel(o.label);
+  out.setContentType(o.contentType);
+  out.setIsConstant(o.constant);
+  if (o.constant && withData) out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(o.data.data()), o.data.size()));
+}
+
+namespace {
+
 // Each id once, sorted: the server bounds the ids of one wait (wait-ids).
 std::vector<uint64_t> eachOnce(std::vector<uint64_t> ids) {
   std::sort(ids.begin(), ids.end());
@@ -183,6 +192,14 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     objectIndex.clear();
     taskIndex.clear();
   });
+  // Actor calls straight to their actors' governors when they may
+  // (direct.cpp); the wait is then theirs too.
+  if (client.retrying([&]() { return sendDirect(); })) {
+    if (waitFor == nullptr) return false;
+    wait(*waitFor, false, nullptr);
+    return true;
+  }
+  beforeServerSubmit();
   // After a lost connection: was the graph applied before it went? The
   // server records a submit before it acknowledges it, so it has the first
   // id or none of them.
@@ -232,20 +249,9 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     auto objectList = message.initObjects(objectEnd - nextObject);
     for (size_t i = nextObject; i < objectEnd; i++) {
       auto& o = objects[i];
-      auto out = objectList[i - nextObject];
-      setId(out.initId(), id, o.n);
-      out.setKind(static_cast<wire::ObjectKind>(o.kind));  // same order
-      out.setKeep(o.keep);
-      out.setLabel(o.label);
-      out.setContentType(o.contentType);
-      out.setIsConstant(o.constant);
-      if (o.constant) {
-        if (o.data.size() <= INLINE_CONSTANT_BYTES) {
-          out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(o.data.data()), o.data.size()));
-        } else {
-          bigConstants.push_back(&o);
-        }
-      }
+      bool big = o.constant && o.data.size() > INLINE_CONSTANT_BYTES;
+      fillObject(objectList[i - nextObject], o, id, !big);
+      if (big) bigConstants.push_back(&o);
     }
     auto taskList = message.initTasks(taskEnd - nextTask);
     for (size_t i = nextTask; i < taskEnd; i++) fillTask(taskList[i - nextTask], tasks[i], id, parent);
@@ -312,6 +318,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     }
     submission.commitRequest().send().wait(ws);
   });
+  madeViaServer(tasks);
   if (parent != 0) {
     for (auto& t : tasks) {
       if (t.type != LocalTask::Type::ACTOR) submittedTasks.push_back(t.n);  // actors never finish by themselves
@@ -328,6 +335,11 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
   // (also while a lost server is reached again).
   if (client.aroundWait) client.aroundWait(true);
   KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
+  // Direct actor calls are waited for here; the rest at the server.
+  bool all = ids.empty();
+  bool done = false;
+  ids = client.retrying([&]() { return waitDirect(ids, any, finished, done); });
+  if (done) return;
   client.retrying([&]() {
     auto fill = [&](auto req) {
       req.setSession(id);
@@ -349,10 +361,16 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
       check(response.getResult());
     }
   });
+  sawEnd(any && finished != nullptr ? *finished : ids, all && !any);
 }
 
 void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
   checkOpen();
+  if (directOf(n) != nullptr) {
+    // Made by a direct call: once it ends, the server has it too.
+    wait({n}, false, nullptr);
+    recordNamed({n});
+  }
   // It waits for an object not yet made: a function gives its cpus back
   // meanwhile, as in wait().
   if (client.aroundWait) client.aroundWait(true);
@@ -396,13 +414,31 @@ std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
                                              const std::vector<std::string>& states,
                                              uint32_t limit) {
   checkOpen();
+  // Direct calls the server may not know yet are told to it first; those
+  // it would not record (their actor had ended) are described from here.
+  recordNamed(ids, ids.empty());
+  std::vector<TaskInfo> unrecorded;
+  std::vector<uint64_t> asked;
+  for (auto n : ids) {
+    auto it = direct.find(n);
+    if (it == direct.end() || it->second.recordError.empty()) {
+      asked.push_back(n);
+      continue;
+    }
+    auto& call = it->second;
+    unrecorded.push_back(TaskInfo{n, call.name, "actor_call", call.answered && call.ok ? "finished" : "failed", "", 0,
+                                  0, call.exitStatus,
+                                  call.error + " (not recorded by the server: " + call.recordError + ")", "",
+                                  call.stderrTail, 1, "", {}, {}});
+  }
+  if (!ids.empty() && asked.empty()) return unrecorded;
   static const char* NAMES[] = {"waiting", "ready", "running", "finished",
                                 "failed", "cancelled", "skipped"};
   return client.retrying([&]() {
     auto req = client.svc().getTasksRequest();
     req.setSession(id);
-    auto idList = req.initIds(ids.size());
-    for (size_t i = 0; i < ids.size(); i++) idList.set(i, ids[i]);
+    auto idList = req.initIds(asked.size());
+    for (size_t i = 0; i < asked.size(); i++) idList.set(i, asked[i]);
     auto stateList = req.initStates(states.size());
     for (size_t i = 0; i < states.size(); i++) {
       bool known = false;
@@ -428,6 +464,7 @@ std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
       for (auto output : t.getOutputs()) info.outputs.push_back(objectInfo(output));
       result.push_back(std::move(info));
     }
+    result.insert(result.end(), unrecorded.begin(), unrecorded.end());
     return result;
   });
 }
@@ -446,6 +483,7 @@ ObjectInfo SessionImpl::objectInfo(wire::ObjectStatus::Reader o) {
 
 std::vector<ObjectInfo> SessionImpl::objectInfos(const std::vector<uint64_t>& ids) {
   checkOpen();
+  recordNamed(ids);
   return client.retrying([&]() {
     auto req = client.svc().getObjectsRequest();
     req.setSession(id);
@@ -834,6 +872,9 @@ std::vector<uint64_t> Session::waitSome(const std::vector<Task>& tasks) {
 
 void Session::unkeep(const std::vector<DataObject>& objects) {
   impl->checkOpen();
+  std::vector<uint64_t> ids;
+  for (auto& o : objects) ids.push_back(o.id());
+  impl->recordNamed(ids);
   impl->whileOpen([&]() {
     impl->client.retrying([&]() {
       auto req = impl->client.svc().unkeepRequest();
@@ -861,6 +902,7 @@ uint64_t client::SessionImpl::takeId() {
 
 void client::SessionImpl::cancelTask(uint64_t n) {
   checkOpen();
+  recordNamed({n});
   client.retrying([&]() {
     auto req = client.svc().cancelTaskRequest();
     req.setSession(id);
@@ -871,6 +913,7 @@ void client::SessionImpl::cancelTask(uint64_t n) {
 
 void Session::cancel() {
   impl->checkOpen();
+  impl->recordNamed({}, true);
   impl->client.retrying([&]() {
     auto req = impl->client.svc().cancelRequest();
     req.setSession(impl->id);
@@ -910,6 +953,7 @@ std::vector<TaskInfo> Session::tasks(const std::vector<uint64_t>& ids,
 
 TaskExplanation Session::explain(uint64_t task) {
   TaskExplanation out;
+  impl->recordNamed({task});
   impl->client.retrying([&]() {
     auto req = impl->client.svc().explainRequest();
     req.setSession(impl->id);

@@ -58,6 +58,23 @@ kj::Promise<void> sendChunks(ReadState& state, uint64_t offset,
 
 }  // namespace
 
+kj::Promise<void> DataServiceImpl::callActor(CallActorContext context) {
+  KJ_IF_MAYBE(port, env.directCalls) {
+    // A client that goes does not stop its call: like a submitted one, it
+    // runs and is reported.
+    return port->callActor(context.getParams().getCall()).then([context](DirectCallPort::Answer answer) mutable {
+      auto results = context.getResults();
+      if (answer.refused.size() > 0) {
+        results.setRefused(answer.refused);
+      } else {
+        results.setResult(answer.result->getRoot<wire::TaskResult>().asReader());
+      }
+    });
+  }
+  context.getResults().setRefused(kj::str("governor ", env.governorName, " takes no direct actor calls"));
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> DataServiceImpl::read(ReadContext context) {
   auto params = context.getParams();
   Id id = Id::from(params.getId());

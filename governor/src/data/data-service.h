@@ -29,6 +29,21 @@ class LiveStreams {
   virtual kj::Promise<uint64_t> serve(Id id, wire::ByteSink::Client sink, bool compress) = 0;
 };
 
+// Actor calls that clients send here directly (DataService.callActor). The
+// exec room implements it (DirectCalls), above data: the data service knows
+// it only through this.
+class DirectCallPort {
+ public:
+  virtual ~DirectCallPort() noexcept(false) = default;
+  // The answer to one call: its result (a TaskResult message), or why it
+  // was refused (not run, never reported).
+  struct Answer {
+    kj::Own<capnp::MallocMessageBuilder> result;
+    kj::String refused;
+  };
+  virtual kj::Promise<Answer> callActor(wire::Graph::Reader call) = 0;
+};
+
 // What the data service needs; owned by main(), outlives every connection.
 struct DataServiceEnv {
   ObjectStore& store;
@@ -37,6 +52,8 @@ struct DataServiceEnv {
   kj::String governorName;
   // Live streams produced here; without it only held objects are served.
   kj::Maybe<LiveStreams&> streams = nullptr;
+  // Actor calls sent here directly; without it callActor refuses them.
+  kj::Maybe<DirectCallPort&> directCalls = nullptr;
 };
 
 // One per accepted connection. open() checks the protocol version and the
@@ -61,6 +78,8 @@ class DataServiceImpl final : public wire::DataService::Server {
   // then it is a live stream's (see LiveStreams::serve) and the caller
   // becomes one of its readers.
   kj::Promise<void> read(ReadContext context) override;
+  // Hands the call to DataServiceEnv::directCalls; answers when it ends.
+  kj::Promise<void> callActor(CallActorContext context) override;
 
  private:
   DataServiceEnv& env;

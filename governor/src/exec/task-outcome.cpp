@@ -1,6 +1,7 @@
 // TaskOutcome helpers. Any thread.
 #include "task-outcome.h"
 
+#include <capnp/serialize.h>
 #include <chrono>
 
 namespace squall {
@@ -39,10 +40,15 @@ void TaskOutcome::toWire(wire::TaskResult::Builder builder) const {
   builder.setStdoutTail(stdoutTail);
   builder.setTimedOut(timedOut);
   builder.setInputUnavailable(inputUnavailable);
+  if (direct.size() > 0) {
+    capnp::FlatArrayMessageReader graph(direct);
+    builder.setDirect(graph.getRoot<wire::Graph>());
+  }
 }
 
 size_t TaskOutcome::wireSize() const {
-  return 128 + error.size() + stderrTail.size() + stdoutTail.size() + outputs.size() * 48;
+  return 128 + error.size() + stderrTail.size() + stdoutTail.size() + outputs.size() * 48 +
+         direct.size() * sizeof(capnp::word);
 }
 
 uint64_t wallClockUs() {

@@ -2,7 +2,9 @@
 // Plain values; any thread.
 #pragma once
 
+#include <capnp/common.h>
 #include <cstdint>
+#include <kj/array.h>
 #include <kj/string.h>
 #include <kj/vector.h>
 #include <squall/proto/ids.h>
@@ -14,6 +16,13 @@ struct OutputInfo {
   Id id;
   uint64_t size = 0;
   uint64_t hash = 0;
+};
+
+// Something that must know when an outcome is forgotten (delivered to the
+// server durably, or dropped): it is destroyed with the outcome.
+class OutcomeWatch {
+ public:
+  virtual ~OutcomeWatch() noexcept(false) = default;
 };
 
 struct TaskOutcome {
@@ -36,6 +45,11 @@ struct TaskOutcome {
   // reached it, executor-pool.h): the queue runs it again, nothing is
   // reported.
   bool notStarted = false;
+  // An actor call a client sent here directly (DirectCalls): its graph as
+  // a flat message (a wire::Graph), sent with the result so that the
+  // server records the call (TaskResult.direct). Empty otherwise.
+  kj::Array<capnp::word> direct;
+  kj::Own<OutcomeWatch> watch;
 
   static TaskOutcome failure(Id id, kj::String error);
   // A finished built-in task with one output.

@@ -7,16 +7,7 @@ kj::Promise<void> GovernorControlImpl::assign(AssignContext context) {
   auto params = context.getParams();
   auto constants = params.getConstants();
   for (auto constant : constants) {
-    Id id = Id::from(constant.getId());
-    if (store.find(id) != nullptr || store.whenArrived(id) != nullptr) continue;
-    auto bytes = kj::heapArray<const kj::byte>(constant.getData());
-    if (constant.getKind() == wire::ObjectKind::DIR) {
-      // A dir constant is a tar archive, unpacked with the safe-path rules;
-      // a bad one fails the tasks that need it, naming the entry.
-      store.expectArrival(id, store.putTar(id, kj::mv(bytes), kj::str("constant ", id)).ignoreResult());
-    } else {
-      store.expectArrival(id, store.putBytes(id, constant.getKind(), kj::mv(bytes)).ignoreResult());
-    }
+    store.putConstant(Id::from(constant.getId()), constant.getKind(), constant.getData());
   }
   auto tasks = params.getTasks();
   logger.debug("event=assign tasks={} constants={}", tasks.size(), constants.size());

@@ -102,6 +102,12 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
   auto seceded = again ? queue.secededTasks() : std::vector<Id>();
   auto lentList = info.initSeceded(seceded.size());
   for (size_t i = 0; i < seceded.size(); i++) seceded[i].to(lentList[i]);
+  std::vector<Id> direct;
+  KJ_IF_MAYBE(calls, options.direct) {
+    if (again) direct = calls->pending();
+  }
+  auto directList = info.initDirect(direct.size());
+  for (size_t i = 0; i < direct.size(); i++) direct[i].to(directList[i]);
   request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
   upstream = nullptr;
   return request.send().then([this, seceded = kj::mv(seceded)](auto response) {

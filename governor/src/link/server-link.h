@@ -5,6 +5,7 @@
 // thread only; it drives the loop itself (waits), called from main().
 #pragma once
 
+#include "direct-calls.h"
 #include "executor-pool.h"
 #include "object-store.h"
 #include "result-batcher.h"
@@ -35,6 +36,9 @@ struct ServerLinkOptions {
   // How long the server has to answer a heartbeat before the connection
   // counts as lost; 0: only a dropped connection counts.
   kj::Duration serverTimeout = 30 * kj::SECONDS;
+  // Actor calls clients sent here directly, told at each registration
+  // (GovernorInfo.direct).
+  kj::Maybe<const DirectCalls&> direct = nullptr;
 };
 
 class ServerLink {

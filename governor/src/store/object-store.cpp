@@ -280,4 +280,14 @@ void ObjectStore::discard(Entry& entry) {
   }
 }
 
+void ObjectStore::putConstant(Id id, wire::ObjectKind kind, kj::ArrayPtr<const kj::byte> data) {
+  if (find(id) != nullptr || whenArrived(id) != nullptr) return;
+  auto bytes = kj::heapArray<const kj::byte>(data);
+  if (kind == wire::ObjectKind::DIR) {
+    expectArrival(id, putTar(id, kj::mv(bytes), kj::str("constant ", id)).ignoreResult());
+  } else {
+    expectArrival(id, putBytes(id, kind, kj::mv(bytes)).ignoreResult());
+  }
+}
+
 }  // namespace squall

@@ -147,6 +147,12 @@ class ObjectStore {
   using TarInput = kj::OneOf<kj::Array<const kj::byte>, kj::String>;
   kj::Promise<ObjectMeta> putTar(Id id, TarInput tar, kj::String what);
 
+  // A constant that came with an assignment or a direct actor call: stored
+  // (a dir's tar archive unpacked as putTar does) unless it is held or on
+  // its way already; whenArrived() gives its end. A bad archive fails the
+  // tasks that read it, naming the entry.
+  void putConstant(Id id, wire::ObjectKind kind, kj::ArrayPtr<const kj::byte> data);
+
   // Removes a file or tree at `path` (one of ours) on the pool.
   void removeLater(kj::String path);
 

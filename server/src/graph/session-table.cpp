@@ -719,10 +719,22 @@ void SessionTable::locationsLost(GovernorId governor, kj::StringPtr name,
 
 std::vector<TaskNode*> SessionTable::governorReturned(GovernorId governor, kj::StringPtr name,
                                                       capnp::List<wire::Id>::Reader tasks,
-                                                      capnp::List<wire::ObjectInfo>::Reader objects) {
+                                                      capnp::List<wire::ObjectInfo>::Reader objects,
+                                                      capnp::List<wire::Id>::Reader direct) {
   std::vector<TaskNode*> adopted;
+  std::unordered_set<Id, IdHash> sentDirectly;
+  for (auto wireId : direct) sentDirectly.insert(Id::from(wireId));
+  // Neither a task nor an object the table knows, and sent directly.
+  auto unknownDirect = [&](Id id) {
+    if (sentDirectly.count(id) == 0) return false;
+    KJ_IF_MAYBE(session, find(id.session)) {
+      return session->tasks.count(id.n) == 0 && session->objects.count(id.n) == 0;
+    }
+    return true;
+  };
   for (auto wireId : tasks) {
     auto id = Id::from(wireId);
+    if (unknownDirect(id)) continue;
     TaskNode* task = nullptr;
     KJ_IF_MAYBE(session, find(id.session)) {
       auto it = session->tasks.find(id.n);
@@ -750,6 +762,7 @@ std::vector<TaskNode*> SessionTable::governorReturned(GovernorId governor, kj::S
   for (auto info : objects) {
     auto id = Id::from(info.getId());
     reported.insert(id);
+    if (unknownDirect(id)) continue;
     bool wanted = false;
     KJ_IF_MAYBE(session, find(id.session)) {
       auto it = session->objects.find(id.n);

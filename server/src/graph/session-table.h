@@ -115,10 +115,13 @@ class SessionTable {
   // their capacity); the rest are cancelled there. Objects that are
   // finished and wanted are adopted; others are removed there. Objects the
   // table thought it held but it no longer reports are lost (made again
-  // as governorLost does).
+  // as governorLost does). Tasks and objects in `direct` the table does
+  // not know (actor calls clients sent there directly, GovernorInfo.
+  // direct) are left alone: their results will record them.
   std::vector<TaskNode*> governorReturned(GovernorId governor, kj::StringPtr name,
                                           capnp::List<wire::Id>::Reader tasks,
-                                          capnp::List<wire::ObjectInfo>::Reader objects);
+                                          capnp::List<wire::ObjectInfo>::Reader objects,
+                                          capnp::List<wire::Id>::Reader direct = {});
 
   // Ends an actor at its client's word (docs/actors.md): its task ends
   // cancelled (its governor is told to stop it), not failed, and so do its

@@ -17,6 +17,9 @@ struct ServerStats {
   uint64_t tasksStolen = 0;
   // Method calls on actors that finished ok (docs/actors.md).
   uint64_t actorCallsFinished = 0;
+  // Of all method calls, those their clients sent to the actor's governor
+  // directly (recorded from its report or the client's recordDirect).
+  uint64_t actorCallsDirect = 0;
   // Sizes of the objects tasks made.
   uint64_t bytesProduced = 0;
   // Input bytes a governor fetched from another governor to run a task

@@ -790,6 +790,9 @@ std::string StatusView::metrics(size_t eventClients) {
   line("squall_actor_calls_queued " + std::to_string(callsQueued));
   header("squall_actor_calls_finished_total", "counter", "Method calls on actors that finished ok.");
   line("squall_actor_calls_finished_total " + std::to_string(stats.actorCallsFinished));
+  header("squall_actor_calls_direct_total", "counter",
+         "Method calls their clients sent to the actor's governor directly, skipping the server.");
+  line("squall_actor_calls_direct_total " + std::to_string(stats.actorCallsDirect));
   header("squall_sessions", "gauge", "Sessions not closed, by state.");
   line("squall_sessions{state=\"open\"} " + std::to_string(open));
   line("squall_sessions{state=\"failed\"} " + std::to_string(failed));

@@ -3,6 +3,7 @@
 #include "explain.h"
 
 #include <algorithm>
+#include <optional>
 #include <unordered_set>
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
@@ -60,6 +61,14 @@ class SubmissionImpl final : public wire::Submission::Server {
 
   kj::Promise<void> commit(CommitContext call) override { return commitThen(countsInto(call)); }
 
+  // Makes this the record of actor calls a client sent to `governor`
+  // directly (DataService.callActor), tasks `tasks`: once applied, those
+  // are running there (held and assigned, not placed), unless it is gone
+  // (0: unknown): then they are placed as submitted now.
+  void sentTo(GovernorId governor, std::unordered_set<uint64_t> tasks) {
+    direct.emplace(DirectOrigin{governor, kj::mv(tasks)});
+  }
+
   // An answer for commitThen that sets a call's results (both commit and
   // submitGraph answer with `tasks` and `objects`).
   template <typename Context>
@@ -114,6 +123,11 @@ class SubmissionImpl final : public wire::Submission::Server {
   PendingSubmit pending;
   std::shared_ptr<uint64_t> open;
   bool committed = false;
+  struct DirectOrigin {
+    GovernorId governor;
+    std::unordered_set<uint64_t> tasks;
+  };
+  std::optional<DirectOrigin> direct;
 
   void closed() {
     if (open) --*open;
@@ -142,10 +156,27 @@ class SubmissionImpl final : public wire::Submission::Server {
     return capacity;
   }
 
+  // The direct calls of this record, applied: running on their governor.
+  void placeDirect(Session& target, std::vector<TaskNode*>& ready) {
+    context.sessions.stats().actorCallsDirect += direct->tasks.size();
+    KJ_IF_MAYBE(governor, context.governors.find(direct->governor)) {
+      for (auto n : direct->tasks) {
+        auto it = target.tasks.find(n);
+        if (it == target.tasks.end()) continue;
+        auto& task = it->second;
+        if (task.state != TaskNode::State::READY && task.state != TaskNode::State::WAITING) continue;
+        ready.erase(std::remove(ready.begin(), ready.end(), &task), ready.end());
+        context.governors.adopt(*governor, task.id, task.cpus, task.resources);
+        context.sessions.assigned(task, governor->id);
+      }
+    }
+  }
+
   // Checks the submit against the session as it is now and applies it.
   void apply(kj::Function<void(uint64_t, uint64_t)>& answer) {
     auto& target = context.sessions.get(session);
     auto ready = pending.commit(target, capacity());
+    if (direct) placeDirect(target, ready);
     context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
                         pending.taskCount(), pending.objectCount(), ready.size());
     answer(pending.taskCount(), pending.objectCount());
@@ -153,6 +184,40 @@ class SubmissionImpl final : public wire::Submission::Server {
     context.dispatcher.kick();
   }
 };
+
+// The chunk of a submit that a direct call's graph is.
+std::unique_ptr<capnp::MallocMessageBuilder> directChunk(wire::Graph::Reader graph) {
+  auto chunk = std::make_unique<capnp::MallocMessageBuilder>(graph.totalSize().wordCount + 16);
+  auto root = chunk->initRoot<wire::Submission::AddParams>();
+  root.setObjects(graph.getObjects());
+  root.setTasks(graph.getTasks());
+  return chunk;
+}
+
+// Records actor calls a client sent to a governor directly (`graphs`, one
+// call each; `governor`: where they run, 0 for nowhere): those the session
+// does not have are submitted (checked, logged, applied) together and made
+// to run there (SubmissionImpl::sentTo). Those it has are left as they
+// are. Resolves once applied; rejects as a submit does (nothing recorded).
+kj::Promise<void> recordDirectCalls(ServerContext& context, uint64_t sessionId, kj::ArrayPtr<const wire::Graph::Reader> graphs,
+                                    GovernorId governor) {
+  auto& session = context.sessions.get(sessionId);
+  SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", sessionId, " has failed: ", session.failureMessage);
+  auto submission = kj::heap<SubmissionImpl>(context, sessionId, nullptr);
+  std::unordered_set<uint64_t> tasks;
+  for (auto graph : graphs) {
+    bool known = false;
+    for (auto task : graph.getTasks()) known = known || session.tasks.count(task.getId().getN()) != 0;
+    if (known) continue;
+    for (auto task : graph.getTasks()) tasks.insert(task.getId().getN());
+    submission->addChunk(directChunk(graph));
+  }
+  if (tasks.empty()) return kj::READY_NOW;
+  context.logger.debug("event=direct-calls-recorded session={} calls={} governor={}", sessionId, tasks.size(), governor);
+  submission->sentTo(governor, kj::mv(tasks));
+  auto& target = *submission;
+  return target.commitThen([](uint64_t, uint64_t) {}).attach(kj::mv(submission));
+}
 
 class ClientServiceImpl final : public wire::ClientService::Server {
  public:
@@ -248,6 +313,45 @@ class ClientServiceImpl final : public wire::ClientService::Server {
                   call.getResults().initWaited().initFailed().setMessage(e.getDescription());
                 });
     });
+  }
+
+  kj::Promise<void> locateActor(LocateActorContext call) override {
+    auto params = call.getParams();
+    auto& session = openSession(params.getSession());
+    auto it = session.tasks.find(params.getActor());
+    SQUALL_REQUIRE(it != session.tasks.end() && it->second.isActor, "task ", params.getActor(), " of session ",
+                   params.getSession(), " is not an actor");
+    auto& task = it->second;
+    if (task.state == TaskNode::State::ASSIGNED) {
+      KJ_IF_MAYBE(governor, context.governors.find(task.governor)) {
+        call.getResults().setAddress(governor->dataAddress);
+        auto prefix = kj::str(actorTypeName(task.spec.getConfig().getActor()), ".");
+        std::vector<std::pair<std::string, uint32_t>> methods;
+        for (auto& [name, outputs] : governor->functions) {
+          if (name.rfind(prefix.cStr(), 0) == 0) methods.emplace_back(name.substr(prefix.size()), outputs.size());
+        }
+        auto list = call.getResults().initMethods(methods.size());
+        for (uint i = 0; i < list.size(); i++) {
+          list[i].setName(methods[i].first);
+          list[i].setOutputs(methods[i].second);
+        }
+      }
+    }
+    return kj::READY_NOW;
+  }
+
+  kj::Promise<void> recordDirect(RecordDirectContext call) override {
+    auto params = call.getParams();
+    openSession(params.getSession());
+    GovernorId governor = 0;
+    for (auto& [gid, g] : context.governors.all()) {
+      if (params.getAddress().size() > 0 && g.dataAddress == params.getAddress().cStr()) governor = gid;
+    }
+    auto calls = params.getCalls();
+    auto graphs = kj::heapArrayBuilder<const wire::Graph::Reader>(calls.size());
+    for (auto graph : calls) graphs.add(graph);
+    auto list = graphs.finish();
+    return recordDirectCalls(context, params.getSession(), list, governor).attach(kj::mv(list));
   }
 
   // A combined submit and wait names ids of its own graph or of the
@@ -790,6 +894,47 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
   }
 
   kj::Promise<void> update(UpdateContext call) override {
+    current();
+    // Actor calls clients sent the governor directly that their sessions
+    // do not have yet: recorded first (a submit each session's), then
+    // their results are applied with the rest. A record refused (the
+    // session closed or failed, the actor ended) leaves its results
+    // unknown: their outputs are removed there.
+    std::map<uint64_t, kj::Vector<wire::Graph::Reader>> unrecorded;
+    for (auto result : call.getParams().getResults()) {
+      if (!result.hasDirect() || context.sessions.findTask(Id::from(result.getId())) != nullptr) continue;
+      unrecorded[result.getId().getSession()].add(result.getDirect());
+    }
+    if (unrecorded.empty()) {
+      applyUpdate(call);
+      return kj::READY_NOW;
+    }
+    kj::Vector<kj::Promise<void>> records;
+    for (auto& [session, graphs] : unrecorded) records.add(recordEach(session, graphs.releaseAsArray()));
+    return kj::joinPromises(records.releaseAsArray()).then([this, call]() mutable { applyUpdate(call); });
+  }
+
+ private:
+  // Records the session's direct calls together; when that is refused,
+  // each alone, so that one bad call does not drop the others.
+  kj::Promise<void> recordEach(uint64_t session, kj::Array<wire::Graph::Reader> graphs) {
+    auto list = std::make_shared<kj::Array<wire::Graph::Reader>>(kj::mv(graphs));
+    auto record = [this, session](kj::ArrayPtr<const wire::Graph::Reader> some) {
+      return kj::evalNow([&]() { return recordDirectCalls(context, session, some, id); });
+    };
+    return record(*list).catch_([this, session, list, record](kj::Exception&& e) -> kj::Promise<void> {
+      context.logger.info("event=direct-calls-refused session={} governor={} calls={} error=\"{}\"", session, id,
+                          list->size(), e.getDescription().cStr());
+      if (list->size() == 1) return kj::READY_NOW;
+      kj::Vector<kj::Promise<void>> each;
+      for (size_t i = 0; i < list->size(); i++) {
+        each.add(record(list->slice(i, i + 1)).catch_([](kj::Exception&&) {}));
+      }
+      return kj::joinPromises(each.releaseAsArray()).attach(kj::mv(list));
+    });
+  }
+
+  void applyUpdate(UpdateContext& call) {
     auto& governor = current();
     for (auto result : call.getParams().getResults()) {
       context.governors.release(id, Id::from(result.getId()));
@@ -802,10 +947,8 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
     if (call.getParams().getRanDry()) context.dispatcher.ranDry(governor);
     call.getResults().setDurable(context.sessions.sessionLog() == nullptr);
     context.dispatcher.kick();
-    return kj::READY_NOW;
   }
 
- private:
   ServerContext& context;
   std::shared_ptr<bool> running;
   GovernorId id;
@@ -858,12 +1001,12 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
     context.logger.info("event=governor-registered governor={} name={} data={} cpus={} functions={}",
                         governor.id, governor.name, governor.dataAddress, cpus, governor.functions.size());
     if (auto* log = context.sessions.sessionLog()) log->governorSeen(governor.name);
-    if (info.getTasks().size() > 0 || info.getInventory().size() > 0 ||
+    if (info.getTasks().size() > 0 || info.getInventory().size() > 0 || info.getDirect().size() > 0 ||
         context.dispatcher.held()) {
       // Back after a server restart or a lost connection: take over what
       // it still runs and holds.
       for (auto* task : context.sessions.governorReturned(governor.id, governor.name, info.getTasks(),
-                                                          info.getInventory())) {
+                                                          info.getInventory(), info.getDirect())) {
         context.governors.adopt(governor, task->id, task->cpus, task->resources);
       }
       for (auto seceded : info.getSeceded()) context.governors.lend(governor, Id::from(seceded), true);

@@ -1,0 +1,459 @@
+// Actor calls sent to their actor's governor directly, skipping the server
+// (docs/actors.md, "Calls that skip the server"; client-impl.h DirectCall).
+// A call made and waited for is then one round trip to the governor
+// instead of client -> server -> governor -> server -> client. The server
+// records each from the governor's report (TaskResult.direct), or from
+// recordDirect when this client names the call to it first (a submit
+// reading its outputs, a fetch, a cancel, a failure to wait for). Thread:
+// the client's.
+#include "client-impl.h"
+
+#include <capnp/serialize.h>
+#include <kj/debug.h>
+#include <squall/proto/errors.h>
+
+namespace squall {
+namespace client {
+
+namespace {
+
+// How long before the server is asked again where an actor runs, when it
+// was not placed yet (its calls meanwhile go through the server).
+constexpr kj::Duration ASK_AGAIN = 200 * kj::MILLISECONDS;
+// Submits of more calls go through the server, which places them in
+// batches: a call of its own is a round trip to the governor for each,
+// and on 2 cores 2,000 calls submitted at once ran at about half the rate
+// through the server's batches (docs/benchmarks.md). What the direct way
+// saves is latency, which is what a call made and waited for pays.
+constexpr size_t MAX_DIRECT_CALLS = 8;
+// Answered direct calls a session keeps; beyond, the answered ones are
+// recorded and forgotten (waits for them then go to the server).
+constexpr size_t KEEP_DIRECT = 4096;
+
+}  // namespace
+
+bool directCallsAllowed() {
+  const char* value = getenv("SQUALL_DIRECT_CALLS");
+  if (value == nullptr) return true;
+  std::string v = value;
+  return !(v == "0" || v == "no" || v == "off" || v == "false");
+}
+
+SessionImpl::~SessionImpl() {
+  // The records in flight go first: they use `direct`.
+  directTasks = nullptr;
+}
+
+const SessionImpl::ActorPlace& SessionImpl::actorPlace(uint64_t actor) {
+  auto& place = actorPlaces[actor];
+  if (!place.address.empty()) return place;
+  auto now = client.loop.provider->getTimer().now();
+  if (now < place.askAgain) return place;
+  place.askAgain = now + ASK_AGAIN;
+  try {
+    auto req = client.svc().locateActorRequest();
+    req.setSession(id);
+    req.setActor(actor);
+    auto answer = req.send().wait(client.waitScope());
+    place.address = answer.getAddress().cStr();
+    place.methods.clear();
+    for (auto m : answer.getMethods()) place.methods[m.getName().cStr()] = m.getOutputs();
+  } catch (const kj::Exception& e) {
+    // A server without it sends every call itself; any other error (the
+    // actor is not one) is the server's to say at submit.
+    if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) directOff = true;
+    if (e.getType() == kj::Exception::Type::DISCONNECTED) throw;
+  }
+  return place;
+}
+
+DirectCall* SessionImpl::directOf(uint64_t n, uint64_t* task) {
+  auto it = direct.find(n);
+  if (it == direct.end()) {
+    auto out = directOutputs.find(n);
+    if (out == directOutputs.end()) return nullptr;
+    it = direct.find(out->second);
+    if (it == direct.end()) return nullptr;
+  }
+  if (task != nullptr) *task = it->first;
+  return &it->second;
+}
+
+bool SessionImpl::sendDirect() {
+  if (directOff || parent != 0 || tasks.empty() || tasks.size() > MAX_DIRECT_CALLS) return false;
+  std::unordered_map<uint64_t, const LocalObject*> byId;
+  for (auto& o : objects) byId[o.n] = &o;
+  // Actor calls only, with nothing the server must do for them (retries),
+  // reading constants of their own, each once (their records are one
+  // graph each), small enough for one message.
+  std::unordered_set<uint64_t> used;
+  size_t bytes = 0;
+  for (auto& t : tasks) {
+    // (What the server would refuse goes to the server, to say why.)
+    if (t.type != LocalTask::Type::ACTOR_CALL || t.retries > 0 || t.cpus || !t.resources.empty()) return false;
+    auto server = serverCalls.find(t.actor);
+    if (server != serverCalls.end() && !server->second.empty()) return false;
+    for (auto& in : t.inputs) {
+      auto it = byId.find(in.object);
+      if (it == byId.end() || !it->second->constant || !used.insert(in.object).second) return false;
+      bytes += it->second->data.size();
+    }
+    for (auto out : t.outputs) {
+      auto it = byId.find(out);
+      if (it == byId.end() || it->second->kind == ObjectKind::STREAM) return false;
+      used.insert(out);
+    }
+  }
+  if (used.size() != objects.size() || bytes > INLINE_CONSTANT_BYTES) return false;
+  // Where each actor runs, and a connection there, before anything goes.
+  std::map<uint64_t, std::string> where;
+  for (auto& t : tasks) {
+    auto& place = actorPlace(t.actor);
+    if (place.address.empty()) return false;
+    auto method = place.methods.find(t.function);
+    if (method == place.methods.end() || method->second != t.outputs.size()) return false;
+    where[t.actor] = place.address;
+  }
+  for (auto& [actor, address] : where) {
+    try {
+      client.dataService(address);
+    } catch (const kj::Exception&) {
+      actorPlaces.erase(actor);
+      return false;
+    }
+  }
+  if (direct.size() >= KEEP_DIRECT) pruneDirect();
+  for (auto& t : tasks) sendOne(t, where[t.actor], byId);
+  return true;
+}
+
+void SessionImpl::sendOne(const LocalTask& t, const std::string& address,
+                          const std::unordered_map<uint64_t, const LocalObject*>& byId) {
+  auto req = client.dataService(address).callActorRequest();
+  auto graph = req.initCall();
+  auto list = graph.initObjects(t.outputs.size() + t.inputs.size());
+  uint i = 0;
+  for (auto out : t.outputs) fillObject(list[i++], *byId.at(out), id, true);
+  for (auto& in : t.inputs) fillObject(list[i++], *byId.at(in.object), id, true);
+  fillTask(graph.initTasks(1)[0], t, id, parent);
+  DirectCall call;
+  call.actor = t.actor;
+  call.address = address;
+  call.outputs = t.outputs;
+  call.name = t.name;
+  {
+    capnp::MallocMessageBuilder copy(graph.totalSize().wordCount + 8);
+    copy.setRoot(graph.asReader());
+    call.graph = capnp::messageToFlatArray(copy);
+  }
+  uint64_t n = t.n;
+  call.done = req.send()
+                  .then([this, n](capnp::Response<wire::DataService::CallActorResults>&& response) {
+                    answered(n, kj::mv(response));
+                  },
+                        [this, n](kj::Exception&& e) { cutOff(n, kj::mv(e)); })
+                  .fork();
+  for (auto out : t.outputs) directOutputs[out] = n;
+  direct.emplace(n, kj::mv(call));
+}
+
+void SessionImpl::answered(uint64_t n, capnp::Response<wire::DataService::CallActorResults>&& response) {
+  auto it = direct.find(n);
+  if (it == direct.end()) return;
+  auto& call = it->second;
+  if (response.getRefused().size() > 0) {
+    // Not run (the actor is not there any more): the server places it.
+    call.error = response.getRefused().cStr();
+    call.refused = true;
+    actorPlaces.erase(call.actor);
+    leaveToServer(n);
+    return;
+  }
+  auto result = response.getResult();
+  call.answered = true;
+  call.ok = result.getOk();
+  call.error = result.getError().cStr();
+  call.exitStatus = result.getExitStatus();
+  call.stderrTail = result.getStderrTail().cStr();
+}
+
+void SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
+  auto it = direct.find(n);
+  if (it == direct.end()) return;
+  auto& call = it->second;
+  call.error = userMessage(e).cStr();
+  actorPlaces.erase(call.actor);
+  if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) {
+    // A governor without direct calls: it never took it.
+    directOff = true;
+    call.refused = true;
+  } else {
+    // It may run there all the same: recorded as running there (a gone
+    // governor's tasks are placed anew), never sent twice.
+    client.dataServices.erase(call.address);
+  }
+  leaveToServer(n);
+}
+
+void SessionImpl::leaveToServer(uint64_t n) {
+  auto& call = direct.at(n);
+  call.viaServer = true;
+  call.unsettled = true;
+  serverCalls[call.actor].insert(n);
+  serverCallIds[n] = {call.actor, n};
+  for (auto out : call.outputs) serverCallIds[out] = {call.actor, n};
+  if (client.service == nullptr) return;
+  auto req = client.svc().recordDirectRequest();
+  req.setSession(id);
+  req.setAddress(call.refused ? "" : call.address);
+  capnp::FlatArrayMessageReader graph(call.graph);
+  req.initCalls(1).setWithCaveats(0, graph.getRoot<wire::Graph>());
+  if (directTasks.get() == nullptr) directTasks = kj::heap<kj::TaskSet>(directErrors);
+  directTasks->add(req.send().then(
+      [this, n](auto) {
+        auto it = direct.find(n);
+        if (it == direct.end()) return;
+        it->second.recorded = true;
+        it->second.unsettled = false;
+      },
+      [this, n](kj::Exception&& e) {
+        auto it = direct.find(n);
+        if (it == direct.end() || e.getType() == kj::Exception::Type::DISCONNECTED) return;  // later
+        it->second.recorded = true;
+        it->second.unsettled = false;
+        it->second.recordError = userMessage(e).cStr();
+      }));
+}
+
+void SessionImpl::record(const std::vector<uint64_t>& ns) {
+  // By where they are recorded as running.
+  std::map<std::string, std::vector<uint64_t>> byAddress;
+  for (auto n : ns) {
+    auto& call = direct.at(n);
+    if (call.recorded) continue;
+    byAddress[call.refused ? "" : call.address].push_back(n);
+  }
+  for (auto& [address, list] : byAddress) {
+    std::string error;
+    try {
+      client.retrying([&]() {
+        auto req = client.svc().recordDirectRequest();
+        req.setSession(id);
+        req.setAddress(address);
+        auto calls = req.initCalls(list.size());
+        for (size_t i = 0; i < list.size(); i++) {
+          capnp::FlatArrayMessageReader graph(direct.at(list[i]).graph);
+          calls.setWithCaveats(i, graph.getRoot<wire::Graph>());
+        }
+        req.send().wait(client.waitScope());
+      });
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    for (auto n : list) {
+      auto& call = direct.at(n);
+      call.recorded = true;
+      call.unsettled = false;
+      if (!error.empty()) call.recordError = error;
+    }
+  }
+}
+
+void SessionImpl::recordNamed(const std::vector<uint64_t>& ids, bool all) {
+  std::vector<uint64_t> ns;
+  if (all) {
+    for (auto& [n, call] : direct) {
+      if (!call.recorded) ns.push_back(n);
+    }
+  } else {
+    std::set<uint64_t> seen;
+    for (auto i : ids) {
+      uint64_t n = 0;
+      auto* call = directOf(i, &n);
+      if (call != nullptr && !call->recorded && seen.insert(n).second) ns.push_back(n);
+    }
+  }
+  if (!ns.empty()) record(ns);
+}
+
+void SessionImpl::settleDirect() {
+  std::vector<uint64_t> ns;
+  for (auto& [n, call] : direct) {
+    if (call.unsettled) ns.push_back(n);
+  }
+  if (!ns.empty()) record(ns);
+}
+
+void SessionImpl::pruneDirect() {
+  std::vector<uint64_t> done;
+  for (auto& [n, call] : direct) {
+    if (call.answered && call.ok) done.push_back(n);
+  }
+  record(done);
+  for (auto n : done) {
+    auto& call = direct.at(n);
+    if (!call.recordError.empty()) continue;
+    for (auto out : call.outputs) directOutputs.erase(out);
+    direct.erase(n);
+  }
+}
+
+void SessionImpl::beforeServerSubmit() {
+  settleDirect();
+  if (direct.empty()) return;
+  // Calls on an actor wait for this handle's direct calls on it to be
+  // answered: the server's way to the actor must not overtake them.
+  std::set<uint64_t> actors;
+  for (auto& t : tasks) {
+    if (t.type == LocalTask::Type::ACTOR_CALL) actors.insert(t.actor);
+  }
+  kj::Vector<kj::Promise<void>> earlier;
+  for (auto& [n, call] : direct) {
+    if (actors.count(call.actor) != 0 && !call.answered && !call.viaServer) earlier.add(call.done.addBranch());
+  }
+  if (!earlier.empty()) client.block(kj::joinPromises(earlier.releaseAsArray()));
+  // What it reads of direct calls must be known to the server.
+  std::vector<uint64_t> read;
+  for (auto& t : tasks) {
+    for (auto& in : t.inputs) {
+      if (directOf(in.object) != nullptr) read.push_back(in.object);
+    }
+  }
+  recordNamed(read);
+}
+
+void SessionImpl::madeViaServer(const std::vector<LocalTask>& made) {
+  for (auto& t : made) {
+    if (t.type != LocalTask::Type::ACTOR_CALL) continue;
+    serverCalls[t.actor].insert(t.n);
+    serverCallIds[t.n] = {t.actor, t.n};
+    for (auto out : t.outputs) serverCallIds[out] = {t.actor, t.n};
+  }
+}
+
+void SessionImpl::sawEnd(const std::vector<uint64_t>& ids, bool all) {
+  if (all) {
+    serverCalls.clear();
+    serverCallIds.clear();
+    return;
+  }
+  for (auto i : ids) {
+    auto it = serverCallIds.find(i);
+    if (it == serverCallIds.end()) continue;
+    auto [actor, task] = it->second;
+    auto calls = serverCalls.find(actor);
+    if (calls != serverCalls.end()) {
+      calls->second.erase(task);
+      if (calls->second.empty()) serverCalls.erase(calls);
+    }
+    serverCallIds.erase(it);
+  }
+}
+
+std::vector<uint64_t> SessionImpl::waitDirect(const std::vector<uint64_t>& ids, bool any,
+                                              std::vector<uint64_t>* finished, bool& done) {
+  done = false;
+  settleDirect();
+  if (direct.empty()) return ids;
+  bool all = ids.empty();
+  // The direct calls this wait is for, and the ids naming each.
+  std::map<uint64_t, std::vector<uint64_t>> here;
+  std::vector<uint64_t> rest;
+  if (all) {
+    for (auto& [n, call] : direct) {
+      if (!call.viaServer) here[n];
+    }
+  } else {
+    for (auto i : ids) {
+      uint64_t n = 0;
+      auto* call = directOf(i, &n);
+      if (call != nullptr && !call->viaServer) {
+        here[n].push_back(i);
+      } else {
+        rest.push_back(i);
+      }
+    }
+  }
+  if (here.empty()) return ids;
+  for (;;) {
+    std::vector<uint64_t> failed;
+    std::vector<uint64_t> ended;
+    kj::Vector<kj::Promise<void>> unanswered;
+    for (auto it = here.begin(); it != here.end();) {
+      auto& call = direct.at(it->first);
+      if (call.viaServer) {
+        // Refused, or cut off: the server says how it ends.
+        rest.insert(rest.end(), it->second.begin(), it->second.end());
+        it = here.erase(it);
+        continue;
+      }
+      if (!call.answered) {
+        unanswered.add(call.done.addBranch());
+      } else if (call.ok) {
+        ended.insert(ended.end(), it->second.begin(), it->second.end());
+      } else {
+        failed.push_back(it->first);
+      }
+      ++it;
+    }
+    if (any && !ended.empty()) {
+      if (finished != nullptr) finished->insert(finished->end(), ended.begin(), ended.end());
+      done = true;
+      return {};
+    }
+    if (!failed.empty()) {
+      // How a failure ends the session (or not: allowed to fail, a killed
+      // actor) is the server's to say: recorded, then waited for there.
+      // One the server would not record fails the wait here.
+      record(failed);
+      for (auto n : failed) {
+        auto& call = direct.at(n);
+        if (!call.recordError.empty()) {
+          std::string label = call.name.empty() ? "task " + std::to_string(n)
+                                                : "task " + std::to_string(n) + " (" + call.name + ")";
+          throw TaskFailed(label + " failed: " + call.error, n, call.name, call.exitStatus, call.stderrTail);
+        }
+        call.viaServer = true;
+      }
+      continue;
+    }
+    if (unanswered.empty()) break;
+    if (!any) {
+      client.block(kj::joinPromises(unanswered.releaseAsArray()));
+      continue;
+    }
+    if (rest.empty() && !all) {
+      // The first answer (or break) among them.
+      auto first = kj::mv(unanswered[0]);
+      for (size_t i = 1; i < unanswered.size(); i++) first = first.exclusiveJoin(kj::mv(unanswered[i]));
+      client.block(kj::mv(first));
+      continue;
+    }
+    // Some here, some at the server: whichever ends first.
+    auto first = kj::mv(unanswered[0]);
+    for (size_t i = 1; i < unanswered.size(); i++) first = first.exclusiveJoin(kj::mv(unanswered[i]));
+    auto req = client.svc().waitSomeRequest();
+    req.setSession(id);
+    auto list = req.initIds(rest.size());
+    for (size_t i = 0; i < rest.size(); i++) list.set(i, rest[i]);
+    kj::Maybe<capnp::Response<wire::ClientService::WaitSomeResults>> answer;
+    auto server = req.send().then([&](capnp::Response<wire::ClientService::WaitSomeResults>&& response) {
+      answer = kj::mv(response);
+    });
+    client.block(server.exclusiveJoin(kj::mv(first)));
+    KJ_IF_MAYBE(response, answer) {
+      if (response->getResult().isFailed()) throw taskFailed(response->getResult().getFailed());
+      std::vector<uint64_t> ended;
+      for (auto n : response->getFinished()) ended.push_back(n);
+      sawEnd(ended, false);
+      if (finished != nullptr) finished->insert(finished->end(), ended.begin(), ended.end());
+      done = true;
+      return {};
+    }
+  }
+  if (!all && rest.empty()) done = true;
+  return all ? std::vector<uint64_t>{} : rest;
+}
+
+}  // namespace client
+}  // namespace squall

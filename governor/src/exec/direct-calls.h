@@ -1,0 +1,77 @@
+// Actor calls that clients send to this governor directly
+// (DataService.callActor), skipping the server: the call's path is then
+// client -> governor -> executor -> governor -> client, two hand-offs
+// fewer than through the server (docs/actors.md, "Calls that skip the
+// server"; docs/decisions.md). Each is checked, its constants stored, and
+// queued as if the server had assigned it (TaskQueue::assign): it takes
+// its turn on the actor behind every call that reached the governor
+// before it, by either way. Its outcome is reported like any other, with
+// its graph attached (TaskResult.direct) so that the server records it.
+// Loop thread only.
+#pragma once
+
+#include "actor-host.h"
+#include "data-service.h"
+#include "object-store.h"
+
+#include <memory>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace squall {
+
+class TaskQueue;
+
+class DirectCalls final : public DirectCallPort {
+ public:
+  DirectCalls(ObjectStore& store, ActorHosts& actors, kj::StringPtr governorName, spdlog::logger& logger)
+      : store(store), actors(actors), governorName(governorName), logger(logger) {}
+  ~DirectCalls() noexcept(false) { *alive = false; }
+  KJ_DISALLOW_COPY(DirectCalls);
+
+  // The queue the calls go to (it is made after this: its reporter calls
+  // ended()).
+  void useQueue(TaskQueue& taskQueue) { queue = taskQueue; }
+
+  // Checks the call (one actorCall task on an actor hosted here, its
+  // outputs, the constants it reads and nothing else), queues it, and
+  // answers with its result once it ends; refuses (without running it)
+  // what it cannot take.
+  kj::Promise<Answer> callActor(wire::Graph::Reader call) override;
+
+  // Every outcome passes here before it is reported: a direct call's gets
+  // its graph (TaskOutcome::direct), and its client its answer.
+  void ended(TaskOutcome& outcome);
+
+  // For a registration: the direct calls queued, running, or whose
+  // results the server does not have durably yet, and their outputs
+  // (GovernorInfo.direct). A call is forgotten once its result is.
+  std::vector<Id> pending() const;
+
+  size_t count() const { return calls.size(); }
+
+ private:
+  struct Call {
+    // Its outputs (for pending()).
+    std::vector<Id> outputs;
+    // Its graph until it ends (then it goes with the outcome).
+    kj::Array<capnp::word> graph;
+    kj::Own<kj::PromiseFulfiller<Answer>> answer;
+  };
+  class Forget;
+
+  ObjectStore& store;
+  ActorHosts& actors;
+  kj::StringPtr governorName;
+  spdlog::logger& logger;
+  kj::Maybe<TaskQueue&> queue;
+  std::unordered_map<Id, Call, IdHash> calls;
+  // False once this is gone, for outcomes that outlive it.
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+
+  // Why the governor does not take `call` this way; nullptr when it does.
+  kj::Maybe<kj::String> refusal(wire::Graph::Reader call);
+};
+
+}  // namespace squall
