@@ -798,6 +798,54 @@ TEST(ActorGovernorLossTest, AnActorWhoseGovernorIsLostRestartsElsewhereOrFailsSa
   EXPECT_NE(info.error.find("was lost (max_restarts 0 used up)"), std::string::npos) << info.error;
 }
 
+// Calls sent directly to a governor that is lost before they are
+// answered are handed to the server, which runs them on the restarted
+// actor as it does the calls it placed there itself: every wait ends.
+TEST(ActorGovernorLossTest, DirectCallsCutOffWithTheirGovernorRunOnTheRestartedActor) {
+  ClusterOptions options;
+  options.governors = 2;
+  options.cpus = 1;
+  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  LocalCluster cluster(options);
+  cluster.start();
+  TempDir dir;
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("direct calls cut off");
+  auto counter = session.actor("stats/Counter", {}, "10").maxRestarts(1);
+  counter.call("add", {}, "0");
+  session.submit();
+  session.waitAll();
+  auto where = counter.task().info().governor;
+  // One call holds the actor until a file appears; three queue behind it.
+  auto mine = dir.path + "/mine";
+  auto theirs = dir.path + "/theirs";
+  auto held = counter.call("meet", {}, mine + " " + theirs);
+  held.output().keep();
+  session.submit();
+  std::vector<Task> queued;
+  for (int i = 0; i < 3; i++) {
+    queued.push_back(counter.call("add", {}, "1"));
+    queued.back().output().keep();
+    session.submit();
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!std::filesystem::exists(mine) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(std::filesystem::exists(mine)) << "the held call never started";
+  auto index = static_cast<size_t>(std::stoul(where.substr(9)));
+  cluster.governor(index).signal(SIGKILL);
+  ASSERT_TRUE(cluster.governor(index).waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  std::ofstream(theirs) << "here";
+  session.wait(queued);
+  EXPECT_EQ(held.output().fetch(), "met");
+  // Constructed anew from "10", the calls ran on it in their order.
+  EXPECT_EQ(queued[0].output().fetch(), "11");
+  EXPECT_EQ(queued[2].output().fetch(), "13");
+  EXPECT_NE(counter.task().info().governor, where);
+}
+
 TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls) {
   ClusterOptions options;
   options.governors = 1;
@@ -830,6 +878,44 @@ TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls
   session.waitAll();
   EXPECT_TRUE(log.output().fetch() == expected) << "calls lost, repeated or out of order";
   EXPECT_EQ(pidBefore.output().fetch(), pidAfter.output().fetch());
+  EXPECT_EQ(counter.task().info().state, "running");
+}
+
+// Calls sent directly need no server: they go on while it restarts, and
+// once it is back every one is recorded, once (the governor reports what
+// the old server had not logged; the client names the rest).
+TEST(ActorRecoveryTest, DirectCallsGoOnAcrossAServerRestartAndEachIsRecordedOnce) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 2;
+  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("direct across a restart");
+  auto counter = placedCounter(session);
+  std::string expected = "0\n";
+  auto call = [&](int i) {
+    session.submitAndWait({counter.call("add", {}, std::to_string(i))});
+    expected += std::to_string(i) + "\n";
+  };
+  for (int i = 1; i <= 150; i++) call(i);
+  auto before = metric(cluster.httpAddress(), "squall_actor_calls_direct_total");
+  EXPECT_GT(before, 0u);
+  cluster.restartServer();
+  for (int i = 151; i <= 300; i++) call(i);
+  auto log = counter.call("log");
+  log.output().keep();
+  session.submitAndWait({log});
+  EXPECT_TRUE(log.output().fetch() == expected) << "calls lost, repeated or out of order";
+  std::set<uint64_t> seen;
+  size_t finished = 0;
+  for (auto& info : session.tasks({}, {}, 1000)) {
+    EXPECT_TRUE(seen.insert(info.id).second) << "task " << info.id << " listed twice";
+    finished += info.type == "actor_call" && info.state == "finished";
+  }
+  EXPECT_EQ(finished, 302u);
   EXPECT_EQ(counter.task().info().state, "running");
 }
 

@@ -5,6 +5,7 @@
 #include <squall/proto/errors.h>
 #include <squall/proto/rpc.h>
 #include <squall/tools/local-cluster.h>
+#include <squall/wire/data.capnp.h>
 #include <squall/wire/service.capnp.h>
 
 namespace squall {
@@ -217,6 +218,92 @@ TEST_F(RawRpcTest, AOneCallSubmitIsCheckedAsTheLongWay) {
 // `waited` set; a waitFor naming an id of neither the graph nor the
 // session, or more ids than a wait may, refuses the submit (nothing
 // applied).
+// An actor call on actor 5 of session `s`: task 10 making object 2,
+// reading `input` (0: none).
+void actorCall(wire::Graph::Builder graph, uint64_t s, uint64_t input = 0) {
+  auto objects = graph.initObjects(input != 0 ? 2 : 1);
+  setId(objects[0].initId(), s, 2);
+  if (input != 0) {
+    setId(objects[1].initId(), s, input);
+    objects[1].setIsConstant(true);
+    objects[1].setData(kj::StringPtr("7").asBytes());
+  }
+  auto task = graph.initTasks(1)[0];
+  setId(task.initId(), s, 10);
+  auto call = task.initConfig().initActorCall();
+  setId(call.initActor(), s, 5);
+  call.setMethod("add");
+  setId(task.initOutputs(1)[0], s, 2);
+  if (input != 0) setId(task.initInputs(1)[0].initObject(), s, input);
+}
+
+// Direct actor calls (docs/actors.md, "Calls that skip the server"): a
+// governor refuses, without running it, a call that is not one actor call
+// with its outputs and constants, or whose actor it does not host; the
+// server refuses to record an invalid one and to locate a task that is no
+// actor, naming why.
+TEST_F(RawRpcTest, DirectCallsAGovernorCannotTakeAreRefusedByName) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  auto governors = service.listGovernorsRequest().send().wait(io.waitScope);
+  ASSERT_EQ(governors.getGovernors().size(), 1u);
+  auto address = kj::str(governors.getGovernors()[0].getDataAddress());
+  auto governor = connectTo(io.provider->getNetwork(), address).wait(io.waitScope);
+  auto open = governor->bootstrap<wire::DataBootstrap>().openRequest();
+  open.setVersion(wire::PROTOCOL_VERSION);
+  open.setToken("sesame");
+  auto data = open.send().wait(io.waitScope).getService();
+  auto refusal = [&](auto fill) {
+    auto req = data.callActorRequest();
+    fill(req.initCall());
+    auto answer = req.send().wait(io.waitScope);
+    EXPECT_FALSE(answer.hasResult());
+    return kj::str(answer.getRefused());
+  };
+  auto two = refusal([&](wire::Graph::Builder g) { g.initTasks(2); });
+  EXPECT_TRUE(two.startsWith("a direct call carries one task, not 2")) << two.cStr();
+  auto concat = refusal([&](wire::Graph::Builder g) {
+    concatOfOneConstant(g, s, "x");
+  });
+  EXPECT_TRUE(concat.endsWith("is not an actor call")) << concat.cStr();
+  auto notConstant = refusal([&](wire::Graph::Builder g) {
+    actorCall(g, s, 3);
+    g.getObjects()[1].setIsConstant(false);
+  });
+  EXPECT_TRUE(notConstant.endsWith("must be a constant sent with it")) << notConstant.cStr();
+  auto unused = refusal([&](wire::Graph::Builder g) {
+    actorCall(g, s, 3);
+    g.getTasks()[0].initInputs(0);
+  });
+  EXPECT_EQ(unused, "a direct call carries objects it does not use");
+  auto absent = refusal([&](wire::Graph::Builder g) { actorCall(g, s, 3); });
+  EXPECT_TRUE(absent.startsWith(kj::str("actor ", s, "/5 is not on governor"))) << absent.cStr();
+
+  // The server: no such actor to record a call on, or to locate.
+  auto record = service.recordDirectRequest();
+  record.setSession(s);
+  record.setAddress(address);
+  actorCall(record.initCalls(1)[0], s, 3);
+  std::string error;
+  try {
+    record.send().wait(io.waitScope);
+  } catch (const kj::Exception& e) {
+    error = userMessage(e).cStr();
+  }
+  EXPECT_NE(error.find("calls unknown actor 5"), std::string::npos) << error;
+  ASSERT_EQ(submitInOneCall(s, [&](auto& add) { concatOfOneConstant(add, s, "abc"); }), "");
+  auto locate = service.locateActorRequest();
+  locate.setSession(s);
+  locate.setActor(10);
+  error.clear();
+  try {
+    locate.send().wait(io.waitScope);
+  } catch (const kj::Exception& e) {
+    error = userMessage(e).cStr();
+  }
+  EXPECT_NE(error.find("task 10 of session " + std::to_string(s) + " is not an actor"), std::string::npos) << error;
+}
+
 TEST_F(RawRpcTest, AOneCallSubmitThatWaitsAnswersOnceItsTasksFinished) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto s = newSession();

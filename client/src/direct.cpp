@@ -124,6 +124,9 @@ bool SessionImpl::sendDirect() {
   }
   if (direct.size() >= KEEP_DIRECT) pruneDirect();
   for (auto& t : tasks) sendOne(t, where[t.actor], byId);
+  // Out now: capnp writes a message from the event loop, which a caller
+  // that goes on with other work before its next wait would not turn.
+  client.waitScope().poll();
   return true;
 }
 
