@@ -61,14 +61,22 @@ bool processGone(long pid) {
   return false;
 }
 
+// A cluster of `governors` governors of `cpus` cpus each, with the test
+// actors' executor (logs at $SQUALL_TEST_LOG_LEVEL, if set).
+ClusterOptions actorCluster(int governors, uint32_t cpus) {
+  ClusterOptions options;
+  options.governors = governors;
+  options.cpus = cpus;
+  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  return options;
+}
+
 class ActorTest : public ::testing::Test {
  protected:
   // Two governors of 2 cpus each, the second offering one GPU.
   static void SetUpTestSuite() {
-    ClusterOptions options;
-    options.governors = 2;
-    options.cpus = 2;
-    options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+    auto options = actorCluster(2, 2);
     options.governorArgsEach = {{}, {"--resource", "gpus=[0]"}};
     if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
     cluster = new LocalCluster(options);
@@ -751,11 +759,7 @@ TEST_F(ActorTest, KillingAnActorFailsTheDirectCallsQueuedOnIt) {
 }
 
 TEST(ActorGovernorLossTest, AnActorWhoseGovernorIsLostRestartsElsewhereOrFailsSayingWhy) {
-  ClusterOptions options;
-  options.governors = 3;
-  options.cpus = 1;
-  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
-  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  auto options = actorCluster(3, 1);
   LocalCluster cluster(options);
   cluster.start();
   Client client(cluster.serverAddress());
@@ -802,11 +806,7 @@ TEST(ActorGovernorLossTest, AnActorWhoseGovernorIsLostRestartsElsewhereOrFailsSa
 // answered are handed to the server, which runs them on the restarted
 // actor as it does the calls it placed there itself: every wait ends.
 TEST(ActorGovernorLossTest, DirectCallsCutOffWithTheirGovernorRunOnTheRestartedActor) {
-  ClusterOptions options;
-  options.governors = 2;
-  options.cpus = 1;
-  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
-  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  auto options = actorCluster(2, 1);
   LocalCluster cluster(options);
   cluster.start();
   TempDir dir;
@@ -847,11 +847,7 @@ TEST(ActorGovernorLossTest, DirectCallsCutOffWithTheirGovernorRunOnTheRestartedA
 }
 
 TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls) {
-  ClusterOptions options;
-  options.governors = 1;
-  options.cpus = 2;
-  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
-  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  auto options = actorCluster(1, 2);
   LocalCluster cluster(options);
   cluster.start();
   Client client(cluster.serverAddress());
@@ -885,11 +881,7 @@ TEST(ActorRecoveryTest, AServerRestartKeepsTheActorItsStateAndTheOrderOfItsCalls
 // once it is back every one is recorded, once (the governor reports what
 // the old server had not logged; the client names the rest).
 TEST(ActorRecoveryTest, DirectCallsGoOnAcrossAServerRestartAndEachIsRecordedOnce) {
-  ClusterOptions options;
-  options.governors = 1;
-  options.cpus = 2;
-  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
-  if (const char* level = getenv("SQUALL_TEST_LOG_LEVEL")) options.logLevel = level;
+  auto options = actorCluster(1, 2);
   LocalCluster cluster(options);
   cluster.start();
   Client client(cluster.serverAddress());
@@ -920,10 +912,7 @@ TEST(ActorRecoveryTest, DirectCallsGoOnAcrossAServerRestartAndEachIsRecordedOnce
 }
 
 TEST(ActorRecoveryTest, ANamedActorWhoseOwnerWentSurvivesAServerRestartByName) {
-  ClusterOptions options;
-  options.governors = 1;
-  options.cpus = 2;
-  options.governorArgs = {"--executor", "stats=" + actorExecutor()};
+  auto options = actorCluster(1, 2);
   LocalCluster cluster(options);
   cluster.start();
   {

@@ -454,7 +454,13 @@ std::vector<uint64_t> SessionImpl::waitDirect(const std::vector<uint64_t>& ids, 
       return {};
     }
   }
-  if (!all && rest.empty()) done = true;
+  if (!all && rest.empty()) {
+    done = true;
+    return {};
+  }
+  // What the server is to wait for, it must know (a record sent from an
+  // answer's continuation may still be on its way).
+  settleDirect();
   return all ? std::vector<uint64_t>{} : rest;
 }
 
