@@ -701,6 +701,8 @@ Actor& Actor::cpus(uint32_t count) {
 }
 
 void Actor::kill() {
+  // Its next calls go through the server, which says it has ended.
+  session->actorPlaces.erase(n);
   session->checkOpen();
   if (session->taskIndex.count(n) != 0) {
     throw Error("actor " + std::to_string(n) + " is not submitted yet: kill it after submit (or leave it out)");

@@ -590,7 +590,7 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
           auto it = target.tasks.find(actorId.getN());
           SQUALL_REQUIRE(it != target.tasks.end(), label, " calls unknown actor ", actorId.getN());
           SQUALL_REQUIRE(it->second.isActor, label, " calls task ", actorId.getN(), ", which is not an actor");
-          SQUALL_REQUIRE(!it->second.done(), label, " calls actor ", actorId.getN(), ", which has ended",
+          SQUALL_REQUIRE(endedActorsTaken || !it->second.done(), label, " calls actor ", actorId.getN(), ", which has ended",
                          it->second.error.empty() ? kj::str() : kj::str(" (", it->second.error.c_str(), ")"));
           actor = it->second.spec.getConfig().getActor();
         }

@@ -71,6 +71,11 @@ class PendingSubmit {
   // Forgets the chunks (after commit, or when the submit is refused).
   void drop();
 
+  // The record of actor calls that ran already (sent to a governor
+  // directly): a call on an actor that has ended since is taken (its
+  // applier ends it with its actor) rather than refused.
+  void takeCallsOnEndedActors() { endedActorsTaken = true; }
+
   uint64_t taskCount() const { return tasks; }
   uint64_t objectCount() const { return objects; }
 
@@ -79,6 +84,7 @@ class PendingSubmit {
   Limits limits;
   std::shared_ptr<uint64_t> pendingTotal;
   uint64_t bytes = 0;
+  bool endedActorsTaken = false;
   uint64_t tasks = 0;
   uint64_t objects = 0;
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;

@@ -67,6 +67,7 @@ class SubmissionImpl final : public wire::Submission::Server {
   // (0: unknown): then they are placed as submitted now.
   void sentTo(GovernorId governor, std::unordered_set<uint64_t> tasks) {
     direct.emplace(DirectOrigin{governor, kj::mv(tasks)});
+    pending.takeCallsOnEndedActors();
   }
 
   // An answer for commitThen that sets a call's results (both commit and
@@ -159,17 +160,26 @@ class SubmissionImpl final : public wire::Submission::Server {
   // The direct calls of this record, applied: running on their governor.
   void placeDirect(Session& target, std::vector<TaskNode*>& ready) {
     context.sessions.stats().actorCallsDirect += direct->tasks.size();
-    KJ_IF_MAYBE(governor, context.governors.find(direct->governor)) {
-      for (auto n : direct->tasks) {
-        auto it = target.tasks.find(n);
-        if (it == target.tasks.end()) continue;
-        auto& task = it->second;
-        if (task.state != TaskNode::State::READY && task.state != TaskNode::State::WAITING) continue;
+    GovernorState* governor = nullptr;
+    KJ_IF_MAYBE(g, context.governors.find(direct->governor)) { governor = g; }
+    // Calls on an actor that has ended since they ran end as the calls it
+    // left do (cancelled when it was killed), failing no session.
+    std::set<ActorNode*> ended;
+    for (auto n : direct->tasks) {
+      auto it = target.tasks.find(n);
+      if (it == target.tasks.end()) continue;
+      auto& task = it->second;
+      if (task.state != TaskNode::State::READY && task.state != TaskNode::State::WAITING) continue;
+      if (task.actor != nullptr && task.actor->task->done()) {
+        ready.erase(std::remove(ready.begin(), ready.end(), &task), ready.end());
+        ended.insert(task.actor);
+      } else if (governor != nullptr) {
         ready.erase(std::remove(ready.begin(), ready.end(), &task), ready.end());
         context.governors.adopt(*governor, task.id, task.cpus, task.resources);
         context.sessions.assigned(task, governor->id);
       }
     }
+    for (auto* actor : ended) context.sessions.actorEnded(target, *actor);
   }
 
   // Checks the submit against the session as it is now and applies it.
@@ -202,17 +212,20 @@ std::unique_ptr<capnp::MallocMessageBuilder> directChunk(wire::Graph::Reader gra
 kj::Promise<void> recordDirectCalls(ServerContext& context, uint64_t sessionId, kj::ArrayPtr<const wire::Graph::Reader> graphs,
                                     GovernorId governor) {
   auto& session = context.sessions.get(sessionId);
-  SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", sessionId, " has failed: ", session.failureMessage);
-  auto submission = kj::heap<SubmissionImpl>(context, sessionId, nullptr);
-  std::unordered_set<uint64_t> tasks;
+  std::vector<wire::Graph::Reader> unknown;
   for (auto graph : graphs) {
     bool known = false;
     for (auto task : graph.getTasks()) known = known || session.tasks.count(task.getId().getN()) != 0;
-    if (known) continue;
+    if (!known) unknown.push_back(graph);
+  }
+  if (unknown.empty()) return kj::READY_NOW;
+  SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", sessionId, " has failed: ", session.failureMessage);
+  auto submission = kj::heap<SubmissionImpl>(context, sessionId, nullptr);
+  std::unordered_set<uint64_t> tasks;
+  for (auto graph : unknown) {
     for (auto task : graph.getTasks()) tasks.insert(task.getId().getN());
     submission->addChunk(directChunk(graph));
   }
-  if (tasks.empty()) return kj::READY_NOW;
   context.logger.debug("event=direct-calls-recorded session={} calls={} governor={}", sessionId, tasks.size(), governor);
   std::vector<uint64_t> ids(tasks.begin(), tasks.end());
   submission->sentTo(governor, kj::mv(tasks));
