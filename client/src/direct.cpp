@@ -236,7 +236,10 @@ void SessionImpl::record(const std::vector<uint64_t>& ns) {
     if (call.recorded) continue;
     byAddress[call.refused ? "" : call.address].push_back(n);
   }
-  for (auto& [address, list] : byAddress) {
+  for (auto& group : byAddress) {
+    // (Named: clang 14 cannot capture a structured binding.)
+    auto& address = group.first;
+    auto& list = group.second;
     std::string error;
     try {
       client.retrying([&]() {
