@@ -4,9 +4,10 @@
 # with the same N and REPS (if Debian's python3-distributed is installed).
 # Prints `<metric> <value>` lines, the median of REPS runs each:
 #   squall_actor_calls_sync_per_s / dask_actor_calls_sync_per_s: one call at
-#     a time, each waited for (the round trip);
-#   squall_actor_calls_sync_combined_per_s: the same, each call submitted
-#     and waited for in one call to the server (Session::submitAndWait);
+#     a time, each waited for (the round trip; squall's go to the actor's
+#     governor directly, skipping the server: docs/actors.md);
+#   squall_actor_calls_sync_combined_per_s: the same through
+#     Session::submitAndWait;
 #   ..._async_per_s: N calls on one actor at once;
 #   ..._2actors_per_s: N calls over two actors on two governors (workers).
 # Knobs: REPS (3), N (2000).
