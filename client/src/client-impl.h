@@ -61,6 +61,10 @@ struct ClientImpl {
   // seconds, default 60; 0: never).
   double reconnectSeconds = 60;
   std::map<std::string, std::pair<kj::Own<RpcClient>, wire::DataService::Client>> dataServices;
+  // Which connection to each address is the current one: bumped with
+  // every connection made (calls sent on one go down with it).
+  std::map<std::string, uint64_t> dataConnection;
+  uint64_t dataConnections = 0;
 
   ClientImpl();
   ~ClientImpl();
@@ -206,8 +210,10 @@ struct LocalTask {
 // server first.
 struct DirectCall {
   uint64_t actor = 0;
-  // The data address of the governor it was sent to.
+  // The data address of the governor it was sent to, and the connection
+  // (ClientImpl::dataConnection).
   std::string address;
+  uint64_t connection = 0;
   std::vector<uint64_t> outputs;
   std::string name;
   // Its graph (a flat wire::Graph), for recordDirect.
@@ -342,9 +348,10 @@ struct SessionImpl {
   // Its answer came, or its connection broke first.
   void answered(uint64_t n, capnp::Response<wire::DataService::CallActorResults>&& response);
   void cutOff(uint64_t n, kj::Exception&& e);
-  // Its fate is the server's from now (DirectCall::viaServer): recorded
-  // at once if the server is reachable, else later (settleDirect).
-  void leaveToServer(uint64_t n);
+  // Their fate is the server's from now (DirectCall::viaServer): recorded
+  // at once, together and in this order, if the server is reachable, else
+  // later (settleDirect).
+  void leaveToServer(const std::vector<uint64_t>& ns);
   // Calls made through the server (the actor calls among `made`), and
   // their end seen (ids waited for, or every one).
   void madeViaServer(const std::vector<LocalTask>& made);

@@ -109,6 +109,7 @@ wire::DataService::Client& ClientImpl::dataService(const std::string& where) {
   req.setVersion(wire::PROTOCOL_VERSION);
   req.setToken(token);
   auto data = req.send().getService();
+  dataConnection[where] = ++dataConnections;
   auto inserted = dataServices.emplace(where, std::make_pair(kj::mv(conn), kj::mv(data)));
   return inserted.first->second.second;
 }

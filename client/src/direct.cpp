@@ -142,6 +142,7 @@ void SessionImpl::sendOne(const LocalTask& t, const std::string& address,
   DirectCall call;
   call.actor = t.actor;
   call.address = address;
+  call.connection = client.dataConnection[address];
   call.outputs = t.outputs;
   call.name = t.name;
   {
@@ -169,7 +170,7 @@ void SessionImpl::answered(uint64_t n, capnp::Response<wire::DataService::CallAc
     call.error = response.getRefused().cStr();
     call.refused = true;
     actorPlaces.erase(call.actor);
-    leaveToServer(n);
+    leaveToServer({n});
     return;
   }
   auto result = response.getResult();
@@ -182,49 +183,72 @@ void SessionImpl::answered(uint64_t n, capnp::Response<wire::DataService::CallAc
 
 void SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
   auto it = direct.find(n);
-  if (it == direct.end()) return;
-  auto& call = it->second;
-  call.error = userMessage(e).cStr();
-  actorPlaces.erase(call.actor);
-  if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) {
-    // A governor without direct calls: it never took it.
+  if (it == direct.end() || it->second.viaServer) return;
+  auto address = it->second.address;
+  auto connection = it->second.connection;
+  bool unimplemented = e.getType() == kj::Exception::Type::UNIMPLEMENTED;
+  if (unimplemented) {
+    // A governor without direct calls: it never took them.
     directOff = true;
-    call.refused = true;
-  } else {
-    // It may run there all the same: recorded as running there (a gone
-    // governor's tasks are placed anew), never sent twice.
-    client.dataServices.erase(call.address);
+  } else if (client.dataConnection[address] == connection) {
+    client.dataServices.erase(address);
   }
-  leaveToServer(n);
+  // Every call still out on that connection went down with it: handed to
+  // the server together, in the order made, so that it places them in that
+  // order (their failures reach here in no set order). They may run there
+  // all the same: recorded as running there (a gone governor's tasks are
+  // placed anew), never sent twice.
+  std::vector<uint64_t> cut;
+  for (auto& entry : direct) {
+    auto& call = entry.second;
+    if (call.address != address || call.connection != connection || call.answered || call.viaServer) continue;
+    call.error = userMessage(e).cStr();
+    call.refused = unimplemented;
+    actorPlaces.erase(call.actor);
+    cut.push_back(entry.first);
+  }
+  leaveToServer(cut);
 }
 
-void SessionImpl::leaveToServer(uint64_t n) {
-  auto& call = direct.at(n);
-  call.viaServer = true;
-  call.unsettled = true;
-  serverCalls[call.actor].insert(n);
-  serverCallIds[n] = {call.actor, n};
-  for (auto out : call.outputs) serverCallIds[out] = {call.actor, n};
+void SessionImpl::leaveToServer(const std::vector<uint64_t>& ns) {
+  if (ns.empty()) return;
+  for (auto n : ns) {
+    auto& call = direct.at(n);
+    call.viaServer = true;
+    call.unsettled = true;
+    serverCalls[call.actor].insert(n);
+    serverCallIds[n] = {call.actor, n};
+    for (auto out : call.outputs) serverCallIds[out] = {call.actor, n};
+  }
   if (client.service == nullptr) return;
+  auto& first = direct.at(ns.front());
   auto req = client.svc().recordDirectRequest();
   req.setSession(id);
-  req.setAddress(call.refused ? "" : call.address);
-  capnp::FlatArrayMessageReader graph(call.graph);
-  req.initCalls(1).setWithCaveats(0, graph.getRoot<wire::Graph>());
+  req.setAddress(first.refused ? "" : first.address);
+  auto calls = req.initCalls(ns.size());
+  for (size_t i = 0; i < ns.size(); i++) {
+    capnp::FlatArrayMessageReader graph(direct.at(ns[i]).graph);
+    calls.setWithCaveats(i, graph.getRoot<wire::Graph>());
+  }
   if (directTasks.get() == nullptr) directTasks = kj::heap<kj::TaskSet>(directErrors);
   directTasks->add(req.send().then(
-      [this, n](auto) {
-        auto it = direct.find(n);
-        if (it == direct.end()) return;
-        it->second.recorded = true;
-        it->second.unsettled = false;
+      [this, ns](auto) {
+        for (auto n : ns) {
+          auto it = direct.find(n);
+          if (it == direct.end()) continue;
+          it->second.recorded = true;
+          it->second.unsettled = false;
+        }
       },
-      [this, n](kj::Exception&& e) {
-        auto it = direct.find(n);
-        if (it == direct.end() || e.getType() == kj::Exception::Type::DISCONNECTED) return;  // later
-        it->second.recorded = true;
-        it->second.unsettled = false;
-        it->second.recordError = userMessage(e).cStr();
+      [this, ns](kj::Exception&& e) {
+        if (e.getType() == kj::Exception::Type::DISCONNECTED) return;  // later (settleDirect)
+        for (auto n : ns) {
+          auto it = direct.find(n);
+          if (it == direct.end()) continue;
+          it->second.recorded = true;
+          it->second.unsettled = false;
+          it->second.recordError = userMessage(e).cStr();
+        }
       }));
 }
 
