@@ -25,8 +25,9 @@ $Cxx.namespace("squall::wire");
 # Also 6: actor calls sent to the actor's governor directly
 # (DataService.callActor, TaskResult.direct, GovernorInfo.direct,
 # ClientService.locateActor and recordDirect; docs/actors.md "Calls that
-# skip the server"). Compatible both ways: a client whose server or
-# governor lacks them (unimplemented) sends its calls through the server.
+# skip the server"). Compatible both ways: an older server or governor
+# answers them UNIMPLEMENTED, and the client then sends its calls through
+# the server.
 const protocolVersion :UInt32 = 6;
 
 # Ids are chosen by the client: `n` is unique within one session across both

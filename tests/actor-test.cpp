@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <set>
 #include <filesystem>
@@ -50,6 +51,17 @@ std::string errorOf(Wait wait) {
     return e.what();
   }
   return "";
+}
+
+// The TaskFailed `wait` throws (none when it throws none, or another error).
+template <typename Wait>
+std::optional<TaskFailed> taskFailureOf(Wait wait) {
+  try {
+    wait();
+  } catch (const TaskFailed& e) {
+    return e;
+  }
+  return std::nullopt;
 }
 
 // Whether process `pid` is gone, waiting up to 10 s for it to go.
@@ -329,13 +341,9 @@ TEST_F(ActorTest, SubmitAndWaitRunsACallAndWaitsForItInOneGo) {
   }
   // A failing method: TaskFailed naming the call, as wait() throws.
   auto failing = counter.call("fail", {}, "on purpose");
-  std::string message;
-  try {
-    session.submitAndWait({failing});
-    ADD_FAILURE() << "a failed call did not throw";
-  } catch (const TaskFailed& e) {
-    message = e.what();
-  }
+  auto failure = taskFailureOf([&]() { session.submitAndWait({failing}); });
+  EXPECT_TRUE(failure) << "a failed call did not throw";
+  std::string message = failure ? failure->what() : "";
   EXPECT_NE(message.find("asked to fail: on purpose"), std::string::npos) << message;
   EXPECT_EQ(failing.info().state, "failed");
 }
@@ -715,14 +723,10 @@ TEST_F(ActorTest, ADirectCallThatThrowsFailsItsWaitAndItsSessionWithTheMessage) 
   auto session = client.newSession("direct failure");
   auto counter = placedCounter(session);
   auto failing = counter.call("fail", {}, "on purpose");
-  std::string message;
-  try {
-    session.submitAndWait({failing});
-    ADD_FAILURE() << "the failed call was not reported";
-  } catch (const TaskFailed& e) {
-    message = e.what();
-    EXPECT_EQ(e.task, failing.id());
-  }
+  auto failure = taskFailureOf([&]() { session.submitAndWait({failing}); });
+  EXPECT_TRUE(failure) << "the failed call was not reported";
+  EXPECT_EQ(failure ? failure->task : 0, failing.id());
+  std::string message = failure ? failure->what() : "";
   EXPECT_NE(message.find("asked to fail: on purpose"), std::string::npos) << message;
   auto state = session.state();
   EXPECT_FALSE(state.open);

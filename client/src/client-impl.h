@@ -231,9 +231,6 @@ struct DirectCall {
   // or the connection broke before the answer (it runs there, or is placed
   // anew if that governor is gone). Waited for there.
   bool viaServer = false;
-  // Not answered and not recorded yet (the server was unreachable when it
-  // was to be): recorded by the next call of the session that can block.
-  bool unsettled = false;
   // Why the server refused to record it (it then knows nothing of it).
   std::string recordError;
   // The governor refused it: recorded with no governor (placed anew).
@@ -282,10 +279,13 @@ struct SessionImpl {
   std::unordered_map<uint64_t, ObjectKind> kinds;
 
   SessionImpl(ClientImpl& client, uint64_t id) : client(client), id(id) {}
-  ~SessionImpl();
 
   // Direct actor calls (DirectCall), by task, in the order they were made.
   std::map<uint64_t, DirectCall> direct;
+  // Of those, the ones left to the server and not recorded yet (it was
+  // unreachable when they were to be): recorded by the next call of the
+  // session that can block (settleDirect).
+  std::set<uint64_t> unsettled;
   // Their outputs: object -> task.
   std::unordered_map<uint64_t, uint64_t> directOutputs;
   // Where actors run (locateActor): the governor's data address, empty
@@ -309,7 +309,7 @@ struct SessionImpl {
   // its outputs) -> (actor, task), for serverCalls.
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> serverCallIds;
   // Records of direct calls sent from answers' continuations (declared
-  // after what they use, so destroyed first).
+  // after what they use, `direct` above all, so destroyed first).
   struct DirectErrors final : public kj::TaskSet::ErrorHandler {
     // Each record handles its own failure (leaveToServer).
     void taskFailed(kj::Exception&&) override {}
@@ -337,6 +337,10 @@ struct SessionImpl {
   // Records calls not recorded yet: each at its governor, or (refused)
   // placed anew.
   void record(const std::vector<uint64_t>& tasks);
+  // A recordDirect of `ns` (one address: where they are recorded as
+  // running, empty for none).
+  capnp::Request<wire::ClientService::RecordDirectParams, wire::ClientService::RecordDirectResults> recordRequest(
+      const std::string& address, const std::vector<uint64_t>& ns);
   // Records the calls left unsettled.
   void settleDirect();
   // What answered ones this handle no longer needs to keep: recorded,
@@ -352,14 +356,17 @@ struct SessionImpl {
   // at once, together and in this order, if the server is reachable, else
   // later (settleDirect).
   void leaveToServer(const std::vector<uint64_t>& ns);
-  // Calls made through the server (the actor calls among `made`), and
-  // their end seen (ids waited for, or every one).
+  // Calls made through the server (the actor calls among `made`), one
+  // such call, and their end seen (ids waited for, or every one).
   void madeViaServer(const std::vector<LocalTask>& made);
+  void viaServerCall(uint64_t actor, uint64_t task, const std::vector<uint64_t>& outputs);
   void sawEnd(const std::vector<uint64_t>& ids, bool all);
   // The part of a wait that direct calls answer: `ids` less what it
-  // waits for here; returns the ids it leaves to the server.
+  // waits for here; returns the ids it leaves to the server. For a wait
+  // for any with direct calls still out, `race` is the first of their
+  // answers, for the caller to race the server's waitSome against.
   std::vector<uint64_t> waitDirect(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished,
-                                   bool& done);
+                                   bool& done, kj::Maybe<kj::Promise<void>>& race);
 
   LocalObject& pendingObject(uint64_t n) {
     auto it = objectIndex.find(n);

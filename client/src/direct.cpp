@@ -39,11 +39,6 @@ bool directCallsAllowed() {
   return !(v == "0" || v == "no" || v == "off" || v == "false");
 }
 
-SessionImpl::~SessionImpl() {
-  // The records in flight go first: they use `direct`.
-  directTasks = nullptr;
-}
-
 const SessionImpl::ActorPlace& SessionImpl::actorPlace(uint64_t actor) {
   auto& place = actorPlaces[actor];
   if (!place.address.empty()) return place;
@@ -59,8 +54,9 @@ const SessionImpl::ActorPlace& SessionImpl::actorPlace(uint64_t actor) {
     place.methods.clear();
     for (auto m : answer.getMethods()) place.methods[m.getName().cStr()] = m.getOutputs();
   } catch (const kj::Exception& e) {
-    // A server without it sends every call itself; any other error (the
-    // actor is not one) is the server's to say at submit.
+    // An older server answers UNIMPLEMENTED: every call goes through it.
+    // Any other error (the actor is not one) is the server's to say at
+    // submit.
     if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) directOff = true;
     if (e.getType() == kj::Exception::Type::DISCONNECTED) throw;
   }
@@ -186,9 +182,9 @@ void SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
   if (it == direct.end() || it->second.viaServer) return;
   auto address = it->second.address;
   auto connection = it->second.connection;
-  bool unimplemented = e.getType() == kj::Exception::Type::UNIMPLEMENTED;
-  if (unimplemented) {
-    // A governor without direct calls: it never took them.
+  // An older governor answers UNIMPLEMENTED: it never took them.
+  bool olderGovernor = e.getType() == kj::Exception::Type::UNIMPLEMENTED;
+  if (olderGovernor) {
     directOff = true;
   } else if (client.dataConnection[address] == connection) {
     client.dataServices.erase(address);
@@ -203,7 +199,7 @@ void SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
     auto& call = entry.second;
     if (call.address != address || call.connection != connection || call.answered || call.viaServer) continue;
     call.error = userMessage(e).cStr();
-    call.refused = unimplemented;
+    call.refused = olderGovernor;
     actorPlaces.erase(call.actor);
     cut.push_back(entry.first);
   }
@@ -215,21 +211,12 @@ void SessionImpl::leaveToServer(const std::vector<uint64_t>& ns) {
   for (auto n : ns) {
     auto& call = direct.at(n);
     call.viaServer = true;
-    call.unsettled = true;
-    serverCalls[call.actor].insert(n);
-    serverCallIds[n] = {call.actor, n};
-    for (auto out : call.outputs) serverCallIds[out] = {call.actor, n};
+    unsettled.insert(n);
+    viaServerCall(call.actor, n, call.outputs);
   }
   if (client.service == nullptr) return;
   auto& first = direct.at(ns.front());
-  auto req = client.svc().recordDirectRequest();
-  req.setSession(id);
-  req.setAddress(first.refused ? "" : first.address);
-  auto calls = req.initCalls(ns.size());
-  for (size_t i = 0; i < ns.size(); i++) {
-    capnp::FlatArrayMessageReader graph(direct.at(ns[i]).graph);
-    calls.setWithCaveats(i, graph.getRoot<wire::Graph>());
-  }
+  auto req = recordRequest(first.refused ? "" : first.address, ns);
   if (directTasks.get() == nullptr) directTasks = kj::heap<kj::TaskSet>(directErrors);
   directTasks->add(req.send().then(
       [this, ns](auto) {
@@ -237,7 +224,7 @@ void SessionImpl::leaveToServer(const std::vector<uint64_t>& ns) {
           auto it = direct.find(n);
           if (it == direct.end()) continue;
           it->second.recorded = true;
-          it->second.unsettled = false;
+          unsettled.erase(n);
         }
       },
       [this, ns](kj::Exception&& e) {
@@ -246,10 +233,23 @@ void SessionImpl::leaveToServer(const std::vector<uint64_t>& ns) {
           auto it = direct.find(n);
           if (it == direct.end()) continue;
           it->second.recorded = true;
-          it->second.unsettled = false;
           it->second.recordError = userMessage(e).cStr();
+          unsettled.erase(n);
         }
       }));
+}
+
+capnp::Request<wire::ClientService::RecordDirectParams, wire::ClientService::RecordDirectResults>
+SessionImpl::recordRequest(const std::string& address, const std::vector<uint64_t>& ns) {
+  auto req = client.svc().recordDirectRequest();
+  req.setSession(id);
+  req.setAddress(address);
+  auto calls = req.initCalls(ns.size());
+  for (size_t i = 0; i < ns.size(); i++) {
+    capnp::FlatArrayMessageReader graph(direct.at(ns[i]).graph);
+    calls.setWithCaveats(i, graph.getRoot<wire::Graph>());
+  }
+  return req;
 }
 
 void SessionImpl::record(const std::vector<uint64_t>& ns) {
@@ -266,24 +266,14 @@ void SessionImpl::record(const std::vector<uint64_t>& ns) {
     auto& list = group.second;
     std::string error;
     try {
-      client.retrying([&]() {
-        auto req = client.svc().recordDirectRequest();
-        req.setSession(id);
-        req.setAddress(address);
-        auto calls = req.initCalls(list.size());
-        for (size_t i = 0; i < list.size(); i++) {
-          capnp::FlatArrayMessageReader graph(direct.at(list[i]).graph);
-          calls.setWithCaveats(i, graph.getRoot<wire::Graph>());
-        }
-        req.send().wait(client.waitScope());
-      });
+      client.retrying([&]() { recordRequest(address, list).send().wait(client.waitScope()); });
     } catch (const Error& e) {
       error = e.what();
     }
     for (auto n : list) {
       auto& call = direct.at(n);
       call.recorded = true;
-      call.unsettled = false;
+      unsettled.erase(n);
       if (!error.empty()) call.recordError = error;
     }
   }
@@ -307,11 +297,7 @@ void SessionImpl::recordNamed(const std::vector<uint64_t>& ids, bool all) {
 }
 
 void SessionImpl::settleDirect() {
-  std::vector<uint64_t> ns;
-  for (auto& [n, call] : direct) {
-    if (call.unsettled) ns.push_back(n);
-  }
-  if (!ns.empty()) record(ns);
+  if (!unsettled.empty()) record(std::vector<uint64_t>(unsettled.begin(), unsettled.end()));
 }
 
 void SessionImpl::pruneDirect() {
@@ -354,11 +340,14 @@ void SessionImpl::beforeServerSubmit() {
 
 void SessionImpl::madeViaServer(const std::vector<LocalTask>& made) {
   for (auto& t : made) {
-    if (t.type != LocalTask::Type::ACTOR_CALL) continue;
-    serverCalls[t.actor].insert(t.n);
-    serverCallIds[t.n] = {t.actor, t.n};
-    for (auto out : t.outputs) serverCallIds[out] = {t.actor, t.n};
+    if (t.type == LocalTask::Type::ACTOR_CALL) viaServerCall(t.actor, t.n, t.outputs);
   }
+}
+
+void SessionImpl::viaServerCall(uint64_t actor, uint64_t task, const std::vector<uint64_t>& outputs) {
+  serverCalls[actor].insert(task);
+  serverCallIds[task] = {actor, task};
+  for (auto out : outputs) serverCallIds[out] = {actor, task};
 }
 
 void SessionImpl::sawEnd(const std::vector<uint64_t>& ids, bool all) {
@@ -381,7 +370,8 @@ void SessionImpl::sawEnd(const std::vector<uint64_t>& ids, bool all) {
 }
 
 std::vector<uint64_t> SessionImpl::waitDirect(const std::vector<uint64_t>& ids, bool any,
-                                              std::vector<uint64_t>* finished, bool& done) {
+                                              std::vector<uint64_t>* finished, bool& done,
+                                              kj::Maybe<kj::Promise<void>>& race) {
   done = false;
   settleDirect();
   if (direct.empty()) return ids;
@@ -452,34 +442,16 @@ std::vector<uint64_t> SessionImpl::waitDirect(const std::vector<uint64_t>& ids, 
       client.block(kj::joinPromises(unanswered.releaseAsArray()));
       continue;
     }
+    // The first answer (or break) among them; with ids at the server too,
+    // the caller races that against the server's answer.
+    auto first = kj::mv(unanswered[0]);
+    for (size_t i = 1; i < unanswered.size(); i++) first = first.exclusiveJoin(kj::mv(unanswered[i]));
     if (rest.empty() && !all) {
-      // The first answer (or break) among them.
-      auto first = kj::mv(unanswered[0]);
-      for (size_t i = 1; i < unanswered.size(); i++) first = first.exclusiveJoin(kj::mv(unanswered[i]));
       client.block(kj::mv(first));
       continue;
     }
-    // Some here, some at the server: whichever ends first.
-    auto first = kj::mv(unanswered[0]);
-    for (size_t i = 1; i < unanswered.size(); i++) first = first.exclusiveJoin(kj::mv(unanswered[i]));
-    auto req = client.svc().waitSomeRequest();
-    req.setSession(id);
-    auto list = req.initIds(rest.size());
-    for (size_t i = 0; i < rest.size(); i++) list.set(i, rest[i]);
-    kj::Maybe<capnp::Response<wire::ClientService::WaitSomeResults>> answer;
-    auto server = req.send().then([&](capnp::Response<wire::ClientService::WaitSomeResults>&& response) {
-      answer = kj::mv(response);
-    });
-    client.block(server.exclusiveJoin(kj::mv(first)));
-    KJ_IF_MAYBE(response, answer) {
-      if (response->getResult().isFailed()) throw taskFailed(response->getResult().getFailed());
-      std::vector<uint64_t> ended;
-      for (auto n : response->getFinished()) ended.push_back(n);
-      sawEnd(ended, false);
-      if (finished != nullptr) finished->insert(finished->end(), ended.begin(), ended.end());
-      done = true;
-      return {};
-    }
+    race = kj::mv(first);
+    break;
   }
   if (!all && rest.empty()) {
     done = true;

@@ -335,33 +335,53 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
   // (also while a lost server is reached again).
   if (client.aroundWait) client.aroundWait(true);
   KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
-  // Direct actor calls are waited for here; the rest at the server.
+  // Direct actor calls are waited for here; the rest at the server. A wait
+  // for any that a direct call's answer ends first looks again.
   bool all = ids.empty();
-  bool done = false;
-  ids = client.retrying([&]() { return waitDirect(ids, any, finished, done); });
-  if (done) return;
-  client.retrying([&]() {
-    auto fill = [&](auto req) {
-      req.setSession(id);
-      auto list = req.initIds(ids.size());
-      for (size_t i = 0; i < ids.size(); i++) list.set(i, ids[i]);
-      return req;
-    };
-    auto check = [](wire::WaitResult::Reader result) {
-      if (result.isFailed()) throw taskFailed(result.getFailed());
-    };
-    if (any) {
-      auto response = client.block(fill(client.svc().waitSomeRequest()).send());
-      check(response.getResult());
-      if (finished) {
-        for (auto n : response.getFinished()) finished->push_back(n);
+  for (;;) {
+    bool done = false;
+    kj::Maybe<kj::Promise<void>> race;
+    auto rest = client.retrying([&]() { return waitDirect(ids, any, finished, done, race); });
+    if (done) return;
+    bool answeredHere = false;
+    // What the server says has ended (for a wait for any: those finished).
+    std::vector<uint64_t> ended = rest;
+    client.retrying([&]() {
+      auto fill = [&](auto req) {
+        req.setSession(id);
+        auto list = req.initIds(rest.size());
+        for (size_t i = 0; i < rest.size(); i++) list.set(i, rest[i]);
+        return req;
+      };
+      auto check = [](wire::WaitResult::Reader result) {
+        if (result.isFailed()) throw taskFailed(result.getFailed());
+      };
+      if (any) {
+        kj::Maybe<capnp::Response<wire::ClientService::WaitSomeResults>> answer;
+        auto server = fill(client.svc().waitSomeRequest()).send().then(
+            [&](capnp::Response<wire::ClientService::WaitSomeResults>&& response) { answer = kj::mv(response); });
+        KJ_IF_MAYBE(first, race) {
+          server = server.exclusiveJoin(kj::mv(*first));
+          race = nullptr;
+        }
+        client.block(kj::mv(server));
+        KJ_IF_MAYBE(response, answer) {
+          check(response->getResult());
+          ended.clear();
+          for (auto n : response->getFinished()) ended.push_back(n);
+          if (finished) finished->insert(finished->end(), ended.begin(), ended.end());
+        } else {
+          answeredHere = true;
+        }
+      } else {
+        auto response = client.block(fill(client.svc().waitRequest()).send());
+        check(response.getResult());
       }
-    } else {
-      auto response = client.block(fill(client.svc().waitRequest()).send());
-      check(response.getResult());
-    }
-  });
-  sawEnd(any && finished != nullptr ? *finished : ids, all && !any);
+    });
+    if (answeredHere) continue;
+    sawEnd(ended, all && !any);
+    return;
+  }
 }
 
 void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {

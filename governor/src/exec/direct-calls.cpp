@@ -22,7 +22,7 @@ class DirectCalls::Forget final : public OutcomeWatch {
   Id id;
 };
 
-kj::Maybe<kj::String> DirectCalls::refusal(wire::Graph::Reader call) {
+kj::Maybe<kj::String> DirectCalls::refusal(wire::Graph::Reader call, Objects& objects) {
   if (call.getTasks().size() != 1) return kj::str("a direct call carries one task, not ", call.getTasks().size());
   auto task = call.getTasks()[0];
   if (!task.getConfig().isActorCall()) return kj::str("task ", task.getId().getN(), " is not an actor call");
@@ -30,7 +30,6 @@ kj::Maybe<kj::String> DirectCalls::refusal(wire::Graph::Reader call) {
   uint64_t session = id.session;
   if (calls.count(id) != 0) return kj::str("call ", id, " is here already");
   // Its outputs and the constants it reads, each once, and nothing else.
-  std::unordered_map<uint64_t, wire::ObjectSpec::Reader> objects;
   for (auto object : call.getObjects()) {
     if (object.getId().getSession() != session || !objects.emplace(object.getId().getN(), object).second) {
       return kj::str("object ", object.getId().getN(), " of a direct call is given twice or is of another session");
@@ -60,7 +59,8 @@ kj::Maybe<kj::String> DirectCalls::refusal(wire::Graph::Reader call) {
 }
 
 kj::Promise<DirectCallPort::Answer> DirectCalls::callActor(wire::Graph::Reader call) {
-  KJ_IF_MAYBE(why, refusal(call)) {
+  Objects objects;
+  KJ_IF_MAYBE(why, refusal(call, objects)) {
     logger.debug("event=direct-call-refused why=\"{}\"", why->cStr());
     return Answer{kj::Own<capnp::MallocMessageBuilder>(), kj::mv(*why)};
   }
@@ -68,9 +68,7 @@ kj::Promise<DirectCallPort::Answer> DirectCalls::callActor(wire::Graph::Reader c
   auto task = call.getTasks()[0];
   Id id = Id::from(task.getId());
   // The constants first, so that the call finds them (as with assign).
-  std::unordered_map<uint64_t, wire::ObjectSpec::Reader> objects;
   for (auto object : call.getObjects()) {
-    objects.emplace(object.getId().getN(), object);
     if (object.getIsConstant()) store.putConstant(Id::from(object.getId()), object.getKind(), object.getData());
   }
   Call entry;

@@ -71,7 +71,9 @@ class DirectCalls final : public DirectCallPort {
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
   // Why the governor does not take `call` this way; nullptr when it does.
-  kj::Maybe<kj::String> refusal(wire::Graph::Reader call);
+  // Fills `objects` with its objects by n.
+  using Objects = std::unordered_map<uint64_t, wire::ObjectSpec::Reader>;
+  kj::Maybe<kj::String> refusal(wire::Graph::Reader call, Objects& objects);
 };
 
 }  // namespace squall

@@ -65,7 +65,7 @@ class SubmissionImpl final : public wire::Submission::Server {
   // directly (DataService.callActor), tasks `tasks`: once applied, those
   // are running there (held and assigned, not placed), unless it is gone
   // (0: unknown): then they are placed as submitted now.
-  void sentTo(GovernorId governor, std::unordered_set<uint64_t> tasks) {
+  void sentTo(GovernorId governor, std::vector<uint64_t> tasks) {
     direct.emplace(DirectOrigin{governor, kj::mv(tasks)});
     pending.takeCallsOnEndedActors();
   }
@@ -126,7 +126,7 @@ class SubmissionImpl final : public wire::Submission::Server {
   bool committed = false;
   struct DirectOrigin {
     GovernorId governor;
-    std::unordered_set<uint64_t> tasks;
+    std::vector<uint64_t> tasks;
   };
   std::optional<DirectOrigin> direct;
 
@@ -165,20 +165,24 @@ class SubmissionImpl final : public wire::Submission::Server {
     // Calls on an actor that has ended since they ran end as the calls it
     // left do (cancelled when it was killed), failing no session.
     std::set<ActorNode*> ended;
+    std::unordered_set<const TaskNode*> taken;
     for (auto n : direct->tasks) {
       auto it = target.tasks.find(n);
       if (it == target.tasks.end()) continue;
       auto& task = it->second;
       if (task.state != TaskNode::State::READY && task.state != TaskNode::State::WAITING) continue;
       if (task.actor != nullptr && task.actor->task->done()) {
-        ready.erase(std::remove(ready.begin(), ready.end(), &task), ready.end());
         ended.insert(task.actor);
       } else if (governor != nullptr) {
-        ready.erase(std::remove(ready.begin(), ready.end(), &task), ready.end());
         context.governors.adopt(*governor, task.id, task.cpus, task.resources);
         context.sessions.assigned(task, governor->id);
+      } else {
+        continue;  // placed as submitted now
       }
+      taken.insert(&task);
     }
+    ready.erase(std::remove_if(ready.begin(), ready.end(), [&](TaskNode* t) { return taken.count(t) != 0; }),
+                ready.end());
     for (auto* actor : ended) context.sessions.actorEnded(target, *actor);
   }
 
@@ -221,14 +225,13 @@ kj::Promise<void> recordDirectCalls(ServerContext& context, uint64_t sessionId, 
   if (unknown.empty()) return kj::READY_NOW;
   SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", sessionId, " has failed: ", session.failureMessage);
   auto submission = kj::heap<SubmissionImpl>(context, sessionId, nullptr);
-  std::unordered_set<uint64_t> tasks;
+  std::vector<uint64_t> ids;
   for (auto graph : unknown) {
-    for (auto task : graph.getTasks()) tasks.insert(task.getId().getN());
+    for (auto task : graph.getTasks()) ids.push_back(task.getId().getN());
     submission->addChunk(directChunk(graph));
   }
-  context.logger.debug("event=direct-calls-recorded session={} calls={} governor={}", sessionId, tasks.size(), governor);
-  std::vector<uint64_t> ids(tasks.begin(), tasks.end());
-  submission->sentTo(governor, kj::mv(tasks));
+  context.logger.debug("event=direct-calls-recorded session={} calls={} governor={}", sessionId, ids.size(), governor);
+  submission->sentTo(governor, ids);
   auto& target = *submission;
   return target.commitThen([](uint64_t, uint64_t) {})
       .attach(kj::mv(submission))
