@@ -17,7 +17,9 @@ using Common = import "common.capnp";
 # 4: actors (construct, FunctionInfo.actor, methods called as "Type.method").
 # 5: call context (CallContext, the governor's ExecutorHost): functions that
 # submit tasks (docs/nested.md).
-const executorProtocolVersion :UInt32 = 5;
+# 6: an actor's method calls go over a calls channel of their own
+# (openCalls, MethodCall, MethodAnswer), not through call().
+const executorProtocolVersion :UInt32 = 6;
 
 # Who a call runs for: the task's session and its n there. A function that
 # submits tasks submits them into that session as the task's children.
@@ -74,6 +76,32 @@ struct CallOutput {
   }
 }
 
+# An actor's method call over its process's calls channel (openCalls): a
+# plain Cap'n Proto message, not an RPC, with what call() takes (an actor's
+# methods read and write no live streams, so nothing here is a
+# capability). `serial` is the governor's count of the calls it sent on
+# the channel, from 1; the answer repeats it.
+struct MethodCall {
+  serial @0 :UInt64;
+  # "Type.method".
+  function @1 :Text;
+  config @2 :Data;
+  inputs @3 :List(CallInput);
+  outputKinds @4 :List(Common.ObjectKind);
+  outputDir @5 :Text;
+  context @6 :CallContext;
+}
+
+# The answer to a MethodCall, in the order the calls came: what call()
+# answers, or, when `failed`, the method's error (what it threw).
+struct MethodAnswer {
+  serial @0 :UInt64;
+  outputs @1 :List(CallOutput);
+  runUs @2 :UInt64;
+  failed @3 :Bool;
+  error @4 :Text;
+}
+
 interface Executor {
   # Who it is and what it offers.
   describe @0 () -> (version :UInt32, name :Text, functions :List(Common.FunctionInfo));
@@ -114,4 +142,16 @@ interface Executor {
   # fail at once instead of running; the others are past helping (their
   # answers are dropped).
   drop @4 (calls :List(CallContext));
+
+  # The calls channel of the actor this process holds (or will: sent
+  # beside construct): one end of a Unix socket the governor made, over
+  # which it writes MethodCall messages (standard framing, back to back)
+  # and reads one MethodAnswer for each, in order. The methods run in the
+  # order their calls came, after the constructor, one at a time; each
+  # answer is written before the next method starts, so a process that
+  # dies in a method takes no answer but that one's (the governor reads
+  # the answers written before it died, then the end of the channel).
+  # Cheaper than call() per call: no question, Return and Finish, no
+  # promise on either side (docs/benchmarks.md).
+  openCalls @5 (channel :PipeEnd);
 }

@@ -170,7 +170,7 @@ capnp::MessageReaderAndFds BufferedMessageStream::deliver(kj::Array<capnp::word>
     }
   }
   auto reader = kj::heap<capnp::FlatArrayMessageReader>(message.asPtr(), options).attach(kj::mv(message));
-  noteRead(*reader);
+  if (rpcMessages) noteRead(*reader);
   return MessageReaderAndFds{kj::mv(reader), fdSpace.slice(0, fdCount)};
 }
 
@@ -191,7 +191,7 @@ kj::Promise<void> BufferedMessageStream::writeMessage(kj::ArrayPtr<const int> fd
   KJ_IF_MAYBE(e, writeError) { return kj::cp(*e); }
   KJ_REQUIRE(segments.size() > 0, "a message has at least one segment");
   counts_.messagesOut++;
-  bool cleanUp = cleanUpOnly(segments);
+  bool cleanUp = rpcMessages && cleanUpOnly(segments);
   size_t size = messageBytes(segments);
   unwritten += size;
   if (fds.size() > 0) {

@@ -299,9 +299,10 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   // in tests that serve without one). `client`: the process's Client for
   // functions' sessions, made on first use.
   ExecutorService(const Executor& executor, BufferedMessageStream* const& transport, TopLevel& topLevel,
-                  kj::AsyncIoProvider& provider, kj::WaitScope& waitScope, std::unique_ptr<Client>& client)
-      : executor(executor), transport(transport), topLevel(topLevel), provider(provider), waitScope(waitScope),
-        client(client) {}
+                  kj::AsyncIoProvider& provider, kj::LowLevelAsyncIoProvider& lowLevel, kj::WaitScope& waitScope,
+                  std::unique_ptr<Client>& client)
+      : executor(executor), transport(transport), topLevel(topLevel), provider(provider), lowLevel(lowLevel),
+        waitScope(waitScope), client(client) {}
 
   kj::Promise<void> host(HostContext context) override {
     governor = context.getParams().getHost();
@@ -339,62 +340,39 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
 
   kj::Promise<void> call(CallContext context) override {
     auto params = context.getParams();
-    std::string_view function(params.getFunction().cStr(), params.getFunction().size());
-    const std::vector<std::string>* outputNames = nullptr;
-    // The body to run, bound to this process's instance for a method.
-    kj::Function<void(Call&)> body;
-    auto found = executor.functions().find(function);
-    if (found != executor.functions().end()) {
-      auto& entry = found->second;
-      outputNames = &entry.outputs;
-      body = [&entry](Call& call) { entry.fn(call); };
-    } else if (auto dot = function.find('.'); dot != std::string_view::npos) {
-      auto& method = findMethod(function.substr(0, dot), function.substr(dot + 1));
-      outputNames = &method.outputs;
-      // Looked up when it runs: the construct queued before it has run by then.
-      body = [this, &method, type = std::string(function.substr(0, dot)), name = std::string(function)](Call& call) {
-        answersOut();
-        auto instance = heldInstance(type, name);
-        method.fn(instance.get(), call);
-      };
-    } else {
-      SQUALL_REQUIRE(executor.actors().count(function) == 0, params.getFunction(), " is an actor type of executor ",
-                     executor.name(), ": construct it, then call its methods as ", params.getFunction(),
-                     ".method");
-      std::string known;
-      for (auto& [name, entry] : executor.functions()) known += (known.empty() ? "" : ", ") + name;
-      SQUALL_FAIL("executor ", executor.name(), " has no function ", params.getFunction(), " (it has ",
-                  known, ")");
-    }
-    auto kinds = params.getOutputKinds();
-    SQUALL_REQUIRE(kinds.size() == outputNames->size(), found != executor.functions().end() ? "function " : "method ",
-                   executor.name(), "/", params.getFunction(), " makes ", outputNames->size(),
-                   " outputs; the task has ", kinds.size());
-    std::string outputDir(params.getOutputDir().cStr());
-
-    auto call = kj::heap<Call>();
     Pipes pipes;
-    setUpInputs(*call, params.getConfig(), params.getInputs(), pipes);
-    setUpContext(*call, params.getContext());
-    auto outputStreams = params.getOutputStreams();
-    uint nextStream = 0;
-    call->outputs_.resize(kinds.size());
-    for (uint i = 0; i < kinds.size(); i++) {
-      auto& output = call->outputs_[i];
-      output.kind_ = dataKind(kinds[i]);
-      if (output.kind_ == DataKind::STREAM) {
-        SQUALL_REQUIRE(nextStream < outputStreams.size(), "stream output ", i, " came without its pipe");
-        pipes.ends.add(outputStreams[nextStream++].getFd());
-        pipes.fds.push_back(&output.fd_);
-      }
-      output.name_ = (*outputNames)[i];
-      output.dirPath_ = outputDir;
-      output.entry_ = std::to_string(i);
-    }
-    return whenPipesArrive(kj::mv(call), kj::mv(pipes),
-                           [this, body = kj::mv(body), context, outputDir = kj::mv(outputDir)](Call& call) mutable {
-                             run(body, call, context, outputDir);
+    auto prepared = prepare(params.getFunction(), params.getConfig(), params.getInputs(), params.getOutputKinds(),
+                            params.getOutputDir(), params.getContext(), params.getOutputStreams(), pipes);
+    return whenPipesArrive(kj::mv(prepared.call), kj::mv(pipes),
+                           [this, body = kj::mv(prepared.body), context,
+                            outputDir = kj::mv(prepared.outputDir)](Call& call) mutable {
+                             uint64_t runUs = runBody(body, call);
+                             auto results = context.getResults(answerSize(call));
+                             results.setRunUs(runUs);
+                             fillOutputs(call, results.initOutputs(call.outputs_.size()), outputDir);
                            });
+  }
+
+  // The actor's calls channel (executor.capnp, openCalls): its MethodCalls
+  // queue like call()'s, in the order they come.
+  kj::Promise<void> openCalls(OpenCallsContext context) override {
+    SQUALL_REQUIRE(channel == nullptr, "this process has its calls channel already");
+    return context.getParams().getChannel().getFd().then([this](kj::Maybe<int> received) {
+      int end = KJ_REQUIRE_NONNULL(received, "the calls channel came without its descriptor");
+      // The descriptor is the RPC system's until the params go.
+      int fd;
+      KJ_SYSCALL(fd = fcntl(end, F_DUPFD_CLOEXEC, 0));
+      auto opened = kj::heap<Channel>(lowLevel.wrapSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP));
+      opened->messages.useBlockingWrites(fd);
+      opened->messages.usePlainMessages();
+      channel = kj::mv(opened);
+      auto& ch = KJ_ASSERT_NONNULL(channel);
+      ch->reading = readCalls(*ch).eagerlyEvaluate([](kj::Exception&& e) {
+        // The governor sees the channel end and the process's exit.
+        fprintf(stderr, "executor: the calls channel failed: %s\n", e.getDescription().cStr());
+        _exit(1);
+      });
+    });
   }
 
   kj::Promise<void> construct(ConstructContext context) override {
@@ -447,6 +425,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   BufferedMessageStream* const& transport;
   TopLevel& topLevel;
   kj::AsyncIoProvider& provider;
+  kj::LowLevelAsyncIoProvider& lowLevel;
   kj::WaitScope& waitScope;
   std::unique_ptr<Client>& client;
   // The governor's side (ExecutorHost), once it said.
@@ -479,6 +458,135 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     kj::Vector<kj::Promise<kj::Maybe<int>>> ends;
     std::vector<int*> fds;
   };
+
+  // A call's function (or method, "Type.method", bound to this process's
+  // instance) and its Call, from what call() or a MethodCall carries; a
+  // stream's pipe end goes into `pipes`. The Call refers to the params'
+  // bytes: it must not outlive them.
+  struct Prepared {
+    kj::Own<Call> call;
+    kj::Function<void(Call&)> body;
+    std::string outputDir;
+  };
+  Prepared prepare(capnp::Text::Reader functionName, capnp::Data::Reader config,
+                   capnp::List<wire::CallInput>::Reader inputs, capnp::List<wire::ObjectKind>::Reader kinds,
+                   capnp::Text::Reader outputDirName, wire::CallContext::Reader context,
+                   kj::Maybe<capnp::List<wire::PipeEnd>::Reader> outputStreams, Pipes& pipes) {
+    std::string_view function(functionName.cStr(), functionName.size());
+    const std::vector<std::string>* outputNames = nullptr;
+    Prepared prepared;
+    auto found = executor.functions().find(function);
+    if (found != executor.functions().end()) {
+      auto& entry = found->second;
+      outputNames = &entry.outputs;
+      prepared.body = [&entry](Call& call) { entry.fn(call); };
+    } else if (auto dot = function.find('.'); dot != std::string_view::npos) {
+      auto& method = findMethod(function.substr(0, dot), function.substr(dot + 1));
+      outputNames = &method.outputs;
+      // Looked up when it runs: the construct queued before it has run by then.
+      prepared.body = [this, &method, type = std::string(function.substr(0, dot)),
+                       name = std::string(function)](Call& call) {
+        answersOut();
+        auto instance = heldInstance(type, name);
+        method.fn(instance.get(), call);
+      };
+    } else {
+      SQUALL_REQUIRE(executor.actors().count(function) == 0, functionName, " is an actor type of executor ",
+                     executor.name(), ": construct it, then call its methods as ", functionName, ".method");
+      std::string known;
+      for (auto& [name, entry] : executor.functions()) known += (known.empty() ? "" : ", ") + name;
+      SQUALL_FAIL("executor ", executor.name(), " has no function ", functionName, " (it has ", known, ")");
+    }
+    SQUALL_REQUIRE(kinds.size() == outputNames->size(), found != executor.functions().end() ? "function " : "method ",
+                   executor.name(), "/", functionName, " makes ", outputNames->size(), " outputs; the task has ",
+                   kinds.size());
+    prepared.outputDir = std::string(outputDirName.cStr(), outputDirName.size());
+    prepared.call = kj::heap<Call>();
+    auto& call = *prepared.call;
+    setUpInputs(call, config, inputs, pipes);
+    setUpContext(call, context);
+    uint nextStream = 0;
+    call.outputs_.resize(kinds.size());
+    for (uint i = 0; i < kinds.size(); i++) {
+      auto& output = call.outputs_[i];
+      output.kind_ = dataKind(kinds[i]);
+      if (output.kind_ == DataKind::STREAM) {
+        auto streams = KJ_REQUIRE_NONNULL(outputStreams, "stream output ", i, " came without its pipe");
+        SQUALL_REQUIRE(nextStream < streams.size(), "stream output ", i, " came without its pipe");
+        pipes.ends.add(streams[nextStream++].getFd());
+        pipes.fds.push_back(&output.fd_);
+      }
+      output.name_ = (*outputNames)[i];
+      output.dirPath_ = prepared.outputDir;
+      output.entry_ = std::to_string(i);
+    }
+    return prepared;
+  }
+
+  // ---- the calls channel (openCalls)
+
+  struct Channel {
+    explicit Channel(kj::Own<kj::AsyncIoStream> stream) : stream(kj::mv(stream)), messages(*this->stream) {}
+    kj::Own<kj::AsyncIoStream> stream;
+    BufferedMessageStream messages;
+    kj::Promise<void> reading = nullptr;
+  };
+  kj::Maybe<kj::Own<Channel>> channel;
+
+  // Queues each MethodCall read, until the governor closes the channel.
+  kj::Promise<void> readCalls(Channel& ch) {
+    return ch.messages.tryReadMessage(nullptr, readerOptions())
+        .then([this, &ch](kj::Maybe<capnp::MessageReaderAndFds> read) -> kj::Promise<void> {
+          KJ_IF_MAYBE(message, read) {
+            auto reader = kj::mv(message->reader);
+            auto context = reader->getRoot<wire::MethodCall>().getContext();
+            // Its end is its answer, written by the call itself.
+            topLevel
+                .later(context.getSession(), context.getTask(),
+                       [this, &ch, reader = kj::mv(reader)]() mutable { runMethodCall(ch, *reader); })
+                .detach([](kj::Exception&&) {});
+            return readCalls(ch);
+          }
+          return kj::READY_NOW;
+        });
+  }
+
+  // Runs one MethodCall and writes its answer at once (before anything
+  // else runs: what a crash in the next method must not take).
+  void runMethodCall(Channel& ch, capnp::MessageReader& message) {
+    uint64_t serial = 0;
+    kj::Own<Call> call;
+    std::string outputDir;
+    uint64_t runUs = 0;
+    auto failure = kj::runCatchingExceptions([&]() {
+      auto params = message.getRoot<wire::MethodCall>();
+      serial = params.getSerial();
+      Pipes pipes;
+      auto prepared = prepare(params.getFunction(), params.getConfig(), params.getInputs(), params.getOutputKinds(),
+                              params.getOutputDir(), params.getContext(), nullptr, pipes);
+      SQUALL_REQUIRE(pipes.ends.size() == 0, "a method call over the calls channel carries no live streams");
+      call = kj::mv(prepared.call);
+      outputDir = kj::mv(prepared.outputDir);
+      runUs = runBody(prepared.body, *call);
+    });
+    capnp::MallocMessageBuilder answer(call.get() != nullptr ? answerSize(*call).wordCount + 8 : 64);
+    auto root = answer.initRoot<wire::MethodAnswer>();
+    root.setSerial(serial);
+    root.setRunUs(runUs);
+    if (failure == nullptr) {
+      failure = kj::runCatchingExceptions(
+          [&]() { fillOutputs(*call, root.initOutputs(call->outputs_.size()), outputDir); });
+    }
+    KJ_IF_MAYBE(e, failure) {
+      root.disownOutputs();
+      root.setFailed(true);
+      root.setError(userMessage(*e));
+    }
+    auto segments = answer.getSegmentsForOutput();
+    ch.messages.writeMessage(nullptr, segments).detach([](kj::Exception&&) {});
+    // A governor that went: the process has nothing left to do.
+    ch.messages.writeNow();
+  }
 
   const Executor::MethodEntry& findMethod(std::string_view type, std::string_view name) {
     auto actor = executor.actors().find(type);
@@ -623,9 +731,15 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - began).count());
   }
 
-  // Calls the function (or method) and makes the answer.
-  void run(kj::Function<void(Call&)>& body, Call& call, CallContext& context, const std::string& outputDir) {
+  // Calls the function (or method); how long it ran, in microseconds.
+  // The streams' ends close after it: readers see end of file once the
+  // RPC system's copies go with the call.
+  static uint64_t runBody(kj::Function<void(Call&)>& body, Call& call) {
     auto began = std::chrono::steady_clock::now();
+    KJ_DEFER({
+      for (int fd : call.ownedFds_) close(fd);
+      call.ownedFds_.clear();
+    });
     runReporting([&]() {
       try {
         body(call);
@@ -635,14 +749,11 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
       }
       return 0;
     });
-    auto results = context.getResults(answerSize(call));
-    results.setRunUs(sinceUs(began));
-    // The streams' ends: readers see end of file once the RPC system's
-    // copies go with the call.
-    for (int fd : call.ownedFds_) close(fd);
-    call.ownedFds_.clear();
+    return sinceUs(began);
+  }
 
-    auto outs = results.initOutputs(call.outputs_.size());
+  // The answer's outputs: where each of the call's outputs is.
+  static void fillOutputs(Call& call, capnp::List<wire::CallOutput>::Builder outs, const std::string& outputDir) {
     for (uint i = 0; i < call.outputs_.size(); i++) {
       auto& output = call.outputs_[i];
       auto out = outs[i];
@@ -670,7 +781,6 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
       });
     }
   }
-
 
   // About how big the answer is, so that capnp makes its message that
   // size: without a hint it allocates, and zeroes, 8 KiB for every answer.
@@ -798,7 +908,7 @@ int Executor::serveFd(int fd) {
   TopLevel topLevel;
   // Resolves once the governor closes its end.
   auto served = serveExecutorRpc(*stream, fd, MAX_PIPES_PER_CALL,
-                                 kj::heap<ExecutorService>(*this, transport, topLevel, *io.provider, io.waitScope,
+                                 kj::heap<ExecutorService>(*this, transport, topLevel, *io.provider, *io.lowLevelProvider, io.waitScope,
                                                            client),
                                  transport)
                     .fork();

@@ -2,7 +2,10 @@
 // Loop thread only.
 #include "actor-host.h"
 
+#include <capnp/serialize.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/message-stream.h>
+#include <squall/proto/rpc.h>
 
 namespace squall {
 
@@ -21,8 +24,24 @@ constexpr size_t MAX_IN_FLIGHT = 16;
 
 }  // namespace
 
+// The governor's end of a process's calls channel. `reading` goes first,
+// then the stream of messages it reads, then the socket.
+struct ActorHosts::CallsChannel {
+  explicit CallsChannel(kj::Own<kj::AsyncIoStream> socket)
+      : socket(kj::mv(socket)), messages(kj::heap<BufferedMessageStream>(*this->socket)) {
+    messages->usePlainMessages();
+  }
+  kj::Own<kj::AsyncIoStream> socket;
+  kj::Own<BufferedMessageStream> messages;
+  kj::Promise<void> reading = nullptr;
+  // The serial of the last call sent on it.
+  uint64_t sent = 0;
+};
+
 struct ActorHosts::Call {
   Id id;
+  // Its MethodCall's serial on the channel it was sent on.
+  uint64_t serial = 0;
   // Set once its inputs are here and its runner waits for the answer.
   kj::Maybe<BuildCall> build;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<Answer>>> fulfiller;
@@ -74,6 +93,9 @@ struct ActorHosts::Actor {
   TaskControl* control = nullptr;
   kj::Own<kj::PromiseFulfiller<TaskOutcome>> ended;
   kj::Own<ExecutorProcess> process;
+  // The current process's calls channel (null before it starts and once it
+  // ended).
+  kj::Own<CallsChannel> channel;
   // Bumped with every process, so that what an earlier one answers late
   // is told apart.
   uint64_t generation = 0;
@@ -183,9 +205,43 @@ void ActorHosts::start(Actor& actor) {
               kj::str(actor.id).cStr(), pid, actor.restarts);
   Id id = actor.id;
   // Its exit, whenever it comes, is a death unless the actor has ended.
+  // The answers it wrote before are read first (died() waits for the
+  // channel's end), unless a process it left behind holds the channel
+  // open: then the channel ends a grace later.
   tasks.add(actor.process->exited.addBranch().then([this, id, generation]() {
     KJ_IF_MAYBE(a, find(id)) { maybeDied(*a, generation); }
+    return timer.afterDelay(HUNG_GRACE).then([this, id, generation]() {
+      KJ_IF_MAYBE(a, find(id)) {
+        if (a->generation == generation && a->channel.get() != nullptr && a->state != Actor::State::ENDED) {
+          channelEnded(*a, "its calls channel stayed open after its process exited");
+        }
+      }
+    });
   }));
+  // Its calls channel, sent ahead of the constructor on the same
+  // connection: the executor reads it once it has the descriptor, and no
+  // call is written to it before the constructor has answered.
+  closeChannel(actor);
+  {
+    auto pair = pool.socketPair();
+    actor.channel = kj::heap<CallsChannel>(kj::mv(pair.ours));
+    actor.channel->reading = readAnswers(id, generation, *actor.channel).eagerlyEvaluate([this](kj::Exception&& e) {
+      logger.error("event=actor-calls-channel-failed error=\"{}\"", e.getDescription().cStr());
+    });
+    auto open = actor.process->cap.openCallsRequest();
+    open.setChannel(kj::heap<PipeEndCap>(kj::mv(pair.theirs)));
+    tasks.add(open.send().ignoreResult().catch_([this, id, generation](kj::Exception&& e) {
+      KJ_IF_MAYBE(a, find(id)) {
+        if (a->generation != generation || a->state == Actor::State::ENDED) return;
+        // Gone (its exit says how, died()), or it cannot take calls.
+        a->process->child->killGroup(SIGKILL);
+        if (e.getType() != kj::Exception::Type::DISCONNECTED) {
+          auto error = kj::str(a->what(), ": its process took no calls channel: ", userMessage(e));
+          end(*a, TaskOutcome::failure(id, kj::str(error)), error);
+        }
+      }
+    }));
+  }
   auto task = assignment.getTask();
   auto request = actor.process->cap.constructRequest();
   request.setType(actor.type);
@@ -218,7 +274,8 @@ void ActorHosts::start(Actor& actor) {
 }
 
 void ActorHosts::pump(Actor& actor) {
-  if (actor.state != Actor::State::ALIVE) return;
+  if (actor.state != Actor::State::ALIVE || actor.channel.get() == nullptr) return;
+  auto& channel = *actor.channel;
   size_t inFlight = 0;
   for (auto& entry : actor.calls) {
     auto& call = *entry;
@@ -228,63 +285,111 @@ void ActorHosts::pump(Actor& actor) {
     }
     // A call whose inputs are not here yet holds back those behind it.
     if (call.build == nullptr || inFlight >= MAX_IN_FLIGHT) break;
-    auto built = KJ_ASSERT_NONNULL(call.build)(actor.process->cap);
+    auto built = KJ_ASSERT_NONNULL(call.build)();
+    call.serial = ++channel.sent;
+    built.message->getRoot<wire::MethodCall>().setSerial(call.serial);
     call.outDir = kj::mv(built.outDir);
     call.sent = true;
     inFlight++;
-    Id id = actor.id;
-    uint64_t generation = actor.generation;
-    Call* which = &call;
-    tasks.add(built.request.send().then(
-        [this, id, generation, which](capnp::Response<wire::Executor::CallResults> response) {
-          KJ_IF_MAYBE(a, find(id)) { answered(*a, generation, *which, kj::mv(response), nullptr); }
-        },
-        [this, id, generation, which](kj::Exception&& e) {
-          KJ_IF_MAYBE(a, find(id)) { answered(*a, generation, *which, nullptr, kj::mv(e)); }
-        }));
+    // Gathered with the others sent in this turn into one write. A write
+    // that fails ends the channel for the reader too (readAnswers).
+    auto segments = built.message->getSegmentsForOutput();
+    auto written = channel.messages->writeMessage(nullptr, segments);
+    if (capnp::computeSerializedSizeInWords(*built.message) * sizeof(capnp::word) >=
+        BufferedMessageStream::COPY_LIMIT_BYTES) {
+      // Written from its own words: they live until then.
+      tasks.add(written.attach(kj::mv(built.message)).catch_([](kj::Exception&&) {}));
+    }
   }
 }
 
-void ActorHosts::answered(Actor& actor, uint64_t generation, Call& call,
-                          kj::Maybe<capnp::Response<wire::Executor::CallResults>> response,
-                          kj::Maybe<kj::Exception> error) {
-  // An answer of a process that has gone since (or to a call sent again
-  // since) is dropped: died() decided that call's fate.
-  if (generation != actor.generation || actor.state == Actor::State::ENDED || !call.sent) return;
-  KJ_IF_MAYBE(e, error) {
-    if (e->getType() == kj::Exception::Type::DISCONNECTED) {
-      // The process went, or its connection did: once its exit is seen
-      // and every call sent has its answer or is lost, died() decides.
-      call.lost = true;
-      maybeDied(actor, generation);
-      if (actor.generation == generation && actor.process->exit == nullptr) {
-        Id id = actor.id;
-        tasks.add(actor.process->exited.addBranch().exclusiveJoin(timer.afterDelay(HUNG_GRACE)).then(
-            [this, id, generation]() {
-              KJ_IF_MAYBE(a, find(id)) {
-                if (a->generation == generation && a->process->exit == nullptr) a->process->child->killGroup(SIGKILL);
-              }
-            }));
-      }
-      return;
+kj::Promise<void> ActorHosts::readAnswers(Id id, uint64_t generation, CallsChannel& channel) {
+  // Is the channel still the actor's current one?
+  auto current = [this, id, generation, &channel]() -> Actor* {
+    KJ_IF_MAYBE(a, find(id)) {
+      if (a->generation == generation && a->channel.get() == &channel && a->state != Actor::State::ENDED) return a;
     }
+    return nullptr;
+  };
+  return channel.messages->tryReadMessage(nullptr, readerOptions())
+      .then(
+          [this, id, generation, &channel, current](kj::Maybe<capnp::MessageReaderAndFds> read) -> kj::Promise<void> {
+            Actor* actor = current();
+            if (actor == nullptr) return kj::READY_NOW;
+            KJ_IF_MAYBE(message, read) {
+              answered(*actor, kj::mv(message->reader));
+              if (current() == nullptr) return kj::READY_NOW;
+              return readAnswers(id, generation, channel);
+            }
+            channelEnded(*actor, "its calls channel ended");
+            return kj::READY_NOW;
+          },
+          [this, current](kj::Exception&& e) {
+            Actor* actor = current();
+            if (actor != nullptr) channelEnded(*actor, kj::str("its calls channel failed: ", e.getDescription()));
+          });
+}
+
+void ActorHosts::closeChannel(Actor& actor) {
+  if (actor.channel.get() == nullptr) return;
+  // Not from here: its reader may be the callback that got here.
+  tasks.add(kj::evalLater([channel = kj::mv(actor.channel)]() mutable { channel = nullptr; }));
+}
+
+void ActorHosts::answered(Actor& actor, kj::Own<capnp::MessageReader> message) {
+  kj::Maybe<kj::String> broken;
+  Call* call = actor.calls.empty() ? nullptr : actor.calls.front().get();
+  uint64_t serial = 0;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { serial = message->getRoot<wire::MethodAnswer>().getSerial(); })) {
+    broken = kj::str("its answer could not be read: ", e->getDescription());
+  } else if (call == nullptr || !call->sent || call->serial != serial) {
+    broken = kj::str("it answered call ", serial, " out of turn");
   }
-  size_t at = actor.indexOf(call);
-  if (at == actor.calls.size()) return;
-  auto own = actor.remove(at);
-  actor.callsDone++;
-  if (call.abandoned) {
-    pump(actor);
+  KJ_IF_MAYBE(why, broken) {
+    // The protocol is broken: the process goes, and died() decides.
+    logger.error("event=actor-protocol-error actor={} task={} error=\"{}\"", actor.name.cStr(),
+                 kj::str(actor.id).cStr(), why->cStr());
+    actor.process->child->killGroup(SIGKILL);
+    channelEnded(actor, *why);
     return;
   }
-  KJ_IF_MAYBE(f, call.fulfiller) {
-    KJ_IF_MAYBE(e, error) {
-      (*f)->reject(kj::mv(*e));
-    } else {
-      (*f)->fulfill(Answer{KJ_ASSERT_NONNULL(kj::mv(response)), kj::mv(call.outDir)});
+  auto own = actor.remove(0);
+  actor.callsDone++;
+  if (!call->abandoned) {
+    KJ_IF_MAYBE(f, call->fulfiller) {
+      auto answer = message->getRoot<wire::MethodAnswer>();
+      if (answer.getFailed()) {
+        (*f)->reject(SQUALL_EXCEPTION(FAILED, answer.getError()));
+      } else {
+        (*f)->fulfill(Answer{kj::mv(message), kj::mv(call->outDir)});
+      }
     }
   }
   pump(actor);
+}
+
+void ActorHosts::channelEnded(Actor& actor, kj::StringPtr why) {
+  uint64_t generation = actor.generation;
+  logger.debug("event=actor-calls-channel-ended actor={} task={} why=\"{}\"", actor.name.cStr(),
+               kj::str(actor.id).cStr(), why.cStr());
+  // Every answer written before the process went has been read: the
+  // first call not answered was running, those behind it never started.
+  for (auto& call : actor.calls) {
+    if (call->sent) call->lost = true;
+  }
+  closeChannel(actor);
+  if (actor.process->exit == nullptr) {
+    // Its exit says what happened; a process that is hung, or closed its
+    // channel by mistake, is killed after a grace.
+    Id id = actor.id;
+    tasks.add(actor.process->exited.addBranch().exclusiveJoin(timer.afterDelay(HUNG_GRACE)).then(
+        [this, id, generation]() {
+          KJ_IF_MAYBE(a, find(id)) {
+            if (a->generation == generation && a->process->exit == nullptr) a->process->child->killGroup(SIGKILL);
+          }
+        }));
+  }
+  maybeDied(actor, generation);
 }
 
 void ActorHosts::maybeDied(Actor& actor, uint64_t generation) {
@@ -425,6 +530,7 @@ void ActorHosts::taskEnded(wire::Assignment::Reader assignment, kj::StringPtr er
 
 void ActorHosts::end(Actor& actor, TaskOutcome outcome, kj::StringPtr why) {
   actor.state = Actor::State::ENDED;
+  closeChannel(actor);
   auto calls = kj::mv(actor.calls);
   actor.calls.clear();
   actor.byId.clear();

@@ -6,9 +6,11 @@
 // here, which is the order they were submitted in. Loop thread only.
 //
 // Calls take a turn when assigned (enqueue) and are sent once their inputs
-// are here and every call before them was sent (the executor runs what it
-// receives in order, writing the answers so far before each method, so
-// calls are pipelined: see MAX_IN_FLIGHT in the .cpp). When the process
+// are here and every call before them was sent, over the process's calls
+// channel (executor.capnp, openCalls: plain messages, no RPC per call; the
+// executor runs what it receives in order, writing each answer before the
+// next method, so calls are pipelined: see MAX_IN_FLIGHT in the .cpp).
+// When the process
 // dies, the call it was running is run again on the restarted actor while
 // its max_call_retries allow, else fails; the calls behind it run on the restarted actor, in order; the
 // actor is started again (its constructor run anew on the same inputs)
@@ -21,6 +23,7 @@
 #include "executor-pool.h"
 #include "task-env.h"
 
+#include <capnp/message.h>
 #include <deque>
 #include <kj/function.h>
 #include <unordered_map>
@@ -33,16 +36,19 @@ class ActorHosts final : private kj::TaskSet::ErrorHandler {
   ~ActorHosts() noexcept(false);
   KJ_DISALLOW_COPY(ActorHosts);
 
-  // A call's request, made anew for every attempt (a restarted actor gets
-  // it again), with the output directory it names.
+  // A call's message (a MethodCall; its serial is set when it is sent),
+  // made anew for every attempt (a restarted actor gets it again), with the
+  // output directory it names.
   struct Built {
-    capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request;
+    kj::Own<capnp::MallocMessageBuilder> message;
     kj::Own<StoreTemp> outDir;
   };
-  using BuildCall = kj::Function<Built(wire::Executor::Client&)>;
+  using BuildCall = kj::Function<Built()>;
+  // A method's answer (not failed).
   struct Answer {
-    capnp::Response<wire::Executor::CallResults> response;
+    kj::Own<capnp::MessageReader> message;
     kj::Own<StoreTemp> outDir;
+    wire::MethodAnswer::Reader get() { return message->getRoot<wire::MethodAnswer>(); }
   };
 
   // The actor task `assignment` was assigned here: its calls may take
@@ -83,6 +89,7 @@ class ActorHosts final : private kj::TaskSet::ErrorHandler {
  private:
   struct Call;
   struct Actor;
+  struct CallsChannel;
 
   ExecutorPool& pool;
   kj::Timer& timer;
@@ -96,8 +103,17 @@ class ActorHosts final : private kj::TaskSet::ErrorHandler {
   void start(Actor& actor);
   // Sends the calls whose turn it is.
   void pump(Actor& actor);
-  void answered(Actor& actor, uint64_t generation, Call& call,
-                kj::Maybe<capnp::Response<wire::Executor::CallResults>> response, kj::Maybe<kj::Exception> error);
+  // Reads the answers on the calls channel of the process of `generation`
+  // until it ends.
+  kj::Promise<void> readAnswers(Id actor, uint64_t generation, CallsChannel& channel);
+  // The answer to the first call sent.
+  void answered(Actor& actor, kj::Own<capnp::MessageReader> message);
+  // The calls channel ended (the process went, or broke the protocol):
+  // the calls sent and not answered are lost.
+  void channelEnded(Actor& actor, kj::StringPtr why);
+  // Drops the actor's calls channel (once the loop is past the callback
+  // that may be reading it).
+  void closeChannel(Actor& actor);
   // The process of `generation` may be gone: once its exit is seen and
   // every call sent to it is answered or lost, died() runs.
   void maybeDied(Actor& actor, uint64_t generation);

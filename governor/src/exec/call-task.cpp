@@ -101,19 +101,6 @@ kj::Array<kj::Promise<kj::Maybe<OutputInfo>>> adoptOutputs(TaskEnv& env, wire::A
   return adopted.finish();
 }
 
-// One pipe end for the executor. capnp attaches getFd()'s descriptor to the
-// message carrying the capability; ours stays open until the executor
-// releases the capability, which it does with the call's params when the
-// call returns (so the readers of a stream output see its end then).
-class PipeEndCap final : public wire::PipeEnd::Server {
- public:
-  explicit PipeEndCap(kj::AutoCloseFd fd) : fd(kj::mv(fd)) {}
-  kj::Maybe<int> getFd() override { return fd.get(); }
-
- private:
-  kj::AutoCloseFd fd;
-};
-
 // How a call ended before its streams were settled: the outputs it made
 // (nullptr for stream outputs) or why it failed.
 struct CallEnd {
@@ -421,20 +408,22 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
     }
   }
   // Made again for each attempt: a restarted actor gets the call anew.
-  auto build = [&env, spec, function = kj::str(function)](wire::Executor::Client& cap) {
+  auto build = [&env, spec, function = kj::str(function)]() {
     auto task = spec.getTask();
     auto config = task.getConfig().getActorCall();
     auto outDir = kj::heap<StoreTemp>(env.store);
     auto kinds = spec.getOutputKinds();
-    auto request = cap.callRequest(callSize(task, function, config.getConfig().size(), kinds.size(), outDir->path()));
-    request.setFunction(function);
-    request.setConfig(config.getConfig());
-    setCallContext(request.initContext(), task);
-    setStoredCallInputs(env, task, request.initInputs(task.getInputs().size()));
-    auto outKinds = request.initOutputKinds(kinds.size());
+    auto message = kj::heap<capnp::MallocMessageBuilder>(
+        callSize(task, function, config.getConfig().size(), kinds.size(), outDir->path()).wordCount);
+    auto call = message->initRoot<wire::MethodCall>();
+    call.setFunction(function);
+    call.setConfig(config.getConfig());
+    setCallContext(call.initContext(), task);
+    setStoredCallInputs(env, task, call.initInputs(task.getInputs().size()));
+    auto outKinds = call.initOutputKinds(kinds.size());
     for (uint i = 0; i < kinds.size(); i++) outKinds.set(i, kinds[i]);
-    request.setOutputDir(outDir->path());
-    return ActorHosts::Built{kj::mv(request), kj::mv(outDir)};
+    call.setOutputDir(outDir->path());
+    return ActorHosts::Built{kj::mv(message), kj::mv(outDir)};
   };
   return hosts->call(actorId, taskId, kj::mv(build))
       .exclusiveJoin(control.whenCancelled().then([hosts, actorId, taskId]() -> kj::Promise<ActorHosts::Answer> {
@@ -443,9 +432,9 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
       }))
       .then(
           [&env, spec, taskId, method = kj::str(method)](ActorHosts::Answer answer) -> kj::Promise<TaskOutcome> {
-            auto adopted = adoptOutputs(env, spec, answer.response.getOutputs(), *answer.outDir, "method", method);
+            auto adopted = adoptOutputs(env, spec, answer.get().getOutputs(), *answer.outDir, "method", method);
             return kj::joinPromises(kj::mv(adopted))
-                .attach(kj::mv(answer.response), kj::mv(answer.outDir))
+                .attach(kj::mv(answer.message), kj::mv(answer.outDir))
                 .then([taskId](kj::Array<kj::Maybe<OutputInfo>> done) {
                   TaskOutcome outcome;
                   outcome.id = taskId;

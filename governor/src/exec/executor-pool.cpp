@@ -220,6 +220,13 @@ kj::Own<ExecutorProcess> ExecutorPool::startProcess(kj::StringPtr executor, cons
   return process;
 }
 
+ExecutorPool::SocketPair ExecutorPool::socketPair() {
+  int fds[2];
+  KJ_SYSCALL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds));
+  kj::AutoCloseFd theirs(fds[1]);
+  return SocketPair{io.wrapSocketFd(fds[0], kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP), kj::mv(theirs)};
+}
+
 kj::Promise<void> ExecutorPool::start(kj::Vector<ExecutorDecl> decls) {
   kj::Vector<kj::Promise<void>> described;
   for (uint i = 0; i < decls.size(); i++) {

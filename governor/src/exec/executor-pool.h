@@ -81,6 +81,20 @@ struct ExecutorProcess {
   kj::Promise<void> watch = nullptr;
 };
 
+// One pipe or socket end for an executor. capnp attaches getFd()'s
+// descriptor to the message carrying the capability; ours stays open until
+// the executor releases the capability, which it does with the call's
+// params when the call returns (so the readers of a stream output see its
+// end then).
+class PipeEndCap final : public wire::PipeEnd::Server {
+ public:
+  explicit PipeEndCap(kj::AutoCloseFd fd) : fd(kj::mv(fd)) {}
+  kj::Maybe<int> getFd() override { return fd.get(); }
+
+ private:
+  kj::AutoCloseFd fd;
+};
+
 // "exited with status 3", "was killed by SIGSEGV".
 kj::String exitText(const ProcessExit& exit);
 
@@ -156,6 +170,15 @@ class ExecutorPool {
   // cannot start. Its owner stops it (killGroup, or dropping its
   // connection, which ends its serve()).
   kj::Own<ExecutorProcess> startProcess(kj::StringPtr executor, const std::vector<std::string>& extraEnv);
+
+  // A connected pair of Unix sockets for an actor's calls channel
+  // (executor.capnp, openCalls): the governor's end, on the loop, and the
+  // descriptor of the process's end, to send.
+  struct SocketPair {
+    kj::Own<kj::AsyncIoStream> ours;
+    kj::AutoCloseFd theirs;
+  };
+  SocketPair socketPair();
 
   // At the governor's end, after the tasks: idle processes see their
   // socket close and exit by themselves (their destructors run), busy ones

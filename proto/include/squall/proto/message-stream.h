@@ -89,6 +89,11 @@ class BufferedMessageStream final : public capnp::MessageStream {
   // DISCONNECTED when the peer has gone.
   void writeNow();
 
+  // The messages are not RPC messages (an actor's calls channel,
+  // executor.capnp): none is a clean-up message to hold back, and the
+  // Returns read are not looked for. Call before the first message.
+  void usePlainMessages() { rpcMessages = false; }
+
   // System calls made, for tests and benchmarks.
   struct Counts {
     uint64_t reads = 0;
@@ -156,6 +161,8 @@ class BufferedMessageStream final : public capnp::MessageStream {
   // Returns among those we read.
   bool cleanUpOnly(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
   void noteRead(capnp::MessageReader& message);
+  // RPC messages (see usePlainMessages).
+  bool rpcMessages = true;
   // Blocking writes on this descriptor (useBlockingWrites); -1: none.
   int blockingFd = -1;
 
