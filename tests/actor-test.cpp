@@ -251,6 +251,30 @@ TEST_F(ActorTest, ACrashWithoutRestartsFailsTheCallAndTheActor) {
   EXPECT_NE(after.info().state, "finished");
 }
 
+// The crashed process leaves a child holding its sockets to the governor
+// open for 10 s: its exit decides the calls' fates (a grace of 2 s later),
+// not those sockets.
+TEST_F(ActorTest, ACrashLeavingAChildBehindIsSeenWithoutWaitingForTheChild) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("crash with a child");
+  auto counter = session.actor("stats/Counter").maxRestarts(1);
+  auto before = counter.call("add", {}, "1");
+  auto crash = counter.call("crashLeavingAChild");
+  crash.allowFailure();
+  auto after = counter.call("add", {}, "2");
+  before.output().keep();
+  after.output().keep();
+  auto start = std::chrono::steady_clock::now();
+  session.submit();
+  session.waitAll();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(7));
+  EXPECT_EQ(crash.info().state, "failed");
+  EXPECT_NE(crash.info().error.find("died while running the call"), std::string::npos) << crash.info().error;
+  EXPECT_EQ(before.output().fetch(), "1");
+  // The restarted actor (its constructor started over) ran the call behind.
+  EXPECT_EQ(after.output().fetch(), "2");
+}
+
 TEST_F(ActorTest, ACrashWithRestartsRunsTheCallAgainOnAFreshActor) {
   TempDir dir;
   Client client(cluster->serverAddress());

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <capnp/rpc-twoparty.h>
+#include <capnp/serialize.h>
 #include <fcntl.h>
 #include <filesystem>
 #include <fstream>
@@ -484,6 +485,81 @@ TEST_F(TasklibTest, AnActorKeepsItsStateAcrossCallsRunInTheOrderSent) {
     EXPECT_EQ(countersDestroyed, 0);
   }
   EXPECT_EQ(countersDestroyed, 1);
+}
+
+// The governor's end of an actor's calls channel (executor.capnp,
+// openCalls): MethodCalls written, MethodAnswers read, blocking, on this
+// thread (the executor serves on its own).
+class CallsChannel {
+ public:
+  explicit CallsChannel(Served& served) {
+    int fds[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds), 0);
+    ours = kj::AutoCloseFd(fds[0]);
+    auto request = served.cap.openCallsRequest();
+    request.setChannel(kj::heap<PipeEndCap>(fds[1]));
+    request.send().wait(served.io.waitScope);
+  }
+  // Sends a call of `function` (one blob output, `config`) with `serial`.
+  void send(uint64_t serial, const std::string& function, const std::string& config, const std::string& out) {
+    capnp::MallocMessageBuilder message;
+    auto call = message.initRoot<wire::MethodCall>();
+    call.setSerial(serial);
+    call.setFunction(function);
+    call.setConfig(kj::arrayPtr(reinterpret_cast<const kj::byte*>(config.data()), config.size()));
+    call.initOutputKinds(1).set(0, wire::ObjectKind::BLOB);
+    call.setOutputDir(out);
+    call.initContext().setSession(1);
+    call.getContext().setTask(serial);
+    capnp::writeMessageToFd(ours, message);
+  }
+  // The next answer: "serial:total", or "serial!error".
+  std::string next() {
+    capnp::StreamFdMessageReader reader(ours.get());
+    auto answer = reader.getRoot<wire::MethodAnswer>();
+    if (answer.getFailed()) return std::to_string(answer.getSerial()) + "!" + answer.getError().cStr();
+    auto data = answer.getOutputs()[0].getData();
+    return std::to_string(answer.getSerial()) + ":" + std::string(reinterpret_cast<const char*>(data.begin()), data.size());
+  }
+  kj::AutoCloseFd ours;
+};
+
+// Calls written back to back on the channel run in order on the instance;
+// each answer leaves before the next method starts (a method that waits
+// does not hold back the answers before it); a method that throws fails
+// its call alone.
+TEST_F(TasklibTest, MethodCallsOverTheCallsChannelAreAnsweredInOrderEachBeforeTheNextRuns) {
+  int gate[2];
+  ASSERT_EQ(pipe2(gate, O_CLOEXEC), 0);
+  Executor ex("stats");
+  ex.actor<Counter>("Counter")
+      .method("add", &Counter::add)
+      .method("wait-then-add",
+              [&gate](Counter& counter, Call& call) {
+                char byte;
+                EXPECT_EQ(read(gate[0], &byte, 1), 1);
+                counter.add(call);
+              })
+      .method("fail", [](Counter&, Call&) { throw std::runtime_error("refused on purpose"); });
+  Served served(ex);
+  construct(served, "Counter", "10");
+  CallsChannel channel(served);
+  channel.send(1, "Counter.add", "1", outputDir());
+  channel.send(2, "Counter.add", "2", outputDir());
+  channel.send(3, "Counter.wait-then-add", "3", outputDir());
+  channel.send(4, "Counter.fail", "", outputDir());
+  channel.send(5, "Counter.nope", "", outputDir());
+  channel.send(6, "Counter.add", "4", outputDir());
+  // Read while call 3 waits: it runs, so 1 and 2 were answered before it.
+  EXPECT_EQ(channel.next(), "1:11");
+  EXPECT_EQ(channel.next(), "2:13");
+  ASSERT_EQ(write(gate[1], "g", 1), 1);
+  EXPECT_EQ(channel.next(), "3:16");
+  EXPECT_EQ(channel.next(), "4!refused on purpose");
+  EXPECT_EQ(channel.next(), "5!actor type stats/Counter has no method nope (it has add, fail, wait-then-add)");
+  EXPECT_EQ(channel.next(), "6:20");
+  close(gate[0]);
+  close(gate[1]);
 }
 
 // Inputs come as a call's do (a store file, bytes in the call, a live

@@ -1,10 +1,12 @@
 // The executor the actor end-to-end tests run (tests/actor-test.cpp), as
-// "stats": a Counter actor type whose methods add, report, crash, spin and
+// "stats": a Counter actor type whose methods add, report, crash (also
+// leaving a child behind), spin and
 // meet another actor, and a Broken type whose constructor throws.
 #include <squall/tasklib/tasklib.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <fcntl.h>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -67,6 +69,28 @@ class Counter {
     }
     call.output(0).write("survived");
   }
+  // Crashes the process after forking a child that leaves its process
+  // group (so the governor's kill of the group misses it) and sleeps on
+  // for 10 s with the process's sockets to the governor (not its output:
+  // whoever reads that would wait for it too): the governor must not wait
+  // for those to close.
+  void crashLeavingAChild(squall::Call&) {
+    int left[2];
+    if (pipe(left) < 0) throw std::runtime_error("no pipe");
+    if (fork() == 0) {
+      setsid();
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, STDOUT_FILENO);
+      dup2(null, STDERR_FILENO);
+      // Out of the group now: the crash may come.
+      if (::write(left[1], "x", 1) != 1) _exit(1);
+      sleep(10);
+      _exit(0);
+    }
+    char byte;
+    if (::read(left[0], &byte, 1) != 1) throw std::runtime_error("the child did not leave the group");
+    abort();
+  }
   // Never returns.
   void spin(squall::Call&) {
     volatile unsigned long turns = 0;
@@ -106,6 +130,7 @@ int main(int argc, char** argv) {
       .method("pid", &Counter::pid)
       .method("env", &Counter::env)
       .method("crash", &Counter::crash)
+      .method("crashLeavingAChild", &Counter::crashLeavingAChild)
       .method("spin", &Counter::spin)
       .method("meet", &Counter::meet)
       .method("fail", &Counter::fail);
