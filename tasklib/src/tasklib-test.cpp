@@ -531,6 +531,8 @@ class CallsChannel {
 TEST_F(TasklibTest, MethodCallsOverTheCallsChannelAreAnsweredInOrderEachBeforeTheNextRuns) {
   int gate[2];
   ASSERT_EQ(pipe2(gate, O_CLOEXEC), 0);
+  // Closed after the executor's thread has ended (served goes first).
+  kj::AutoCloseFd gateRead(gate[0]), gateWrite(gate[1]);
   Executor ex("stats");
   ex.actor<Counter>("Counter")
       .method("add", &Counter::add)
@@ -558,8 +560,6 @@ TEST_F(TasklibTest, MethodCallsOverTheCallsChannelAreAnsweredInOrderEachBeforeTh
   EXPECT_EQ(channel.next(), "4!refused on purpose");
   EXPECT_EQ(channel.next(), "5!actor type stats/Counter has no method nope (it has add, fail, wait-then-add)");
   EXPECT_EQ(channel.next(), "6:20");
-  close(gate[0]);
-  close(gate[1]);
 }
 
 // Inputs come as a call's do (a store file, bytes in the call, a live
