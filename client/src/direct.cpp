@@ -54,9 +54,10 @@ const SessionImpl::ActorPlace& SessionImpl::actorPlace(uint64_t actor) {
     place.methods.clear();
     for (auto m : answer.getMethods()) place.methods[m.getName().cStr()] = m.getOutputs();
   } catch (const kj::Exception& e) {
-    // An older server answers UNIMPLEMENTED: every call goes through it.
-    // Any other error (the actor is not one) is the server's to say at
-    // submit.
+    // A server that predates locateActor (capnp answers UNIMPLEMENTED for
+    // a method the peer does not have): every call goes through it, as
+    // before direct calls. Any other error (the actor is not one) is the
+    // server's to say at submit.
     if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) directOff = true;
     if (e.getType() == kj::Exception::Type::DISCONNECTED) throw;
   }
@@ -182,7 +183,8 @@ void SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
   if (it == direct.end() || it->second.viaServer) return;
   auto address = it->second.address;
   auto connection = it->second.connection;
-  // An older governor answers UNIMPLEMENTED: it never took them.
+  // A governor that predates callActor (UNIMPLEMENTED, as above) never
+  // took them: they go through the server, and so does every call after.
   bool olderGovernor = e.getType() == kj::Exception::Type::UNIMPLEMENTED;
   if (olderGovernor) {
     directOff = true;

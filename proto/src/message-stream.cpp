@@ -327,6 +327,15 @@ void BufferedMessageStream::writeNow() {
   unwritten -= kj::min(unwritten, data.size());
 }
 
+void BufferedMessageStream::writeNow(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments) {
+  KJ_REQUIRE(blockingFd >= 0, "writeNow() needs blocking writes");
+  KJ_REQUIRE(segments.size() > 0, "a message has at least one segment");
+  counts_.messagesOut++;
+  append(segments);
+  for (auto& s : segments) batch.addAll(s.asBytes());
+  writeNow();
+}
+
 kj::Promise<void> BufferedMessageStream::flush(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> more,
                                                kj::ArrayPtr<const int> fds) {
   held = 0;

@@ -232,9 +232,11 @@ Output& Call::output(std::string_view name) {
 class TopLevel {
  public:
   // `session` and `task`: the call's context (what drop() names).
-  kj::Promise<void> later(uint64_t session, uint64_t task, kj::Function<void()> body) {
+  // `answersItself`: the body writes its own answer (a call over the calls
+  // channel), so no turn of the loop is needed after it to send one.
+  kj::Promise<void> later(uint64_t session, uint64_t task, kj::Function<void()> body, bool answersItself = false) {
     auto paf = kj::newPromiseAndFulfiller<void>();
-    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller), session, task});
+    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller), session, task, false, answersItself});
     KJ_IF_MAYBE(w, wake) {
       (*w)->fulfill();
       wake = nullptr;
@@ -255,19 +257,21 @@ class TopLevel {
   // once the queue is empty (one write, one wake-up of the governor).
   bool answerEach = false;
   // Runs the first one queued (not from a callback); what it throws
-  // rejects its call.
-  void runOne() {
+  // rejects its call. True when its answer needs a turn of the loop to go
+  // out (an RPC call's Return), false when it wrote its own.
+  bool runOne() {
     auto item = kj::mv(queue.front());
     queue.pop_front();
     if (item.dropped) {
       item.done->reject(KJ_EXCEPTION(DISCONNECTED, "taken back by the governor before it ran"));
-      return;
+      return true;
     }
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { item.body(); })) {
       item.done->reject(kj::mv(*e));
     } else {
       item.done->fulfill();
     }
+    return !item.answersItself;
   }
 
   // The governor took the queued call of this task back (Executor.drop):
@@ -288,6 +292,7 @@ class TopLevel {
     uint64_t session = 0;
     uint64_t task = 0;
     bool dropped = false;
+    bool answersItself = false;
   };
   std::deque<Item> queue;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> wake;
@@ -356,7 +361,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   // The actor's calls channel (executor.capnp, openCalls): its MethodCalls
   // queue like call()'s, in the order they come.
   kj::Promise<void> openCalls(OpenCallsContext context) override {
-    SQUALL_REQUIRE(channel == nullptr, "this process has its calls channel already");
+    SQUALL_REQUIRE(channel.get() == nullptr, "this process has its calls channel already");
     return context.getParams().getChannel().getFd().then([this](kj::Maybe<int> received) {
       int end = KJ_REQUIRE_NONNULL(received, "the calls channel came without its descriptor");
       // The descriptor is the RPC system's until the params go.
@@ -366,8 +371,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
       opened->messages.useBlockingWrites(fd);
       opened->messages.usePlainMessages();
       channel = kj::mv(opened);
-      auto& ch = KJ_ASSERT_NONNULL(channel);
-      ch->reading = readCalls(*ch).eagerlyEvaluate([](kj::Exception&& e) {
+      channel->reading = readCalls(*channel).eagerlyEvaluate([](kj::Exception&& e) {
         // The governor sees the channel end and the process's exit.
         fprintf(stderr, "executor: the calls channel failed: %s\n", e.getDescription().cStr());
         _exit(1);
@@ -531,7 +535,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     BufferedMessageStream messages;
     kj::Promise<void> reading = nullptr;
   };
-  kj::Maybe<kj::Own<Channel>> channel;
+  kj::Own<Channel> channel;
 
   // Queues each MethodCall read, until the governor closes the channel.
   kj::Promise<void> readCalls(Channel& ch) {
@@ -543,7 +547,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
             // Its end is its answer, written by the call itself.
             topLevel
                 .later(context.getSession(), context.getTask(),
-                       [this, &ch, reader = kj::mv(reader)]() mutable { runMethodCall(ch, *reader); })
+                       [this, &ch, reader = kj::mv(reader)]() mutable { runMethodCall(ch, *reader); }, true)
                 .detach([](kj::Exception&&) {});
             return readCalls(ch);
           }
@@ -582,10 +586,9 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
       root.setFailed(true);
       root.setError(userMessage(*e));
     }
-    auto segments = answer.getSegmentsForOutput();
-    ch.messages.writeMessage(nullptr, segments).detach([](kj::Exception&&) {});
-    // A governor that went: the process has nothing left to do.
-    ch.messages.writeNow();
+    // Throws DISCONNECTED when the governor went: the process has nothing
+    // left to do then.
+    ch.messages.writeNow(answer.getSegmentsForOutput());
   }
 
   const Executor::MethodEntry& findMethod(std::string_view type, std::string_view name) {
@@ -908,8 +911,8 @@ int Executor::serveFd(int fd) {
   TopLevel topLevel;
   // Resolves once the governor closes its end.
   auto served = serveExecutorRpc(*stream, fd, MAX_PIPES_PER_CALL,
-                                 kj::heap<ExecutorService>(*this, transport, topLevel, *io.provider, *io.lowLevelProvider, io.waitScope,
-                                                           client),
+                                 kj::heap<ExecutorService>(*this, transport, topLevel, *io.provider, *io.lowLevelProvider,
+                                                           io.waitScope, client),
                                  transport)
                     .fork();
   for (;;) {
@@ -920,8 +923,8 @@ int Executor::serveFd(int fd) {
                       .wait(io.waitScope);
       if (!work) break;
     }
-    topLevel.runOne();
-    if (topLevel.answerEach) io.waitScope.poll();
+    bool needsTurn = topLevel.runOne();
+    if (topLevel.answerEach && needsTurn) io.waitScope.poll();
   }
   return 0;
 }

@@ -88,6 +88,11 @@ class BufferedMessageStream final : public capnp::MessageStream {
   // answers of the calls before it (docs/decisions.md, Actors). Throws
   // DISCONNECTED when the peer has gone.
   void writeNow();
+  // With blocking writes: writes what the batch holds and then `segments`,
+  // one message, before returning (no flush is scheduled for it). An
+  // actor's answer on its calls channel (executor.capnp). Throws as
+  // writeNow().
+  void writeNow(kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments);
 
   // The messages are not RPC messages (an actor's calls channel,
   // executor.capnp): none is a clean-up message to hold back, and the
