@@ -32,6 +32,7 @@
 #include <sched.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/lifeline.h>
+#include <squall/proto/listener.h>
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/tls.h>
@@ -52,6 +53,7 @@ struct Flags {
   std::string tokenFile;
   std::string logLevel = "info";
   double connectTimeout = 10;
+  double authTimeout = 5;
   double reconnectTimeout = 600;
   double serverTimeout = 30;
   uint64_t memoryMb = 256;
@@ -251,6 +253,7 @@ int run(const Flags& flags) {
   mallopt(M_MMAP_THRESHOLD, 16 << 20);
   mallopt(M_TRIM_THRESHOLD, 128 << 20);
 
+  auto openFiles = raiseOpenFilesLimit();
   auto io = kj::setupAsyncIo();
   auto& timer = io.provider->getTimer();
   // With TLS, every connection it makes or accepts (the server, other
@@ -357,7 +360,7 @@ int run(const Flags& flags) {
     // Data service.
     kj::Own<kj::ConnectionReceiver> receiver;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  receiver = listenOn(network, flags.listen.c_str()).wait(io.waitScope);
+                  receiver = listenOn(io.provider->getNetwork(), flags.listen.c_str()).wait(io.waitScope);
                 })) {
       failure = kj::str("cannot listen on ", flags.listen.c_str(), ": ", e->getDescription());
       return 1;
@@ -368,15 +371,31 @@ int run(const Flags& flags) {
       listenHost = hostName();
     }
     auto dataAddress = kj::str(listenHost, ":", receiver->getPort());
+    ListenerOptions listenerOptions;
+    listenerOptions.service = "data";
+    listenerOptions.authTimeout = static_cast<int64_t>(flags.authTimeout * 1000) * kj::MILLISECONDS;
+    // Accepted plain and made TLS by the listener, each handshake on its own
+    // and within the deadline.
+    if (tls.get() != nullptr) listenerOptions.tls = &tls->tlsContext();
     RpcListener listener(
         kj::mv(receiver),
-        [&dataEnv](kj::StringPtr peer) -> capnp::Capability::Client {
-          return kj::heap<DataBootstrapImpl>(dataEnv, peer);
+        [&dataEnv](kj::Own<PeerGate> gate) -> capnp::Capability::Client {
+          return kj::heap<DataBootstrapImpl>(dataEnv, kj::mv(gate));
         },
-        logger);
-    auto listening = listener.run().eagerlyEvaluate([&logger](kj::Exception&& e) {
-      logger.error("event=data-listener-failed error=\"{}\"", e.getDescription().cStr());
-    });
+        timer, logger, listenerOptions);
+    // The listener ends only when accepting cannot succeed again; the
+    // governor then stops (exit 1) rather than take tasks whose outputs no
+    // one could fetch.
+    kj::Maybe<kj::String> listenerEnded;
+    auto listenerStop = kj::newPromiseAndFulfiller<void>();
+    auto listening = listener.run()
+                         .catch_([&logger, &listenerEnded, &listenerStop](kj::Exception&& e) {
+                           logger.error("event=listener-ended service=data error=\"{}\" action=shutdown",
+                                        e.getDescription().cStr());
+                           listenerEnded = kj::str("the data service's listener ended: ", e.getDescription());
+                           listenerStop.fulfiller->fulfill();
+                         })
+                         .eagerlyEvaluate(nullptr);
 
     // Server connection and registration; after a lost connection the
     // link registers again with what the governor still holds and runs.
@@ -396,9 +415,10 @@ int run(const Flags& flags) {
     for (auto& warning : tokenWarnings(flags.listen, dataAddress.cStr(), token, !flags.token.empty(), EXPOSED)) {
       logger.warn("{}", warning);
     }
-    logger.info("event=registered governor={} name={} data={} cpus={} work_dir={} allowed=\"{}\"",
-                governorId, name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr(),
-                env.allowedRoots.describe().cStr());
+    logger.info(
+        "event=registered governor={} name={} data={} cpus={} work_dir={} allowed=\"{}\" open_files_limit={}",
+        governorId, name.cStr(), dataAddress.cStr(), flags.cpus, workDir.cStr(), env.allowedRoots.describe().cStr(),
+        openFiles);
 
     kj::Promise<void> stopAsked = io.unixEventPort.onSignal(SIGINT)
                                       .exclusiveJoin(io.unixEventPort.onSignal(SIGTERM))
@@ -412,9 +432,14 @@ int run(const Flags& flags) {
         logger.info("event=starter-gone action=shutdown");
       }));
     }
+    stopAsked = stopAsked.exclusiveJoin(kj::mv(listenerStop.promise));
     auto signalled = stopAsked.fork();
     int exitCode = 0;
     KJ_IF_MAYBE(why, link.run(io.waitScope, signalled)) {
+      failure = kj::mv(*why);
+      exitCode = 1;
+    }
+    KJ_IF_MAYBE(why, listenerEnded) {
       failure = kj::mv(*why);
       exitCode = 1;
     }
@@ -477,6 +502,11 @@ int main(int argc, char** argv) {
                "let the data service listen off loopback without a token: anyone who can reach it can read "
                "every object this governor holds");
   app.add_option("--log-level", flags.logLevel, "trace, debug, info, warn, error or off");
+  app.add_option("--auth-timeout", flags.authTimeout,
+                 "seconds a connection to the data service has to show its token (its TLS handshake "
+                 "included) before it is closed")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
   app.add_option("--connect-timeout", flags.connectTimeout, "seconds to keep retrying the server")
       ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--reconnect-timeout", flags.reconnectTimeout,

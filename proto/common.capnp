@@ -28,7 +28,10 @@ $Cxx.namespace("squall::wire");
 # skip the server"). Compatible both ways: an older server or governor
 # answers them UNIMPLEMENTED, and the client then sends its calls through
 # the server.
-const protocolVersion :UInt32 = 6;
+# 7: Bootstrap.authenticate; a connection that has not authenticated reads
+# a few small messages at a time (a governor authenticates before its
+# registration, which may be large), and one refused is closed.
+const protocolVersion :UInt32 = 7;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.

@@ -21,6 +21,12 @@ interface Bootstrap {
   registerGovernor @1 (version :UInt32, token :Text, info :GovernorInfo,
                        control :GovernorControl)
       -> (upstream :GovernorUpstream, governorId :UInt32);
+  # Shows the token and nothing else: a connection that has not
+  # authenticated has its messages read a few at a time and small (16 KiB),
+  # so a governor whose registration is larger (the inventory it sends
+  # back after a server restart) calls this first, pipelined before it.
+  # A refusal closes the connection once answered.
+  authenticate @2 (version :UInt32, token :Text);
 }
 
 # ---------------------------------------------------------------- clients

@@ -17,6 +17,7 @@
 #include <kj/debug.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/lifeline.h>
+#include <squall/proto/listener.h>
 #include <squall/proto/logging.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/tls.h>
@@ -127,6 +128,12 @@ int main(int argc, char** argv) {
                  "when it reaches end of file (that process has gone), the server stops as on "
                  "SIGTERM")
       ->check(CLI::NonNegativeNumber);
+  double authTimeout = 5;
+  app.add_option("--auth-timeout", authTimeout,
+                 "seconds a connection has to show its token (its TLS handshake included) before "
+                 "it is closed")
+      ->check(CLI::Range(0.1, 600.0))
+      ->capture_default_str();
   std::vector<std::string> limitAssignments;
   app.add_option("--limit", limitAssignments,
                  "NAME=VALUE: sets one of the bounds on what clients can submit (repeatable; "
@@ -166,6 +173,7 @@ int main(int argc, char** argv) {
   }
   squall::KjLogForwarder forwarder(*logger);
 
+  auto openFiles = squall::raiseOpenFilesLimit();
   kj::UnixEventPort::captureSignal(SIGINT);
   kj::UnixEventPort::captureSignal(SIGTERM);
   signal(SIGPIPE, SIG_IGN);
@@ -222,26 +230,27 @@ int main(int argc, char** argv) {
   }
 
   kj::Own<kj::ConnectionReceiver> receiver;
-  // With TLS, every connection accepted is one.
-  kj::Own<kj::Network> tlsNetwork;
-  if (tls.get() != nullptr) tlsNetwork = tls->wrap(io.provider->getNetwork());
-  kj::Network& rpcNetwork = tls.get() != nullptr ? *tlsNetwork : io.provider->getNetwork();
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                receiver = squall::listenOn(rpcNetwork, listen).wait(io.waitScope);
+                receiver = squall::listenOn(io.provider->getNetwork(), listen).wait(io.waitScope);
               })) {
     fprintf(stderr, "squall-server: cannot listen on %s: %s\n", listen.c_str(),
             squall::userMessage(*e).cStr());
     return 1;
   }
+  squall::ListenerOptions listenerOptions;
+  listenerOptions.service = "rpc";
+  listenerOptions.authTimeout = static_cast<int64_t>(authTimeout * 1000) * kj::MILLISECONDS;
+  // With TLS, every connection accepted is one.
+  if (tls.get() != nullptr) listenerOptions.tls = &tls->tlsContext();
   squall::RpcListener listener(
       kj::mv(receiver),
-      [&context](kj::StringPtr peer) -> capnp::Capability::Client {
-        return squall::newBootstrap(context, peer);
+      [&context](kj::Own<squall::PeerGate> gate) -> capnp::Capability::Client {
+        return squall::newBootstrap(context, kj::mv(gate));
       },
-      *logger);
+      io.provider->getTimer(), *logger, listenerOptions);
   auto host = listen.substr(0, listen.rfind(':'));
-  logger->info("event=listening address={}:{} auth={} tls={}", host, listener.getPort(),
-               secret.empty() ? "none" : "token", tls.get() != nullptr ? "on" : "off");
+  logger->info("event=listening address={}:{} auth={} tls={} open_files_limit={}", host, listener.getPort(),
+               secret.empty() ? "none" : "token", tls.get() != nullptr ? "on" : "off", openFiles);
   for (auto& warning : squall::tokenWarnings(listen, host + ":" + std::to_string(listener.getPort()), secret,
                                              !token.empty(), EXPOSED)) {
     logger->warn("{}", warning);
@@ -251,8 +260,9 @@ int main(int argc, char** argv) {
 
   // The status page, on its own port of the same loop.
   kj::Own<kj::ConnectionReceiver> httpReceiver;
+  kj::Own<squall::RetryingReceiver> httpRetrying;
   kj::Own<squall::StatusServer> statusServer;
-  kj::Promise<void> serving = kj::READY_NOW;
+  kj::Promise<void> serving = kj::NEVER_DONE;
   if (http != "off") {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                   httpReceiver = squall::listenOn(io.provider->getNetwork(), http).wait(io.waitScope);
@@ -265,8 +275,11 @@ int main(int argc, char** argv) {
     squall::StatusServerOptions options;
     options.loopbackHostsOnly = squall::isLoopbackHost(httpHost);
     statusServer = kj::heap<squall::StatusServer>(statusView, io.provider->getTimer(), *logger, options);
-    serving = statusServer->listen(*httpReceiver).eagerlyEvaluate([&logger](kj::Exception&& e) {
-      logger->error("event=status-page-stopped error=\"{}\"", e.getDescription().cStr());
+    httpRetrying = kj::heap<squall::RetryingReceiver>(*httpReceiver, io.provider->getTimer(), *logger, "http");
+    // Ends only on an accept that cannot succeed again: the server stops
+    // with it (below), never serving on without its page.
+    serving = statusServer->listen(*httpRetrying).then([]() -> kj::Promise<void> {
+      return KJ_EXCEPTION(FAILED, "the status page's listener ended");
     });
     logger->info("event=status-page address={}:{}", httpHost, httpReceiver->getPort());
     printf("http address=%s:%u\n", httpHost.c_str(), httpReceiver->getPort());
@@ -306,12 +319,25 @@ int main(int argc, char** argv) {
     graceTimers = kj::joinPromises(timers.releaseAsArray()).eagerlyEvaluate(nullptr);
   }
 
-  auto running = listener.run();
+  // A listener that ends (accepts that cannot succeed again: anything but
+  // running out of descriptors or memory, which they ride out) stops the
+  // server with exit status 1, never silently.
+  int listenerFailed = 0;
+  auto running = listener.run()
+                     .exclusiveJoin(kj::mv(serving))
+                     .then([]() { return 0; },
+                           [&logger, &listenerFailed](kj::Exception&& e) {
+                             logger->error("event=listener-ended error=\"{}\" action=shutdown",
+                                           e.getDescription().cStr());
+                             fprintf(stderr, "squall-server: stopped: %s\n", squall::userMessage(e).cStr());
+                             listenerFailed = 1;
+                             return 0;
+                           });
   auto& port = io.unixEventPort;
   auto signalled = port.onSignal(SIGINT)
                        .exclusiveJoin(port.onSignal(SIGTERM))
                        .then([](siginfo_t info) { return info.si_signo; });
-  auto stop = running.then([]() { return 0; }).exclusiveJoin(kj::mv(signalled));
+  auto stop = running.exclusiveJoin(kj::mv(signalled));
   if (lifeline != nullptr) {
     // Its starter has gone (killed, crashed): stop as on SIGTERM.
     stop = stop.exclusiveJoin(squall::lifelineCut(port, lifeline).then([&logger]() {
@@ -335,5 +361,5 @@ int main(int argc, char** argv) {
     sessionHistory.detachLog();
   }
   logger->flush();
-  return 0;
+  return listenerFailed;
 }

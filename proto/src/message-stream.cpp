@@ -92,8 +92,34 @@ kj::Promise<void> BufferedMessageStream::fill(size_t n, size_t maxFds) {
   });
 }
 
+void BufferedMessageStream::gateReads(size_t messages, size_t words) {
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  gate = Gate{messages, words, kj::mv(paf.fulfiller), paf.promise.fork()};
+}
+
+void BufferedMessageStream::openGate() {
+  KJ_IF_MAYBE(g, gate) {
+    auto opener = kj::mv(g->opener);
+    gate = nullptr;
+    opener->fulfill();
+  }
+}
+
+kj::Promise<void> BufferedMessageStream::mayRead(size_t words) {
+  KJ_IF_MAYBE(g, gate) {
+    bool fits = words == 0 ? g->messagesLeft > 0 : words <= g->maxWords;
+    if (!fits) return g->opened.addBranch();
+  }
+  return kj::READY_NOW;
+}
+
 kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::tryReadMessage(
     kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options, kj::ArrayPtr<capnp::word>) {
+  KJ_IF_MAYBE(g, gate) {
+    if (g->messagesLeft == 0) {
+      return mayRead(0).then([this, fdSpace, options]() { return tryReadMessage(fdSpace, options); });
+    }
+  }
   size_t maxFds = fdSpace.size();
   return fill(WORD, maxFds).then([this, fdSpace, options, maxFds]() -> kj::Promise<kj::Maybe<MessageReaderAndFds>> {
     if (available() == 0) return kj::Maybe<MessageReaderAndFds>(nullptr);  // the end, between messages
@@ -113,6 +139,12 @@ kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> BufferedMessageStream::tryRea
       KJ_REQUIRE(words <= options.traversalLimitInWords,
                  "Message is too large.  To increase the limit on the receiving end, see "
                  "capnp::ReaderOptions.");
+      if (gate != nullptr) {
+        // Only its header is read: the rest stays in the kernel meanwhile.
+        return mayRead(words).then([this, headerBytes, words, fdSpace, options]() {
+          return readBody(headerBytes, words, fdSpace, options);
+        });
+      }
       return readBody(headerBytes, words, fdSpace, options);
     });
   });
@@ -157,6 +189,9 @@ capnp::MessageReaderAndFds BufferedMessageStream::deliver(kj::Array<capnp::word>
                                                           kj::ArrayPtr<kj::AutoCloseFd> fdSpace,
                                                           capnp::ReaderOptions options) {
   counts_.messagesIn++;
+  KJ_IF_MAYBE(g, gate) {
+    if (g->messagesLeft > 0) g->messagesLeft--;
+  }
   uint64_t end = start + message.size() * WORD;
   size_t fdCount = 0;
   while (!fdBundles.empty() && fdBundles.front().lastByte < end) {
@@ -194,6 +229,7 @@ kj::Promise<void> BufferedMessageStream::writeMessage(kj::ArrayPtr<const int> fd
   bool cleanUp = rpcMessages && cleanUpOnly(segments);
   size_t size = messageBytes(segments);
   unwritten += size;
+  if (unwritten > MAX_UNWRITTEN_BYTES || waitingWrites >= MAX_WAITING_WRITES) return cutOff();
   if (fds.size() > 0) {
     KJ_REQUIRE(capStream != nullptr, "file descriptors travel only over a Unix socket");
     // Alone, its descriptors on its first byte (the header says why).
@@ -357,6 +393,7 @@ kj::Promise<void> BufferedMessageStream::flush(kj::ArrayPtr<const kj::ArrayPtr<c
     return kj::READY_NOW;
   }
   auto paf = kj::newPromiseAndFulfiller<void>();
+  waitingWrites++;
   writes = writes
                .then([this, data = kj::mv(data), more, fds]() mutable -> kj::Promise<void> {
                  KJ_IF_MAYBE(e, writeError) { return kj::cp(*e); }
@@ -374,10 +411,12 @@ kj::Promise<void> BufferedMessageStream::flush(kj::ArrayPtr<const kj::ArrayPtr<c
                .then(
                    [this, owed, fulfiller = paf.fulfiller.get()]() {
                      unwritten -= kj::min(unwritten, owed);
+                     waitingWrites--;
                      fulfiller->fulfill();
                    },
                    [this, owed, fulfiller = paf.fulfiller.get()](kj::Exception&& e) {
                      unwritten -= kj::min(unwritten, owed);
+                     waitingWrites--;
                      if (writeError == nullptr) writeError = kj::cp(e);
                      fulfiller->reject(kj::mv(e));
                    })
@@ -385,6 +424,24 @@ kj::Promise<void> BufferedMessageStream::flush(kj::ArrayPtr<const kj::ArrayPtr<c
                .eagerlyEvaluate(nullptr);
   return kj::mv(paf.promise);
 }
+
+kj::Exception BufferedMessageStream::cutOff() {
+  auto e = KJ_EXCEPTION(DISCONNECTED, "the peer does not read what it is sent: connection cut", unwritten,
+                        waitingWrites);
+  if (writeError == nullptr) {
+    writeError = kj::cp(e);
+    // The reads end too, so that the connection's owner sees it go.
+    KJ_IF_MAYBE(ignored, kj::runCatchingExceptions([&]() {
+                  stream.abortRead();
+                  stream.shutdownWrite();
+                })) {
+      (void)ignored;
+    }
+  }
+  return e;
+}
+
+kj::Promise<void> BufferedMessageStream::drain() { return flush(); }
 
 kj::Maybe<int> BufferedMessageStream::getSendBufferSize() {
   int size = 0;

@@ -15,56 +15,6 @@ capnp::ReaderOptions readerOptions() {
   return options;
 }
 
-struct RpcListener::Connection {
-  Connection(kj::Own<kj::AsyncIoStream> streamParam, capnp::Capability::Client bootstrap)
-      : stream(kj::mv(streamParam)),
-        messages(*stream),
-        network(messages, capnp::rpc::twoparty::Side::SERVER, readerOptions()),
-        rpc(capnp::makeRpcServer(network, kj::mv(bootstrap))) {}
-
-  kj::Own<kj::AsyncIoStream> stream;
-  BufferedMessageStream messages;
-  capnp::TwoPartyVatNetwork network;
-  capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
-};
-
-RpcListener::RpcListener(kj::Own<kj::ConnectionReceiver> receiver, BootstrapFactory makeBootstrap,
-                         spdlog::logger& logger)
-    : receiver(kj::mv(receiver)),
-      makeBootstrap(kj::mv(makeBootstrap)),
-      logger(logger),
-      connections(*this) {}
-
-RpcListener::~RpcListener() noexcept(false) {}
-
-kj::Promise<void> RpcListener::run() {
-  return receiver->accept().then([this](kj::Own<kj::AsyncIoStream> stream) {
-    kj::String peer = kj::str("?");
-    // getpeername through the stream; best effort, only for logs.
-    struct sockaddr_storage addr;
-    uint len = sizeof(addr);
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  stream->getpeername(reinterpret_cast<struct sockaddr*>(&addr), &len);
-                })) {
-      (void)e;
-    } else if (addr.ss_family == AF_INET) {
-      auto* in = reinterpret_cast<struct sockaddr_in*>(&addr);
-      char text[INET_ADDRSTRLEN];
-      inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text));
-      peer = kj::str(text, ":", ntohs(in->sin_port));
-    }
-    logger.debug("event=accept peer={}", peer.cStr());
-    auto connection = kj::heap<Connection>(kj::mv(stream), makeBootstrap(peer));
-    auto disconnected = connection->network.onDisconnect();
-    connections.add(disconnected.attach(kj::mv(connection)));
-    return run();
-  });
-}
-
-void RpcListener::taskFailed(kj::Exception&& exception) {
-  logger.debug("event=connection-error error=\"{}\"", exception.getDescription().cStr());
-}
-
 kj::Promise<kj::Own<kj::ConnectionReceiver>> listenOn(kj::Network& network,
                                                       kj::StringPtr address) {
   checkAddress(address);

@@ -77,8 +77,10 @@ class DataServiceTest : public ::testing::Test {
     address = kj::str("127.0.0.1:", receiver->getPort());
     listener = kj::heap<RpcListener>(
         kj::mv(receiver),
-        [this](kj::StringPtr) -> capnp::Capability::Client { return kj::heap<DataBootstrapImpl>(env); },
-        *logger);
+        [this](kj::Own<PeerGate> gate) -> capnp::Capability::Client {
+          return kj::heap<DataBootstrapImpl>(env, kj::mv(gate));
+        },
+        io.provider->getTimer(), *logger);
     listening = listener->run().eagerlyEvaluate(nullptr);
   }
 

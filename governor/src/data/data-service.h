@@ -10,6 +10,7 @@
 #include <kj/async-io.h>
 #include <map>
 #include <spdlog/logger.h>
+#include <squall/proto/listener.h>
 #include <squall/proto/rpc.h>
 #include <squall/wire/data.capnp.h>
 #include <string>
@@ -60,13 +61,16 @@ struct DataServiceEnv {
 // token before handing out the service.
 class DataBootstrapImpl final : public wire::DataBootstrap::Server {
  public:
-  // `peer`: the connection's address, for the log.
-  explicit DataBootstrapImpl(DataServiceEnv& env, kj::StringPtr peer = "?") : env(env), peer(kj::str(peer)) {}
+  // `gate`: the connection's (RpcListener), admitted by an open() with
+  // the token and refused by any other; none in tests that serve a
+  // connection of their own.
+  explicit DataBootstrapImpl(DataServiceEnv& env, kj::Own<PeerGate> gate = nullptr)
+      : env(env), gate(kj::mv(gate)) {}
   kj::Promise<void> open(OpenContext context) override;
 
  private:
   DataServiceEnv& env;
-  kj::String peer;
+  kj::Own<PeerGate> gate;
 };
 
 class DataServiceImpl final : public wire::DataService::Server {

@@ -471,8 +471,10 @@ TEST_F(GovernorControlTest, InputsAreFetchedFromAnotherGovernor) {
   auto address = kj::str("127.0.0.1:", receiver->getPort());
   RpcListener listener(
       kj::mv(receiver),
-      [&remoteEnv](kj::StringPtr) -> capnp::Capability::Client { return kj::heap<DataBootstrapImpl>(remoteEnv); },
-      *logger);
+      [&remoteEnv](kj::Own<PeerGate> gate) -> capnp::Capability::Client {
+        return kj::heap<DataBootstrapImpl>(remoteEnv, kj::mv(gate));
+      },
+      io.provider->getTimer(), *logger);
   auto listening = listener.run().eagerlyEvaluate(nullptr);
   std::string payload(CHUNK_SIZE + 3, 'r');
   waitWithTimeout(io, remoteStore.putBytes({8, 1}, wire::ObjectKind::BLOB,

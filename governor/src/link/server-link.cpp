@@ -51,7 +51,15 @@ void ServerLink::sendLend(Id task, bool lent) {
 }
 
 kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again) {
-  auto request = connection.bootstrap<wire::Bootstrap>().registerGovernorRequest();
+  auto bootstrap = connection.bootstrap<wire::Bootstrap>();
+  // The token first, in a message of its own: the server reads a
+  // registration (which may be large) only from a connection that has
+  // authenticated. Pipelined: no round trip more.
+  auto authenticate = bootstrap.authenticateRequest();
+  authenticate.setVersion(wire::PROTOCOL_VERSION);
+  authenticate.setToken(options.token);
+  auto authenticated = authenticate.send();
+  auto request = bootstrap.registerGovernorRequest();
   request.setVersion(wire::PROTOCOL_VERSION);
   request.setToken(options.token);
   auto info = request.initInfo();
@@ -110,7 +118,10 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
   for (size_t i = 0; i < direct.size(); i++) direct[i].to(directList[i]);
   request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
   upstream = nullptr;
-  return request.send().then([this, seceded = kj::mv(seceded)](auto response) {
+  auto registered = request.send();
+  return authenticated.ignoreResult()
+      .then([registered = kj::mv(registered)]() mutable { return kj::mv(registered); })
+      .then([this, seceded = kj::mv(seceded)](auto response) {
     upstream = response.getUpstream();
     batcher.connected(response.getUpstream());
     // Lent or taken back while the registration was on its way.

@@ -37,8 +37,10 @@ struct TestGovernor {
     address = kj::str("127.0.0.1:", receiver->getPort());
     listener = kj::heap<RpcListener>(
         kj::mv(receiver),
-        [this](kj::StringPtr) -> capnp::Capability::Client { return kj::heap<DataBootstrapImpl>(dataEnv); },
-        logger);
+        [this](kj::Own<PeerGate> gate) -> capnp::Capability::Client {
+          return kj::heap<DataBootstrapImpl>(dataEnv, kj::mv(gate));
+        },
+        io.provider->getTimer(), logger);
     listening = listener->run().eagerlyEvaluate(nullptr);
     auto fake = kj::heap<FakeUpstream>();
     upstream = fake.get();

@@ -992,8 +992,14 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
 
 class BootstrapImpl final : public wire::Bootstrap::Server {
  public:
-  BootstrapImpl(ServerContext& context, kj::StringPtr peer)
-      : context(context), peer(kj::str(peer)) {}
+  BootstrapImpl(ServerContext& context, kj::Own<PeerGate> gate)
+      : context(context), gate(kj::mv(gate)), peer(kj::str(this->gate->peer())) {}
+
+  kj::Promise<void> authenticate(AuthenticateContext call) override {
+    auto params = call.getParams();
+    checkPeer(params.getVersion(), params.getToken());
+    return kj::READY_NOW;
+  }
 
   kj::Promise<void> registerClient(RegisterClientContext call) override {
     auto params = call.getParams();
@@ -1050,28 +1056,35 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
 
  private:
   ServerContext& context;
+  kj::Own<PeerGate> gate;
   kj::String peer;
 
+  // Admits the connection, or refuses it (logged by the listener, the
+  // connection closed once this call's error is written) and throws.
   void checkPeer(uint32_t version, capnp::Text::Reader token) {
-    SQUALL_REQUIRE(version == wire::PROTOCOL_VERSION, "protocol version mismatch: peer speaks ", version, ", server speaks ",
-                       wire::PROTOCOL_VERSION, "; run the same squall release on both sides");
+    if (version != wire::PROTOCOL_VERSION) {
+      gate->refuse(kj::str("protocol version ", version));
+      SQUALL_FAIL("protocol version mismatch: peer speaks ", version, ", server speaks ", wire::PROTOCOL_VERSION,
+                  "; run the same squall release on both sides");
+    }
     // A server without a token checks none (it listens on loopback only,
     // unless started --insecure): a client's token from the default file
     // is no reason to refuse it.
     if (!context.token.empty() && !tokensEqual(token.cStr(), context.token)) {
-      context.logger.warn("event=auth-refused peer={} token={}", peer.cStr(), token.size() == 0 ? "none" : "wrong");
+      gate->refuse(token.size() == 0 ? "no token" : "wrong token");
       SQUALL_FAIL("authentication failed: ", token.size() == 0 ? "no token given" : "wrong token",
                   " (the server's is in its --token-file; clients read $SQUALL_TOKEN_FILE, $SQUALL_TOKEN or ",
                   defaultTokenFile().empty() ? kj::str("the default token file") : kj::str(defaultTokenFile().c_str()),
                   ")");
     }
+    gate->admit();
   }
 };
 
 }  // namespace
 
-kj::Own<wire::Bootstrap::Server> newBootstrap(ServerContext& context, kj::StringPtr peer) {
-  return kj::heap<BootstrapImpl>(context, peer);
+kj::Own<wire::Bootstrap::Server> newBootstrap(ServerContext& context, kj::Own<PeerGate> gate) {
+  return kj::heap<BootstrapImpl>(context, kj::mv(gate));
 }
 
 }  // namespace squall

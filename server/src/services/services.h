@@ -4,11 +4,14 @@
 
 #include "context.h"
 
+#include <squall/proto/listener.h>
 #include <squall/wire/service.capnp.h>
 
 namespace squall {
 
 // One per accepted connection.
-kj::Own<wire::Bootstrap::Server> newBootstrap(ServerContext& context, kj::StringPtr peer);
+// `gate` is the connection's: admitted when a call shows the token,
+// refused (the connection closed) when one does not.
+kj::Own<wire::Bootstrap::Server> newBootstrap(ServerContext& context, kj::Own<PeerGate> gate);
 
 }  // namespace squall

@@ -20,7 +20,15 @@
 //   64 KiB or more is not copied: the batch and it go out in one write and
 //   its promise resolves once written. While more than 1 MiB waits to be
 //   written, a message's promise resolves only when its batch has gone, so
-//   capnp's write queue, which waits on it, holds the sender back.
+//   capnp's write queue, which waits on it, holds the sender back. A peer
+//   that reads nothing cannot make that queue grow without bound: past
+//   MAX_UNWRITTEN_BYTES, or MAX_WAITING_WRITES writes queued, the
+//   connection is cut (DISCONNECTED), both ways. (A queue of 250,000
+//   waiting writes once took a server's stack down as it was torn down,
+//   one frame a link.)
+// - Before its peer has authenticated (gateReads), a listener's connection
+//   reads only a few small messages; a later or larger one waits, unread,
+//   until openGate().
 // - Clean-up messages wait for the next message: a Finish for a call
 //   whose Return has come, and a Release, only let the peer free what it
 //   keeps for us, so they go out with the next other message written
@@ -65,6 +73,17 @@ class BufferedMessageStream final : public capnp::MessageStream {
   static constexpr size_t HIGH_WATER_BYTES = 1024 * 1024;
   // Clean-up messages held for the next other message, at most.
   static constexpr size_t MAX_HELD_MESSAGES = 64;
+  // Past either, a peer that does not read is cut off (see the header).
+  static constexpr size_t MAX_UNWRITTEN_BYTES = 256 * 1024 * 1024;
+  static constexpr size_t MAX_WAITING_WRITES = 4096;
+
+  // Until openGate(): at most `messages` more messages are read, each of at
+  // most `words` words; the read of any other waits for openGate().
+  void gateReads(size_t messages, size_t words);
+  void openGate();
+  // Writes what the batch holds; resolves once every message handed over
+  // so far is written (rejects as the write that failed).
+  kj::Promise<void> drain();
 
   kj::Promise<kj::Maybe<capnp::MessageReaderAndFds>> tryReadMessage(
       kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options = capnp::ReaderOptions(),
@@ -147,7 +166,22 @@ class BufferedMessageStream final : public capnp::MessageStream {
   MessageReaderAndFds deliver(kj::Array<capnp::word> message, uint64_t start,
                               kj::ArrayPtr<kj::AutoCloseFd> fdSpace, capnp::ReaderOptions options);
 
+  // The gate (gateReads): messages left to read, and the largest.
+  struct Gate {
+    size_t messagesLeft;
+    size_t maxWords;
+    kj::Own<kj::PromiseFulfiller<void>> opener;
+    kj::ForkedPromise<void> opened;
+  };
+  kj::Maybe<Gate> gate;
+  // Resolves once a message of `words` words (0: not known yet) may be read.
+  kj::Promise<void> mayRead(size_t words);
+
   // ---- writing
+  // Writes queued and not done (the non-blocking path).
+  size_t waitingWrites = 0;
+  // Fails every later write and both directions of the stream.
+  kj::Exception cutOff();
   // The batch being built.
   kj::Vector<kj::byte> batch;
   // Bytes handed over and not yet written (the batch's included).

@@ -22,36 +22,6 @@ constexpr uint GOVERNOR_DATA_PORT = 7211;
 // Submits are chunked by the client so no graph needs more.
 capnp::ReaderOptions readerOptions();
 
-// Accepts TCP connections on one port. Each connection gets its own
-// bootstrap capability from `makeBootstrap(peer)` and lives until the peer
-// goes; the capabilities it exported are then released, so their
-// destructors are where per-connection state (a client's sessions, a
-// governor) is let go.
-class RpcListener final : private kj::TaskSet::ErrorHandler {
- public:
-  using BootstrapFactory = kj::Function<capnp::Capability::Client(kj::StringPtr peer)>;
-
-  RpcListener(kj::Own<kj::ConnectionReceiver> receiver, BootstrapFactory makeBootstrap,
-              spdlog::logger& logger);
-  ~RpcListener() noexcept(false);
-
-  uint getPort() { return receiver->getPort(); }
-
-  // Accepts until the returned promise is dropped (connections already
-  // accepted are dropped with the listener).
-  kj::Promise<void> run();
-
- private:
-  struct Connection;
-
-  kj::Own<kj::ConnectionReceiver> receiver;
-  BootstrapFactory makeBootstrap;
-  spdlog::logger& logger;
-  kj::TaskSet connections;
-
-  void taskFailed(kj::Exception&& exception) override;
-};
-
 // Binds `address` ("host:port", port 0 for any free one).
 kj::Promise<kj::Own<kj::ConnectionReceiver>> listenOn(kj::Network& network,
                                                       kj::StringPtr address);

@@ -37,6 +37,10 @@ class Tls {
   // `network` with TLS on every connection made or accepted through it.
   kj::Own<kj::Network> wrap(kj::Network& network);
   bool serves() const { return keypair.get() != nullptr; }
+  // For a listener that makes each connection it accepts a TLS server's
+  // end itself (RpcListener: handshakes in parallel, each within its
+  // deadline).
+  kj::TlsContext& tlsContext() { return *context; }
 
  private:
   kj::Own<kj::TlsKeypair> keypair;
