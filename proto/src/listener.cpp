@@ -205,15 +205,19 @@ kj::Promise<void> RpcListener::run() {
                        e.getDescription().cStr());
           return kj::mv(e);
         }
-        // Out of descriptors: the oldest connection that has not shown a
-        // token gives its one back.
-        bool madeRoom = e.getType() == kj::Exception::Type::OVERLOADED &&
-                        closeOldestWaiting("out of descriptors");
-        backoff = nextBackoff(backoff);
+        // Out of descriptors: the oldest connections that have not shown a
+        // token give theirs back (a few at a time: one freed is taken by
+        // the next connection in the backlog), and accepting goes on as
+        // soon as they have gone. With none to close, back off.
+        size_t closed = 0;
+        if (e.getType() == kj::Exception::Type::OVERLOADED) {
+          while (closed < 16 && closeOldestWaiting("out of descriptors")) closed++;
+        }
+        bool madeRoom = closed > 0;
+        backoff = madeRoom ? 1 * kj::MILLISECONDS : nextBackoff(backoff);
         acceptErrors.warn(fmt::format(
             "event=accept-failed service={} error=\"{}\" action=retry retry_ms={} closed_waiting={} connections={}",
-            options.service.cStr(), e.getDescription().cStr(), inMs(backoff), madeRoom ? 1 : 0,
-            connectionsOpen));
+            options.service.cStr(), e.getDescription().cStr(), inMs(backoff), closed, connectionsOpen));
         return timer.afterDelay(backoff).then([this]() { return run(); });
       });
 }

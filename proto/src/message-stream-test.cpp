@@ -218,6 +218,73 @@ TEST(BufferedMessageStreamTest, AWriterWhosePeerDoesNotReadIsHeldBack) {
   last.wait(io.waitScope);
 }
 
+TEST(BufferedMessageStreamTest, AWriterThatDoesNotWaitForAPeerThatDoesNotReadIsCutOff) {
+  // capnp's RPC system queues each message behind the last one's promise
+  // without bound; this is what that queue meets when the peer never reads.
+  auto io = kj::setupAsyncIo();
+  auto pipe = io.provider->newTwoWayPipe();
+  BufferedMessageStream out(*pipe.ends[0]);
+  kj::Vector<kj::Promise<void>> writes;
+  kj::Maybe<kj::Exception> cut;
+  auto text = kj::str(kj::repeat('z', 1000));
+  for (size_t i = 0; i < 20000 && cut == nullptr; i++) {
+    auto written = send(out, text).then([]() {}, [&cut](kj::Exception&& e) {
+      if (cut == nullptr) cut = kj::mv(e);
+    });
+    writes.add(written.eagerlyEvaluate(nullptr));
+    if (i % 64 == 0) io.waitScope.poll();
+  }
+  io.waitScope.poll();
+  KJ_IF_MAYBE(e, cut) {
+    EXPECT_EQ(e->getType(), kj::Exception::Type::DISCONNECTED);
+    EXPECT_NE(std::string(e->getDescription().cStr()).find("does not read"), std::string::npos)
+        << e->getDescription().cStr();
+    EXPECT_LE(writes.size(), BufferedMessageStream::MAX_WAITING_WRITES + 2000);
+  } else {
+    FAIL() << "a peer that reads nothing held " << writes.size() << " writes";
+  }
+  // The reading end sees the connection end (both ways were shut).
+  BufferedMessageStream in(*pipe.ends[1]);
+  kj::AutoCloseFd none[1];
+  size_t read = 0;
+  for (;;) {
+    auto got = in.tryReadMessage(kj::arrayPtr(none, 0)).then(
+        [](kj::Maybe<capnp::MessageReaderAndFds> m) { return m != nullptr; }, [](kj::Exception&&) { return false; });
+    if (!got.wait(io.waitScope)) break;
+    read++;
+  }
+  EXPECT_GT(read, 0u);
+}
+
+TEST(BufferedMessageStreamTest, AGatedStreamReadsAFewSmallMessagesUntilOpened) {
+  auto io = kj::setupAsyncIo();
+  auto pipe = io.provider->newTwoWayPipe();
+  BufferedMessageStream out(*pipe.ends[0]);
+  BufferedMessageStream in(*pipe.ends[1]);
+  in.gateReads(2, 16);
+  send(out, "one").wait(io.waitScope);
+  send(out, "two").wait(io.waitScope);
+  send(out, "three").wait(io.waitScope);
+  out.drain().wait(io.waitScope);
+  EXPECT_EQ(receive(in, io.waitScope).text, "one");
+  EXPECT_EQ(receive(in, io.waitScope).text, "two");
+  kj::AutoCloseFd none[1];
+  auto third = in.tryReadMessage(kj::arrayPtr(none, 0));
+  EXPECT_FALSE(third.poll(io.waitScope));
+  in.openGate();
+  auto got = third.wait(io.waitScope);
+  EXPECT_EQ(textOf(*KJ_ASSERT_NONNULL(got).reader), "three");
+  // A large one waits for the gate too, with only its header read.
+  BufferedMessageStream small(*pipe.ends[1]);
+  small.gateReads(5, 16);
+  send(out, kj::str(kj::repeat('y', 1000))).wait(io.waitScope);
+  out.drain().wait(io.waitScope);
+  auto large = small.tryReadMessage(kj::arrayPtr(none, 0));
+  EXPECT_FALSE(large.poll(io.waitScope));
+  small.openGate();
+  EXPECT_EQ(textOf(*KJ_ASSERT_NONNULL(large.wait(io.waitScope)).reader).size(), 1000u);
+}
+
 // The RPC system over it: calls and answers, with capabilities carrying
 // descriptors.
 class Echo final : public wire::DataBootstrap::Server {
