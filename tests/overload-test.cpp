@@ -30,8 +30,6 @@
 namespace squall {
 namespace {
 
-using client::Client;
-using client::Program;
 
 struct Endpoint {
   std::string host;
@@ -220,23 +218,37 @@ TEST(OverloadTest, APeerWithoutTheTokenCannotStopOrSwellTheCluster) {
     session.submit();
     EXPECT_EQ(echo.output().fetch(), "still here\n");
   }
-  auto page = httpGet(cluster.httpAddress(), "/api/governors");
-  EXPECT_EQ(page.status, 200) << page.body;
-
   auto serverRss = procStatusKb(cluster.server().pid(), "VmRSS");
   auto governorRss = procStatusKb(cluster.governor(0).pid(), "VmRSS");
+  fprintf(stderr, "overload: server VmRSS %llu -> %llu kB, governor %llu -> %llu kB, %zu connections held\n",
+          static_cast<unsigned long long>(serverRssBefore), static_cast<unsigned long long>(serverRss),
+          static_cast<unsigned long long>(governorRssBefore), static_cast<unsigned long long>(governorRss),
+          held.size());
   // Before the fix one such connection took a server from 11 to ~700 MiB.
   EXPECT_LT(serverRss, serverRssBefore + 128 * 1024) << serverRssBefore << " kB before";
   EXPECT_LT(governorRss, governorRssBefore + 128 * 1024) << governorRssBefore << " kB before";
   for (int fd : held) ::close(fd);
 
+  // The status page went on accepting (it ended for good after a flood
+  // before the fix): once the idle connections it let in are gone, it
+  // answers. (kj-http sees them go as it reads them: no event reaches this
+  // process, hence the bounded retries.)
+  HttpReply page;
+  for (int i = 0; i < 100 && page.status != 200; i++) {
+    page = httpGet(cluster.httpAddress(), "/api/governors");
+    if (page.status != 200) usleep(50 * 1000);
+  }
+  EXPECT_EQ(page.status, 200) << page.body;
+
   EXPECT_EQ(cluster.stop(), "");
   auto serverSaid = slurp(serverLog);
   auto governorSaid = slurp(governorLog);
   EXPECT_GE(count(serverSaid, "event=auth-refused"), 1u) << serverSaid.substr(0, 4000);
-  // 401 refusals (and the evictions) in a few seconds: a few lines a second.
-  EXPECT_LT(count(serverSaid, "event=auth-refused") + count(serverSaid, "event=connection-closed"), 150u)
-      << serverSaid.substr(0, 4000);
+  EXPECT_GE(count(governorSaid, "event=auth-refused service=data"), 1u) << governorSaid.substr(0, 4000);
+  // 401 refusals and ~1,000 connections closed to make room in a few
+  // seconds: a few lines a second of each, the rest counted.
+  EXPECT_LT(count(serverSaid, "event=auth-refused"), 60u) << serverSaid.substr(0, 4000);
+  EXPECT_LT(count(serverSaid, "event=connection-closed"), 60u) << serverSaid.substr(0, 4000);
   EXPECT_EQ(serverSaid.find(token), std::string::npos);
   EXPECT_EQ(governorSaid.find(token), std::string::npos);
 }

@@ -217,6 +217,33 @@ TEST(ListenerTest, ALargeMessageWaitsUntilThePeerHasAuthenticated) {
   EXPECT_EQ(f.opened, 2);
 }
 
+TEST(ListenerTest, ARetryingReceiverClosesConnectionsPastItsCap) {
+  auto io = kj::setupAsyncIo();
+  std::ostringstream said;
+  auto logger = std::make_shared<spdlog::logger>("test", std::make_shared<spdlog::sinks::ostream_sink_st>(said));
+  auto receiver = listenOn(io.provider->getNetwork(), "127.0.0.1:0").wait(io.waitScope);
+  RetryingReceiver retrying(*receiver, io.provider->getTimer(), *logger, "http", 2);
+  auto address = io.provider->getNetwork().parseAddress(kj::str("127.0.0.1:", receiver->getPort())).wait(io.waitScope);
+  auto a = address->connect().wait(io.waitScope);
+  auto b = address->connect().wait(io.waitScope);
+  auto c = address->connect().wait(io.waitScope);
+  auto first = retrying.accept().wait(io.waitScope);
+  auto second = retrying.accept().wait(io.waitScope);
+  EXPECT_EQ(retrying.openConnections(), 2u);
+  // The third is closed as it comes; the accept waits for another.
+  auto third = retrying.accept();
+  char byte;
+  EXPECT_EQ(c->tryRead(&byte, 1, 1).wait(io.waitScope), 0u);
+  EXPECT_NE(said.str().find("event=connection-closed service=http"), std::string::npos) << said.str();
+  first = nullptr;
+  EXPECT_EQ(retrying.openConnections(), 1u);
+  auto d = address->connect().wait(io.waitScope);
+  auto fourth = third.wait(io.waitScope);
+  EXPECT_EQ(retrying.openConnections(), 2u);
+  d->write("x", 1).wait(io.waitScope);
+  EXPECT_EQ(fourth->tryRead(&byte, 1, 1).wait(io.waitScope), 1u);
+}
+
 size_t openDescriptors() {
   size_t n = 0;
   DIR* dir = opendir("/proc/self/fd");

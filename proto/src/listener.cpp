@@ -184,6 +184,7 @@ RpcListener::RpcListener(kj::Own<kj::ConnectionReceiver> receiver, BootstrapFact
       logger(logger),
       options(options),
       refusals(timer, logger),
+      drops(timer, logger),
       acceptErrors(timer, logger),
       connections(*this) {}
 
@@ -241,7 +242,7 @@ void RpcListener::accepted(kj::Own<kj::AsyncIoStream> stream) {
   });
   auto deadline = timer.afterDelay(options.authTimeout).then([this, &c]() -> kj::Promise<void> {
     if (c.gate->admitted()) return kj::NEVER_DONE;
-    refusals.warn(fmt::format("event=auth-timeout service={} peer={} after_ms={} tls_done={}",
+    drops.warn(fmt::format("event=auth-timeout service={} peer={} after_ms={} tls_done={}",
                               options.service.cStr(), c.gate->peer().cStr(), inMs(options.authTimeout),
                               c.rpc.get() != nullptr ? "yes" : "no"));
     return kj::READY_NOW;
@@ -254,7 +255,7 @@ bool RpcListener::closeOldestWaiting(kj::StringPtr why) {
   if (waiting.empty()) return false;
   auto* oldest = waiting.front();
   oldest->leaveWaiting();
-  refusals.warn(fmt::format("event=connection-closed service={} peer={} reason=\"{}\"", options.service.cStr(),
+  drops.warn(fmt::format("event=connection-closed service={} peer={} reason=\"{}\"", options.service.cStr(),
                             oldest->gate->peer().cStr(), why.cStr()));
   oldest->close();
   return true;
@@ -268,15 +269,22 @@ void RpcListener::taskFailed(kj::Exception&& exception) {
 // ------------------------------------------------------------ RetryingReceiver
 
 RetryingReceiver::RetryingReceiver(kj::ConnectionReceiver& inner, kj::Timer& timer, spdlog::logger& logger,
-                                   kj::StringPtr service)
-    : inner(inner), timer(timer), service(service), errors(timer, logger) {}
+                                   kj::StringPtr service, size_t maxConnections)
+    : inner(inner), timer(timer), service(service), maxConnections(maxConnections), errors(timer, logger) {}
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> RetryingReceiver::accept() {
   return kj::evalNow([this]() { return inner.accept(); })
       .then(
       [this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
         backoff = 0 * kj::SECONDS;
-        return kj::mv(stream);
+        if (maxConnections > 0 && open >= maxConnections) {
+          errors.warn(fmt::format("event=connection-closed service={} peer={} reason=\"{} connections open\"",
+                                  service.cStr(), peerName(*stream).cStr(), open));
+          stream = nullptr;
+          return accept();
+        }
+        open++;
+        return stream.attach(kj::defer([this]() { open--; }));
       },
       [this](kj::Exception&& e) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
         if (!acceptErrorIsTransient(e)) return kj::mv(e);

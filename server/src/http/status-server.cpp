@@ -77,6 +77,10 @@ StatusServer::StatusServer(StatusView& view, kj::Timer& timer, spdlog::logger& l
         // kj-http holds an idle connection this long after a response,
         // whatever the client asked (it ignores Connection: close).
         settings.pipelineTimeout = 5 * kj::SECONDS;
+        // And a new one this long for its request's headers (kj's default
+        // is 15 s): the listener lets so many connections be open at once
+        // (RetryingReceiver), and an idle one holds its place meanwhile.
+        settings.headerTimeout = 5 * kj::SECONDS;
         (void)options;
         return settings;
       }()) {

@@ -139,7 +139,9 @@ class RpcListener final : private kj::TaskSet::ErrorHandler {
   kj::Timer& timer;
   spdlog::logger& logger;
   ListenerOptions options;
+  // Each kind limited on its own, so that a flood of one hides no other.
   RateLimitedLog refusals;
+  RateLimitedLog drops;
   RateLimitedLog acceptErrors;
   kj::Duration backoff = 0 * kj::SECONDS;
   // Not yet authenticated, oldest first.
@@ -156,19 +158,26 @@ class RpcListener final : private kj::TaskSet::ErrorHandler {
 
 // A ConnectionReceiver whose accept() rides out what RpcListener rides out
 // (OVERLOADED, DISCONNECTED: backs off and accepts again, logged
-// rate-limited) and fails only on anything else. For kj-http's listener,
-// which stops for good on the first failed accept.
+// rate-limited) and fails only on anything else; and that hands out at
+// most `maxConnections` open connections at once, closing any more as
+// they come (it cannot close the ones it handed out). For kj-http's
+// listener, which stops for good on the first failed accept and holds
+// connections as long as their peers do. Must outlive the connections it
+// accepted.
 class RetryingReceiver final : public kj::ConnectionReceiver {
  public:
   RetryingReceiver(kj::ConnectionReceiver& inner, kj::Timer& timer, spdlog::logger& logger,
-                   kj::StringPtr service);
+                   kj::StringPtr service, size_t maxConnections = 128);
   kj::Promise<kj::Own<kj::AsyncIoStream>> accept() override;
   uint getPort() override { return inner.getPort(); }
+  size_t openConnections() const { return open; }
 
  private:
   kj::ConnectionReceiver& inner;
   kj::Timer& timer;
   kj::StringPtr service;
+  size_t maxConnections;
+  size_t open = 0;
   RateLimitedLog errors;
   kj::Duration backoff = 0 * kj::SECONDS;
 };
