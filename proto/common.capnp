@@ -28,7 +28,11 @@ $Cxx.namespace("squall::wire");
 # skip the server"). Compatible both ways: an older server or governor
 # answers them UNIMPLEMENTED, and the client then sends its calls through
 # the server.
-const protocolVersion :UInt32 = 6;
+# 7: session references carry the server's incarnation (ClientService
+# calls' `incarnation`, newSession's answer, SessionState.incarnation): a
+# server on another session log refuses a stale reference instead of taking
+# it for its own session of the same id.
+const protocolVersion :UInt32 = 7;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.
