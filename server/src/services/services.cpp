@@ -3,6 +3,7 @@
 #include "explain.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <unordered_set>
 #include <kj/debug.h>
@@ -293,8 +294,12 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     return id;
   }
 
+  // 16 hex digits, as the server's log writes it.
   static kj::String incarnationText(uint64_t incarnation) {
-    return incarnation == 0 ? kj::str("(none)") : kj::str(kj::hex(incarnation));
+    if (incarnation == 0) return kj::str("(none)");
+    char text[17];
+    snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(incarnation));
+    return kj::str(text);
   }
 
   kj::Promise<void> newSession(NewSessionContext call) override {
