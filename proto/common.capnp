@@ -31,6 +31,10 @@ $Cxx.namespace("squall::wire");
 # 7: Bootstrap.authenticate; a connection that has not authenticated reads
 # a few small messages at a time (a governor authenticates before its
 # registration, which may be large), and one refused is closed.
+# Also 7: session references carry the server's incarnation (ClientService
+# calls' `incarnation`, newSession's answer, SessionState.incarnation): a
+# server on another session log refuses a stale reference instead of taking
+# it for its own session of the same id.
 const protocolVersion :UInt32 = 7;
 
 # Ids are chosen by the client: `n` is unique within one session across both

@@ -32,38 +32,47 @@ interface Bootstrap {
 # ---------------------------------------------------------------- clients
 
 interface ClientService {
+  # Every call that names a session carries the `incarnation` of the server
+  # that gave out its id (newSession's, or SessionState.incarnation from
+  # getState): a server started again on another session log (or another
+  # server at the same address) numbers its sessions from 1 again, and a
+  # reference from another incarnation is refused (FAILED, naming both)
+  # before its id is looked at. Only getState takes 0 there: the session
+  # with that id now (attaching by a typed id; the answer says which
+  # incarnation to use from then on). docs/recovery.md.
+  #
   # A persistent session outlives this connection (anyone with the token
   # may re-attach to it by id); others are closed when their client goes.
-  newSession @0 (name :Text, persistent :Bool) -> (session :UInt64);
+  newSession @0 (name :Text, persistent :Bool) -> (session :UInt64, incarnation :UInt64);
   # Closing removes every object of the session (kept ones too) and cancels
   # its running tasks. Answered once what the server keeps of it is
   # durable; closing a session closed already (and kept) does nothing.
-  closeSession @1 (session :UInt64);
+  closeSession @1 (session :UInt64, incarnation :UInt64);
 
   # A graph is sent through a Submission so that it can be split over as
   # many messages as needed: nothing is applied until commit() validates the
   # whole of it.
-  submit @2 (session :UInt64) -> (submission :Submission);
+  submit @2 (session :UInt64, incarnation :UInt64) -> (submission :Submission);
 
   # Completes when every named task/object is finished (empty list: every
   # task submitted so far), or as soon as the session fails.
-  wait @3 (session :UInt64, ids :List(UInt64)) -> (result :WaitResult);
+  wait @3 (session :UInt64, ids :List(UInt64), incarnation :UInt64) -> (result :WaitResult);
   # Completes when at least one of the named ids is finished (or the
   # session fails); returns all that are finished at that moment.
-  waitSome @4 (session :UInt64, ids :List(UInt64))
+  waitSome @4 (session :UInt64, ids :List(UInt64), incarnation :UInt64)
       -> (result :WaitResult, finished :List(UInt64));
 
   # The bytes of a finished, kept object: small ones inline, others as the
   # address of a governor's data service that holds them.
-  fetch @5 (session :UInt64, object :UInt64) -> (location :ObjectLocation);
+  fetch @5 (session :UInt64, object :UInt64, incarnation :UInt64) -> (location :ObjectLocation);
 
-  unkeep @6 (session :UInt64, objects :List(UInt64));
+  unkeep @6 (session :UInt64, objects :List(UInt64), incarnation :UInt64);
   # Cancels every unfinished task of the session; the session fails.
-  cancel @7 (session :UInt64);
+  cancel @7 (session :UInt64, incarnation :UInt64);
   # getState and getTasks also answer for a closed session the server
   # still keeps (see the status page's history, docs/status-page.md):
   # its state, counts and failure, and the tasks kept of it.
-  getState @8 (session :UInt64) -> (state :SessionState);
+  getState @8 (session :UInt64, incarnation :UInt64) -> (state :SessionState);
   listGovernors @9 () -> (governors :List(GovernorStatus));
   # The newest session with this name that is not closed; without one,
   # the newest closed one the server keeps.
@@ -72,35 +81,35 @@ interface ClientService {
   # session's tasks in the states asked for (none asked: all states),
   # failures first.
   getTasks @11 (session :UInt64, ids :List(UInt64), states :List(TaskInfo.State),
-                limit :UInt32) -> (tasks :List(TaskInfo));
+                limit :UInt32, incarnation :UInt64) -> (tasks :List(TaskInfo));
   listSessions @12 () -> (sessions :List(SessionState));
   # Details of the session's objects with these ids (unknown ids throw).
-  getObjects @13 (session :UInt64, ids :List(UInt64)) -> (objects :List(ObjectStatus));
+  getObjects @13 (session :UInt64, ids :List(UInt64), incarnation :UInt64) -> (objects :List(ObjectStatus));
   # This connection owns the session from now: it is closed when this
   # connection goes (unless persistent). A client that lost its connection
   # (or whose server restarted) re-attaches its sessions with it.
-  adoptSession @14 (session :UInt64);
+  adoptSession @14 (session :UInt64, incarnation :UInt64);
   # Why a task of an open session is where it is (`squall explain`): for
   # one not running yet, what it waits for (inputs, resources and who holds
   # them, room on governors, its place in the queue); for one that ended,
   # how. `summary` is one line, `details` the facts behind it.
-  explain @15 (session :UInt64, task :UInt64) -> (summary :Text, details :List(Text));
+  explain @15 (session :UInt64, task :UInt64, incarnation :UInt64) -> (summary :Text, details :List(Text));
   # Ends an actor (a task of type actor, docs/actors.md): its process is
   # stopped, its task ends cancelled (not a failure), and its calls not yet
   # run fail saying it was killed. Killing an actor that has ended does
   # nothing.
-  killActor @16 (session :UInt64, actor :UInt64);
+  killActor @16 (session :UInt64, actor :UInt64, incarnation :UInt64);
   # `count` ids of the session that nobody else is given: [first, first +
   # count). A second submitter of a session (a client that attached to it,
   # a running function submitting children) numbers its tasks and objects
   # from such a block; the session's creator starts with [1, 2^20). Durable
   # on return, so a restarted server never hands out a block twice.
-  reserveIds @17 (session :UInt64, count :UInt64) -> (first :UInt64);
+  reserveIds @17 (session :UInt64, count :UInt64, incarnation :UInt64) -> (first :UInt64);
   # Cancels one task, and every task it submitted (TaskSpec.parent), theirs
   # too: each ends cancelled (not a failure: the session goes on), tasks
   # reading what they would have made are skipped. A task that has ended
   # keeps its outcome; its children still running are cancelled.
-  cancelTask @18 (session :UInt64, task :UInt64);
+  cancelTask @18 (session :UInt64, task :UInt64, incarnation :UInt64);
   # The live actor named `name` (ActorConfig.name): its session, its task
   # there, and its type ("executor/Type"). Throws naming the name when no
   # live actor has it.
@@ -117,14 +126,14 @@ interface ClientService {
   # not know `waitFor` answers at once without `waited` (the client then
   # waits as before).
   submitGraph @20 (session :UInt64, objects :List(ObjectSpec), tasks :List(TaskSpec),
-                   waitFor :List(UInt64))
+                   waitFor :List(UInt64), incarnation :UInt64)
       -> (tasks :UInt64, objects :UInt64, waited :WaitResult);
   # Where the actor (task `actor` of the session) runs: the data address of
   # its governor, where its calls may be sent directly
   # (DataService.callActor), and its type's methods there (a client checks
   # a call against them as a submit would). Empty while it is not placed
   # (or has ended).
-  locateActor @21 (session :UInt64, actor :UInt64) -> (address :Text, methods :List(ActorMethod));
+  locateActor @21 (session :UInt64, actor :UInt64, incarnation :UInt64) -> (address :Text, methods :List(ActorMethod));
   # Records actor calls the client sent to the governor at `address`
   # directly (one call per graph, as sent), before a request of the client
   # names them (a submit reading their outputs, a fetch, a cancel): those
@@ -135,7 +144,8 @@ interface ClientService {
   # if submitted now. Those it knows already are left as they are.
   # Durable on return; throws as a submit does when one is invalid
   # (nothing recorded).
-  recordDirect @22 (session :UInt64, address :Text, calls :List(Common.Graph)) -> ();
+  recordDirect @22 (session :UInt64, address :Text, calls :List(Common.Graph),
+                   incarnation :UInt64) -> ();
 }
 
 # A method of an actor type, and the count of outputs it makes.
@@ -244,6 +254,9 @@ struct SessionState {
   # Closed (the server keeps what it shows of it). `state` is then failed
   # when it had failed before it was closed, else closed.
   closed @11 :Bool;
+  # The server's incarnation (see ClientService): what every later call
+  # naming this session carries.
+  incarnation @12 :UInt64;
   enum State {
     open @0;
     failed @1;

@@ -1,5 +1,6 @@
 // The server's protocol seen by a client that does not use the client
 // library: malformed graphs, wrong versions and tokens, unknown sessions.
+#include <cstdio>
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
 #include <squall/proto/errors.h>
@@ -54,6 +55,7 @@ class RawRpcTest : public ::testing::Test {
   std::string submitGraph(uint64_t session, Fill&& fill) {
     auto req = service.submitRequest();
     req.setSession(session);
+    req.setIncarnation(incarnation);
     auto submission = req.send().getSubmission();
     auto add = submission.addRequest();
     fill(add);
@@ -71,6 +73,7 @@ class RawRpcTest : public ::testing::Test {
   std::string submitInOneCall(uint64_t session, Fill&& fill) {
     auto req = service.submitGraphRequest();
     req.setSession(session);
+    req.setIncarnation(incarnation);
     fill(req);
     try {
       req.send().wait(io.waitScope);
@@ -80,9 +83,13 @@ class RawRpcTest : public ::testing::Test {
     }
   }
 
+  // Also sets `incarnation`, which every later call naming it carries.
   uint64_t newSession() {
-    return service.newSessionRequest().send().wait(io.waitScope).getSession();
+    auto response = service.newSessionRequest().send().wait(io.waitScope);
+    incarnation = response.getIncarnation();
+    return response.getSession();
   }
+  uint64_t incarnation = 0;
 
   // KJ objects' destructors may throw; gtest's fixture's must not, so they
   // live behind a pointer (members are destroyed in reverse order).
@@ -168,6 +175,7 @@ TEST_F(RawRpcTest, MalformedGraphsAreRejectedAndTheSessionStaysUsable) {
   EXPECT_EQ(error, "");
   auto wait = service.waitRequest();
   wait.setSession(s);
+  wait.setIncarnation(incarnation);
   EXPECT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
 }
 
@@ -197,6 +205,7 @@ TEST_F(RawRpcTest, AOneCallSubmitIsCheckedAsTheLongWay) {
   for (int i = 0; i < 16; i++) {
     auto req = service.submitRequest();
     req.setSession(s);
+    req.setIncarnation(incarnation);
     held.push_back(req.send().wait(io.waitScope).getSubmission());
   }
   oneCall = submitInOneCall(s, [&](auto& add) { concatOfOneConstant(add, s, "abc"); });
@@ -206,12 +215,14 @@ TEST_F(RawRpcTest, AOneCallSubmitIsCheckedAsTheLongWay) {
   auto ok = [&](auto& add) { concatOfOneConstant(add, s, "abc"); };
   auto req = service.submitGraphRequest();
   req.setSession(s);
+  req.setIncarnation(incarnation);
   ok(req);
   auto counts = req.send().wait(io.waitScope);
   EXPECT_EQ(counts.getTasks(), 1u);
   EXPECT_EQ(counts.getObjects(), 2u);
   auto wait = service.waitRequest();
   wait.setSession(s);
+  wait.setIncarnation(incarnation);
   EXPECT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
   // Its ids are taken now, as after the long way.
   EXPECT_NE(submitInOneCall(s, ok), "");
@@ -285,6 +296,7 @@ TEST_F(RawRpcTest, DirectCallsAGovernorCannotTakeAreRefusedByName) {
   // The server: no such actor to record a call on, or to locate.
   auto record = service.recordDirectRequest();
   record.setSession(s);
+  record.setIncarnation(incarnation);
   record.setAddress(address);
   actorCall(record.initCalls(1)[0], s, 3);
   std::string error;
@@ -297,6 +309,7 @@ TEST_F(RawRpcTest, DirectCallsAGovernorCannotTakeAreRefusedByName) {
   ASSERT_EQ(submitInOneCall(s, [&](auto& add) { concatOfOneConstant(add, s, "abc"); }), "");
   auto locate = service.locateActorRequest();
   locate.setSession(s);
+  locate.setIncarnation(incarnation);
   locate.setActor(10);
   error.clear();
   try {
@@ -325,6 +338,7 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsAnswersOnceItsTasksFinished) {
   EXPECT_NE(refused.find("ids, more than"), std::string::npos) << refused;
   auto req = service.submitGraphRequest();
   req.setSession(s);
+  req.setIncarnation(incarnation);
   ok(req);
   auto ids = req.initWaitFor(2);
   ids.set(0, 10);  // the task
@@ -335,6 +349,7 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsAnswersOnceItsTasksFinished) {
   EXPECT_TRUE(answer.getWaited().isOk());
   auto state = service.getTasksRequest();
   state.setSession(s);
+  state.setIncarnation(incarnation);
   state.initIds(1).set(0, 10);
   auto response = state.send().wait(io.waitScope);
   auto tasks = response.getTasks();
@@ -343,6 +358,7 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsAnswersOnceItsTasksFinished) {
   // Without waitFor: answered at once, without `waited`.
   auto plain = service.submitGraphRequest();
   plain.setSession(s);
+  plain.setIncarnation(incarnation);
   auto objects = plain.initObjects(1);
   setId(objects[0].initId(), s, 20);
   objects[0].setIsConstant(true);
@@ -359,6 +375,7 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsEndsWithItsClient) {
   auto s = newSession();
   auto req = service.submitGraphRequest();
   req.setSession(s);
+  req.setIncarnation(incarnation);
   auto task = req.initTasks(1)[0];
   setId(task.initId(), s, 10);
   task.initConfig().initSleep().setMilliseconds(60000);
@@ -368,6 +385,7 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsEndsWithItsClient) {
   auto running = [&]() {
     auto state = service.getTasksRequest();
     state.setSession(s);
+    state.setIncarnation(incarnation);
     state.initIds(1).set(0, 10);
     try {
       auto response = state.send().wait(io.waitScope);
@@ -395,6 +413,7 @@ TEST_F(RawRpcTest, AOneCallSubmitThatWaitsEndsWithItsClient) {
   for (int i = 0; i < 1000 && !closed; i++) {
     auto state = service.getStateRequest();
     state.setSession(s);
+    state.setIncarnation(incarnation);
     closed = state.send().wait(io.waitScope).getState().getClosed();
     if (!closed) io.provider->getTimer().afterDelay(10 * kj::MILLISECONDS).wait(io.waitScope);
   }
@@ -409,6 +428,7 @@ TEST_F(RawRpcTest, ASubmitWithARefusedPartIsNotCommitted) {
   auto s = newSession();
   auto req = service.submitRequest();
   req.setSession(s);
+  req.setIncarnation(incarnation);
   auto submission = req.send().getSubmission();
   auto add = submission.addRequest();
   concatOfOneConstant(add, s, "abc");
@@ -452,6 +472,7 @@ TEST_F(RawRpcTest, AClientHoldsABoundedNumberOfSubmitsOpen) {
   auto open = [&]() {
     auto req = service.submitRequest();
     req.setSession(s);
+    req.setIncarnation(incarnation);
     return req.send().wait(io.waitScope).getSubmission();
   };
   std::vector<wire::Submission::Client> held;
@@ -486,10 +507,13 @@ TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
   auto newSession = service.newSessionRequest();
   newSession.setName("race");
   newSession.setPersistent(true);
-  auto s = newSession.send().wait(io.waitScope).getSession();
+  auto opened = newSession.send().wait(io.waitScope);
+  auto s = opened.getSession();
+  incarnation = opened.getIncarnation();
   auto filled = [&](const char* text) {
     auto req = service.submitRequest();
     req.setSession(s);
+    req.setIncarnation(incarnation);
     auto submission = req.send().getSubmission();
     auto add = submission.addRequest();
     concatOfOneConstant(add, s, text);
@@ -510,6 +534,7 @@ TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
   }
   auto wait = service.waitRequest();
   wait.setSession(s);
+  wait.setIncarnation(incarnation);
   ASSERT_TRUE(wait.send().wait(io.waitScope).getResult().isOk());
 
   own.restartServer();
@@ -517,6 +542,7 @@ TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto getState = service.getStateRequest();
   getState.setSession(s);
+  getState.setIncarnation(incarnation);
   auto response = getState.send().wait(io.waitScope);  // holds what state points into
   auto state = response.getState();
   EXPECT_EQ(state.getTasksWaiting() + state.getTasksReady() + state.getTasksRunning() +
@@ -524,6 +550,7 @@ TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
             1u);
   auto fetch = service.fetchRequest();
   fetch.setSession(s);
+  fetch.setIncarnation(incarnation);
   fetch.setObject(2);
   // Made from "first" (5 bytes), not "second" (6).
   EXPECT_EQ(fetch.send().wait(io.waitScope).getLocation().getSize(), 5u);
@@ -542,6 +569,7 @@ TEST_F(RawRpcTest, UnknownSessionsAndObjectsAreNamed) {
   auto s = newSession();
   auto wait = service.waitRequest();
   wait.setSession(s);
+  wait.setIncarnation(incarnation);
   wait.initIds(1).set(0, 77);
   try {
     wait.send().wait(io.waitScope);
@@ -550,6 +578,59 @@ TEST_F(RawRpcTest, UnknownSessionsAndObjectsAreNamed) {
     EXPECT_NE(std::string(userMessage(e).cStr()).find("unknown task or object 77"),
               std::string::npos);
   }
+}
+
+std::string hex16(uint64_t value) {
+  char text[17];
+  snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
+// A session reference carries the incarnation its id came from: one of
+// another incarnation (a server started on another log gave the id out
+// again) is refused, naming both, and nothing is done to the session of
+// that id here; 0 is taken by getState alone (attaching by a typed id).
+TEST_F(RawRpcTest, ASessionReferenceOfAnotherIncarnationIsRefusedNamingBoth) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  auto s = newSession();
+  ASSERT_NE(incarnation, 0u);
+  auto byId = service.getStateRequest();
+  byId.setSession(s);
+  EXPECT_EQ(byId.send().wait(io.waitScope).getState().getIncarnation(), incarnation);
+  for (uint64_t stale : {incarnation + 1, uint64_t(0)}) {
+    SCOPED_TRACE(stale);
+    auto refused = [&](auto&& request, const char* what) {
+      request.setSession(s);
+      request.setIncarnation(stale);
+      try {
+        request.send().wait(io.waitScope);
+        ADD_FAILURE() << what << " of another incarnation was accepted";
+      } catch (const kj::Exception& e) {
+        std::string message = userMessage(e).cStr();
+        EXPECT_EQ(e.getType(), kj::Exception::Type::FAILED) << what;
+        EXPECT_NE(message.find("session " + std::to_string(s) + " is gone"), std::string::npos) << message;
+        EXPECT_NE(message.find(hex16(incarnation)), std::string::npos) << message;
+        if (stale != 0) EXPECT_NE(message.find(hex16(stale)), std::string::npos) << message;
+      }
+    };
+    refused(service.adoptSessionRequest(), "adoptSession");
+    refused(service.closeSessionRequest(), "closeSession");
+    refused(service.cancelRequest(), "cancel");
+    refused(service.waitRequest(), "wait");
+    auto submit = service.submitGraphRequest();
+    concatOfOneConstant(submit, s, "stale");
+    refused(kj::mv(submit), "submitGraph");
+    if (stale != 0) refused(service.getStateRequest(), "getState");
+  }
+  // Untouched: open, nothing submitted.
+  auto state = service.getStateRequest();
+  state.setSession(s);
+  state.setIncarnation(incarnation);
+  auto response = state.send().wait(io.waitScope);
+  EXPECT_EQ(response.getState().getState(), wire::SessionState::State::OPEN);
+  EXPECT_EQ(response.getState().getTasksReady() + response.getState().getTasksWaiting() +
+                response.getState().getTasksFinished() + response.getState().getTasksRunning(),
+            0u);
 }
 
 }  // namespace

@@ -412,6 +412,88 @@ TEST(RecoveryTest, NonPersistentSessionIsClosedWhenItsClientGoes) {
   EXPECT_TRUE(other.sessions().empty());
 }
 
+// Issue 40 item 11: the server killed and started again on a fresh log (the
+// old one lost, or another --log) numbers its sessions from 1 again. A
+// client of the one before, owning or attached to its session 1, must hear
+// that its session is gone: before incarnations it re-adopted "session 1"
+// by its bare id, took B's session of that id for its own and closed it (and
+// B saw "session 1 was closed", its tasks not run).
+TEST(RecoveryTest, AClientOfAServerStartedOnAnotherLogCannotReachTheNewSessionOfItsId) {
+  LocalCluster cluster(recoveryCluster());
+  cluster.start();
+  auto a = std::make_unique<Client>(cluster.serverAddress());
+  auto mine = a->newSession("a-pipeline");
+  auto id = mine.state().id;
+  // As `squall status ID` or another program attaches: by the bare id.
+  auto watcher = std::make_unique<Client>(cluster.serverAddress());
+  auto attached = watcher->attach(id);
+  attached.state();
+
+  cluster.killServer();
+  auto log = fs::path(cluster.workDir()) / "server.sqlite";
+  for (auto suffix : {"", "-wal", "-shm"}) fs::remove(log.string() + suffix);
+  cluster.restartServer();
+  Client b(cluster.serverAddress());
+  auto theirs = b.newSession("b-run");
+  ASSERT_EQ(theirs.state().id, id) << "the new server did not give the id out again: nothing to confuse";
+  auto task = theirs.execute(Program::shell("echo b").stdoutOutput());
+  task.output().keep();
+  theirs.submit();
+
+  auto gone = [&](const std::function<void()>& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " of the old session " << id << " reached the new one";
+    } catch (const Error& e) {
+      std::string message = e.what();
+      EXPECT_NE(message.find("session " + std::to_string(id) + " is gone"), std::string::npos) << message;
+      EXPECT_NE(message.find("another session log"), std::string::npos) << message;
+    }
+  };
+  // Each first call reconnects (A re-adopts its session then: refused).
+  gone([&]() { mine.state(); }, "state");
+  gone([&]() { mine.close(); }, "close");
+  gone([&]() { attached.state(); }, "an attached handle's state");
+  gone([&]() { attached.cancel(); }, "an attached handle's cancel");
+  // Neither client owns B's session: it outlives them.
+  a.reset();
+  watcher.reset();
+  EXPECT_EQ(task.output().fetch(), "b\n");
+  auto state = theirs.state();
+  EXPECT_TRUE(state.open) << state.failure;
+  EXPECT_EQ(state.finished, 1u);
+  theirs.close();
+}
+
+// ... while a restart on the same log keeps its incarnation: the client
+// re-adopts its session and an attached one carries on, as before; new
+// sessions get ids of their own.
+TEST(RecoveryTest, ARestartOnTheSameLogKeepsTheSessionsTheirClientsHold) {
+  LocalCluster cluster(recoveryCluster());
+  cluster.start();
+  Client a(cluster.serverAddress());
+  auto mine = a.newSession("kept-across");
+  auto id = mine.state().id;
+  Client watcher(cluster.serverAddress());
+  auto attached = watcher.attach(id);
+  auto task = mine.execute(Program::shell("echo a").stdoutOutput());
+  task.output().keep();
+  mine.submit();
+  mine.waitAll();
+
+  cluster.restartServer();
+  EXPECT_EQ(task.output().fetch(), "a\n");
+  EXPECT_EQ(attached.state().finished, 1u);
+  auto more = mine.execute(Program::shell("echo more").stdoutOutput());
+  more.output().keep();
+  mine.submit();
+  EXPECT_EQ(more.output().fetch(), "more\n");
+  Client b(cluster.serverAddress());
+  EXPECT_NE(b.newSession("b-run").state().id, id);
+  mine.close();
+  for (auto& s : b.sessions()) EXPECT_NE(s.id, id);
+}
+
 // Runs the server on `log` (and nothing else) and returns what it printed
 // and its exit status: a server that cannot use its log stops at once.
 std::pair<std::string, int> serverOn(const fs::path& log) {

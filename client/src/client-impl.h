@@ -54,9 +54,10 @@ struct ClientImpl {
   kj::Network& network() { return tls.get() != nullptr ? *tlsNetwork : loop.provider->getNetwork(); }
   kj::Own<RpcClient> connection;
   kj::Maybe<wire::ClientService::Client> service;
-  // Sessions this client made and has not closed: adopted again after a
+  // Sessions this client made and has not closed, and the server
+  // incarnation of each (SessionImpl::incarnation): adopted again after a
   // reconnect, so they stay tied to this client.
-  std::set<uint64_t> ownedSessions;
+  std::map<uint64_t, uint64_t> ownedSessions;
   // How long a lost connection is tried again ($SQUALL_RECONNECT_TIMEOUT
   // seconds, default 60; 0: never).
   double reconnectSeconds = 60;
@@ -107,7 +108,10 @@ struct ClientImpl {
   void connect();
 
   // Connects again with backoff (100 ms doubling to 1 s) until the
-  // reconnect timeout, then re-attaches owned sessions. False when the time
+  // reconnect timeout, then re-attaches owned sessions. An owned session
+  // the server refuses to give back (closed meanwhile, or of another
+  // incarnation: the server was started on another log) is owned no
+  // longer; its next call hears why from the server. False when the time
   // ran out; throws Error for a refusal other than a lost connection.
   bool connectWithBackoff();
 
@@ -244,6 +248,11 @@ bool directCallsAllowed();
 struct SessionImpl {
   ClientImpl& client;
   uint64_t id;
+  // The incarnation of the server that gave out `id` (newSession, or
+  // getState when attached): every call naming the session carries it, so
+  // that a server started on another log, which may have given `id` to
+  // another session, refuses the call rather than act on that one.
+  uint64_t incarnation;
   bool closed = false;
   // False for attached sessions: they stay open when this handle goes.
   bool owned = true;
@@ -278,7 +287,8 @@ struct SessionImpl {
   std::unordered_map<uint64_t, std::vector<uint64_t>> outputsOf;
   std::unordered_map<uint64_t, ObjectKind> kinds;
 
-  SessionImpl(ClientImpl& client, uint64_t id) : client(client), id(id) {}
+  SessionImpl(ClientImpl& client, uint64_t id, uint64_t incarnation)
+      : client(client), id(id), incarnation(incarnation) {}
 
   // Direct actor calls (DirectCall), by task, in the order they were made.
   std::map<uint64_t, DirectCall> direct;
@@ -424,6 +434,7 @@ struct SessionImpl {
       auto state = client.guard([&]() {
         auto req = client.svc().getStateRequest();
         req.setSession(id);
+        req.setIncarnation(incarnation);
         return req.send().wait(client.waitScope());
       });
       if (state.getState().getState() == wire::SessionState::State::FAILED) {

@@ -85,10 +85,16 @@ bool ClientImpl::connectWithBackoff() {
     backoff = kj::min(backoff * 2, 1 * kj::SECONDS);
     try {
       connect();
-      for (auto id : ownedSessions) {
+      for (auto it = ownedSessions.begin(); it != ownedSessions.end();) {
         auto req = svc().adoptSessionRequest();
-        req.setSession(id);
-        req.send().wait(waitScope());
+        req.setSession(it->first);
+        req.setIncarnation(it->second);
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { req.send().wait(waitScope()); })) {
+          if (e->getType() == kj::Exception::Type::DISCONNECTED) kj::throwFatalException(kj::mv(*e));
+          it = ownedSessions.erase(it);
+        } else {
+          ++it;
+        }
       }
       return true;
     } catch (const kj::Exception& e) {
@@ -176,18 +182,21 @@ Session Client::newSession(const std::string& name, SessionOptions options) {
     req.setName(name);
     req.setPersistent(options.persistent);
     auto response = req.send().wait(impl->waitScope());
-    impl->ownedSessions.insert(response.getSession());
-    return Session(std::make_unique<client::SessionImpl>(*impl, response.getSession()));
+    impl->ownedSessions.emplace(response.getSession(), response.getIncarnation());
+    return Session(
+        std::make_unique<client::SessionImpl>(*impl, response.getSession(), response.getIncarnation()));
   });
 }
 
 Session Client::attach(uint64_t id) {
   return impl->retrying([&]() {
+    // By the id alone (incarnation 0): the session with this id on the
+    // server now, named by the server's incarnation from here on.
     auto req = impl->svc().getStateRequest();
     req.setSession(id);
     // The reader points into the response: keep the response.
     auto response = req.send().wait(impl->waitScope());
-    auto session = std::make_unique<client::SessionImpl>(*impl, id);
+    auto session = std::make_unique<client::SessionImpl>(*impl, id, response.getState().getIncarnation());
     session->owned = false;
     // Its ids come from a block of its own, reserved when first needed
     // (the creator and other submitters hold theirs).

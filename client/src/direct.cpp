@@ -48,6 +48,7 @@ const SessionImpl::ActorPlace& SessionImpl::actorPlace(uint64_t actor) {
   try {
     auto req = client.svc().locateActorRequest();
     req.setSession(id);
+    req.setIncarnation(incarnation);
     req.setActor(actor);
     auto answer = req.send().wait(client.waitScope());
     place.address = answer.getAddress().cStr();
@@ -245,6 +246,7 @@ capnp::Request<wire::ClientService::RecordDirectParams, wire::ClientService::Rec
 SessionImpl::recordRequest(const std::string& address, const std::vector<uint64_t>& ns) {
   auto req = client.svc().recordDirectRequest();
   req.setSession(id);
+  req.setIncarnation(incarnation);
   req.setAddress(address);
   auto calls = req.initCalls(ns.size());
   for (size_t i = 0; i < ns.size(); i++) {

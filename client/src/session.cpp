@@ -208,11 +208,13 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
       if (!tasks.empty()) {
         auto req = client.svc().getTasksRequest();
         req.setSession(id);
+        req.setIncarnation(incarnation);
         req.initIds(1).set(0, tasks.front().n);
         req.send().wait(client.waitScope());
       } else if (!objects.empty()) {
         auto req = client.svc().getObjectsRequest();
         req.setSession(id);
+        req.setIncarnation(incarnation);
         req.initIds(1).set(0, objects.front().n);
         req.send().wait(client.waitScope());
       }
@@ -273,6 +275,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
       // One call (ClientService.submitGraph) instead of three.
       auto req = client.svc().submitGraphRequest();
       req.setSession(id);
+      req.setIncarnation(incarnation);
       std::vector<const LocalObject*> none;
       fill(req, 0, objects.size(), 0, tasks.size(), none);
       if (waitIds.empty()) {
@@ -294,6 +297,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     }
     auto req = client.svc().submitRequest();
     req.setSession(id);
+    req.setIncarnation(incarnation);
     auto submission = req.send().getSubmission();
     size_t nextObject = 0;
     size_t nextTask = 0;
@@ -349,6 +353,7 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
     client.retrying([&]() {
       auto fill = [&](auto req) {
         req.setSession(id);
+        req.setIncarnation(incarnation);
         auto list = req.initIds(rest.size());
         for (size_t i = 0; i < rest.size(); i++) list.set(i, rest[i]);
         return req;
@@ -399,6 +404,7 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
     auto response = client.retrying([&]() {
       auto req = client.svc().fetchRequest();
       req.setSession(id);
+      req.setIncarnation(incarnation);
       req.setObject(n);
       return client.block(req.send());
     });
@@ -457,6 +463,7 @@ std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
   return client.retrying([&]() {
     auto req = client.svc().getTasksRequest();
     req.setSession(id);
+    req.setIncarnation(incarnation);
     auto idList = req.initIds(asked.size());
     for (size_t i = 0; i < asked.size(); i++) idList.set(i, asked[i]);
     auto stateList = req.initStates(states.size());
@@ -507,6 +514,7 @@ std::vector<ObjectInfo> SessionImpl::objectInfos(const std::vector<uint64_t>& id
   return client.retrying([&]() {
     auto req = client.svc().getObjectsRequest();
     req.setSession(id);
+    req.setIncarnation(incarnation);
     auto idList = req.initIds(ids.size());
     for (size_t i = 0; i < ids.size(); i++) idList.set(i, ids[i]);
     auto response = req.send().wait(client.waitScope());
@@ -649,7 +657,8 @@ Actor Session::getActor(const std::string& name) {
     // Its calls are tasks of its own session, through a handle on it.
     auto& handle = impl->foreign[session];
     if (handle == nullptr) {
-      handle = std::make_unique<client::SessionImpl>(impl->client, session);
+      // Named by the incarnation that answered findActor: this handle's.
+      handle = std::make_unique<client::SessionImpl>(impl->client, session, impl->incarnation);
       handle->owned = false;
       handle->foreignHandle = true;
       handle->nextN = 0;
@@ -730,6 +739,7 @@ void Actor::kill() {
   session->client.retrying([&]() {
     auto req = session->client.svc().killActorRequest();
     req.setSession(session->id);
+    req.setIncarnation(session->incarnation);
     req.setActor(n);
     req.send().wait(session->client.waitScope());
   });
@@ -901,6 +911,7 @@ void Session::unkeep(const std::vector<DataObject>& objects) {
     impl->client.retrying([&]() {
       auto req = impl->client.svc().unkeepRequest();
       req.setSession(impl->id);
+      req.setIncarnation(impl->incarnation);
       auto list = req.initObjects(objects.size());
       for (size_t i = 0; i < objects.size(); i++) list.set(i, objects[i].id());
       req.send().wait(impl->client.waitScope());
@@ -913,6 +924,7 @@ uint64_t client::SessionImpl::takeId() {
     uint64_t first = client.retrying([&]() {
       auto req = client.svc().reserveIdsRequest();
       req.setSession(id);
+      req.setIncarnation(incarnation);
       req.setCount(ID_BLOCK);
       return req.send().wait(client.waitScope()).getFirst();
     });
@@ -928,6 +940,7 @@ void client::SessionImpl::cancelTask(uint64_t n) {
   client.retrying([&]() {
     auto req = client.svc().cancelTaskRequest();
     req.setSession(id);
+    req.setIncarnation(incarnation);
     req.setTask(n);
     req.send().wait(client.waitScope());
   });
@@ -939,6 +952,7 @@ void Session::cancel() {
   impl->client.retrying([&]() {
     auto req = impl->client.svc().cancelRequest();
     req.setSession(impl->id);
+    req.setIncarnation(impl->incarnation);
     req.send().wait(impl->client.waitScope());
   });
 }
@@ -964,6 +978,7 @@ SessionState Session::state() {
   return impl->client.retrying([&]() {
     auto req = impl->client.svc().getStateRequest();
     req.setSession(impl->id);
+    req.setIncarnation(impl->incarnation);
     return client::toState(req.send().wait(impl->client.waitScope()).getState());
   });
 }
@@ -979,6 +994,7 @@ TaskExplanation Session::explain(uint64_t task) {
   impl->client.retrying([&]() {
     auto req = impl->client.svc().explainRequest();
     req.setSession(impl->id);
+    req.setIncarnation(impl->incarnation);
     req.setTask(task);
     auto reply = req.send().wait(impl->client.waitScope());
     out.summary = reply.getSummary();
@@ -995,6 +1011,7 @@ void Session::close() {
   impl->client.retrying([&]() {
     auto req = impl->client.svc().closeSessionRequest();
     req.setSession(impl->id);
+    req.setIncarnation(impl->incarnation);
     req.send().wait(impl->client.waitScope());
   });
 }

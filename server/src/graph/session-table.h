@@ -46,9 +46,18 @@ class SessionTable {
 
   explicit SessionTable(spdlog::logger& logger) : logger(logger) {}
 
-  // Writes to `log` (none: nothing survives a restart). Not owned.
-  void useLog(SessionLog* sessionLog) { log = sessionLog; }
+  // Writes to `log` (none: nothing survives a restart). Not owned. The
+  // table takes the log's incarnation; it keeps it when the log is taken
+  // away (nullptr, at shutdown).
+  void useLog(SessionLog* sessionLog) {
+    log = sessionLog;
+    if (log != nullptr) incarnationId = log->incarnation();
+  }
   SessionLog* sessionLog() { return log; }
+  // What session ids are ids of (SessionLog::incarnation): the log's, or
+  // without one a random one of this table's own, so that a server started
+  // again without a log is another incarnation too.
+  uint64_t incarnation() const { return incarnationId; }
 
   // Durable before it returns when there is a log (throws FAILED naming
   // the log's problem, e.g. a full disk; nothing is opened then).
@@ -169,6 +178,7 @@ class SessionTable {
  private:
   spdlog::logger& logger;
   SessionLog* log = nullptr;
+  uint64_t incarnationId = SessionLog::newIncarnation();
   // Set while restore() re-applies what the log holds.
   bool restoring = false;
   std::map<uint64_t, Session> sessions;

@@ -299,6 +299,46 @@ TEST_F(SessionLogTest, ALaterOutcomeOfATaskReplacesTheEarlierOne) {
   EXPECT_EQ(sessions[0].objects[0].locations, std::vector<std::string>{"gov-b"});
 }
 
+// Issue 40 item 11: session ids are the log's incarnation's. Reopening
+// the log (a restart on it) keeps the incarnation, so clients re-attach;
+// another log (a fresh one after the old was lost) has another, so a client
+// of the first cannot take the second's session 1 for its own.
+TEST_F(SessionLogTest, ALogKeepsItsIncarnationAcrossReopeningAndAnotherLogHasAnother) {
+  uint64_t first = 0;
+  {
+    SessionLog log(path, *logger);
+    first = log.incarnation();
+    log.sessionOpened(1, "a", false);
+  }
+  EXPECT_NE(first, 0u);
+  {
+    SessionLog log(path, *logger);
+    EXPECT_EQ(log.incarnation(), first);
+  }
+  for (auto suffix : {"", "-wal", "-shm"}) fs::remove(path + suffix);
+  SessionLog fresh(path, *logger);
+  EXPECT_NE(fresh.incarnation(), 0u);
+  EXPECT_NE(fresh.incarnation(), first);
+}
+
+// A log written before incarnations (schema 6) gets one as it is
+// migrated, and keeps it from then on.
+TEST_F(SessionLogTest, ALogFromBeforeIncarnationsGetsOneWhenMigrated) {
+  { SessionLog log(path, *logger); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE incarnation; PRAGMA user_version=6", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  uint64_t migrated = 0;
+  {
+    SessionLog log(path, *logger);
+    migrated = log.incarnation();
+  }
+  EXPECT_NE(migrated, 0u);
+  SessionLog log(path, *logger);
+  EXPECT_EQ(log.incarnation(), migrated);
+}
+
 TEST_F(SessionLogTest, ASecondServerOnTheSameLogIsRefused) {
   SessionLog first(path, *logger);
   first.sessionOpened(1, "mine", false);

@@ -4,9 +4,11 @@
 #include <capnp/serialize-packed.h>
 #include <capnp/serialize.h>
 #include <cstring>
+#include <kj/debug.h>
 #include <kj/io.h>
 #include <map>
 #include <sqlite3.h>
+#include <sys/random.h>
 #include <squall/proto/errors.h>
 #include <squall/wire/log.capnp.h>
 
@@ -97,6 +99,11 @@ const char* const MIGRATIONS[] = {
     // (reserveIds), so that a restarted server never hands them out again.
     R"sql(
       ALTER TABLE sessions ADD COLUMN reserved_ids INTEGER NOT NULL DEFAULT 0;
+    )sql",
+    // 7: the log's incarnation (one row, written when the log is opened
+    // without one: see SessionLog::incarnation()).
+    R"sql(
+      CREATE TABLE incarnation (id INTEGER NOT NULL);
     )sql",
 };
 constexpr int VERSION = sizeof(MIGRATIONS) / sizeof(MIGRATIONS[0]);
@@ -243,10 +250,44 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
       if (rc != SQLITE_ROW) fail("reading the history", rc);
       nextKeptSeq = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
     }
+    readIncarnation();
   } catch (...) {
     closeDb();
     throw;
   }
+}
+
+uint64_t SessionLog::newIncarnation() {
+  uint64_t id = 0;
+  while (id == 0) {
+    ssize_t n;
+    KJ_SYSCALL(n = getrandom(&id, sizeof(id), 0));
+    KJ_ASSERT(n == sizeof(id), "getrandom: short read", n);
+  }
+  return id;
+}
+
+void SessionLog::readIncarnation() {
+  {
+    Statement stmt{prepare("SELECT id FROM incarnation")};
+    int rc = sqlite3_step(stmt);
+    if (rc == SQLITE_ROW) {
+      incarnationId = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
+      SQUALL_REQUIRE(incarnationId != 0, "session log ", file, " is damaged: its incarnation is 0");
+      return;
+    }
+    if (rc != SQLITE_DONE) fail("reading the incarnation", rc);
+  }
+  // A new log, or one from before incarnations: its sessions' ids are
+  // this incarnation's from now.
+  incarnationId = newIncarnation();
+  transaction("writing the incarnation", [&]() {
+    Statement stmt{prepare("INSERT INTO incarnation (id) VALUES (?)")};
+    sqlite3_bind_int64(stmt, 1, static_cast<int64_t>(incarnationId));
+    int rc = sqlite3_step(stmt);
+    if (rc != SQLITE_DONE) fail("writing the incarnation", rc);
+  });
+  logger.info("event=log-incarnation path={} incarnation={:016x}", file, incarnationId);
 }
 
 void SessionLog::closeDb() {

@@ -204,6 +204,16 @@ class SessionLog {
   // full disk, and the server refuses the submit that needed them.
   void limitSize(uint64_t mb);
 
+  // The log's incarnation: a random nonzero number written when the log is
+  // created (or first opened by a server that knows incarnations) and kept
+  // across restarts on it. Session ids are this incarnation's: a server on
+  // another log (a new incarnation) numbers its sessions anew, and clients
+  // tell the two apart by it (ClientService, `incarnation`).
+  uint64_t incarnation() const { return incarnationId; }
+  // A random nonzero incarnation (getrandom), for a new log or a server
+  // without one.
+  static uint64_t newIncarnation();
+
   // The schema version this build writes (`PRAGMA user_version`).
   static int schemaVersion();
   const std::string& path() const { return file; }
@@ -304,6 +314,9 @@ class SessionLog {
   // and of history rows.
   uint64_t nextOutcomeSeq = 0;
   uint64_t nextKeptSeq = 0;
+  // incarnation(); read (or made and written) by readIncarnation() at open.
+  uint64_t incarnationId = 0;
+  void readIncarnation();
 
   // One submit's rows in one transaction (none when `onlyIfOpen` and the
   // session's row is gone); caller holds dbMutex.

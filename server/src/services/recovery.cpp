@@ -34,8 +34,8 @@ bool recoverSessions(SessionLog& log, SessionTable& sessions, GovernorPool& gove
     }
   }
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count();
-  logger.info("event=recovered path={} sessions={} tasks={} governors_expected={} ms={}", log.path(),
-              restored, tasks, governors.expectedCount(), ms);
+  logger.info("event=recovered path={} incarnation={:016x} sessions={} tasks={} governors_expected={} ms={}",
+              log.path(), sessions.incarnation(), restored, tasks, governors.expectedCount(), ms);
   return true;
 }
 

@@ -3,6 +3,7 @@
 #include "explain.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <optional>
 #include <unordered_set>
 #include <kj/debug.h>
@@ -273,22 +274,51 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     return context.sessions.get(id);
   }
 
+  // The id of the session a call names, once its reference is found to be
+  // this incarnation's (wire::ClientService): a server started on another
+  // log numbers its sessions from 1 again, and a client of the one before
+  // must hear that its session is gone, not reach another's of the same id.
+  // Checked before the id is looked at.
+  template <typename Params>
+  uint64_t sessionOf(Params params) {
+    auto id = params.getSession();
+    auto mine = context.sessions.incarnation();
+    if (params.getIncarnation() != mine) {
+      context.logger.warn("event=stale-session-refused session={} incarnation={:016x} server_incarnation={:016x} "
+                          "peer={}", id, params.getIncarnation(), mine, peer.cStr());
+      SQUALL_FAIL("session ", id, " is gone: the reference to it is of server incarnation ",
+                  incarnationText(params.getIncarnation()), " and this server is incarnation ", incarnationText(mine),
+                  " (started again on another session log, or another server at that address); a session ", id,
+                  " here is not that session");
+    }
+    return id;
+  }
+
+  // 16 hex digits, as the server's log writes it.
+  static kj::String incarnationText(uint64_t incarnation) {
+    if (incarnation == 0) return kj::str("(none)");
+    char text[17];
+    snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(incarnation));
+    return kj::str(text);
+  }
+
   kj::Promise<void> newSession(NewSessionContext call) override {
     auto params = call.getParams();
     auto& session = context.sessions.open(params.getName().cStr(), this, params.getPersistent());
     call.getResults().setSession(session.id);
+    call.getResults().setIncarnation(context.sessions.incarnation());
     return kj::READY_NOW;
   }
 
   kj::Promise<void> adoptSession(AdoptSessionContext call) override {
-    auto id = call.getParams().getSession();
+    auto id = sessionOf(call.getParams());
     context.sessions.adopt(openSession(id), this);
     context.logger.info("event=session-adopted session={} peer={}", id, peer.cStr());
     return kj::READY_NOW;
   }
 
   kj::Promise<void> closeSession(CloseSessionContext call) override {
-    auto id = call.getParams().getSession();
+    auto id = sessionOf(call.getParams());
     // Closed already (a client sending it again after a reconnect): done.
     if (context.sessions.find(id) == nullptr && context.history.find(id) != nullptr) {
       return kj::READY_NOW;
@@ -303,13 +333,13 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   }
 
   kj::Promise<void> submit(SubmitContext call) override {
-    call.getResults().setSubmission(newSubmission(call.getParams().getSession()));
+    call.getResults().setSubmission(newSubmission(sessionOf(call.getParams())));
     return kj::READY_NOW;
   }
 
   kj::Promise<void> submitGraph(SubmitGraphContext call) override {
     auto params = call.getParams();
-    auto submission = newSubmission(params.getSession());
+    auto submission = newSubmission(sessionOf(params));
     // The chunk as submit() would have had it: the log keeps chunks in
     // that form, and replay reads them so. Built once, kept as built.
     auto chunk = std::make_unique<capnp::MallocMessageBuilder>(params.totalSize().wordCount + 16);
@@ -345,7 +375,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> locateActor(LocateActorContext call) override {
     auto params = call.getParams();
-    auto& session = openSession(params.getSession());
+    auto& session = openSession(sessionOf(params));
     auto it = session.tasks.find(params.getActor());
     SQUALL_REQUIRE(it != session.tasks.end() && it->second.isActor, "task ", params.getActor(), " of session ",
                    params.getSession(), " is not an actor");
@@ -370,7 +400,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> recordDirect(RecordDirectContext call) override {
     auto params = call.getParams();
-    openSession(params.getSession());
+    openSession(sessionOf(params));
     GovernorId governor = 0;
     for (auto& [gid, g] : context.governors.all()) {
       if (params.getAddress().size() > 0 && g.dataAddress == params.getAddress().cStr()) governor = gid;
@@ -415,7 +445,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> wait(WaitContext call) override {
     call.allowCancellation();
     auto params = call.getParams();
-    auto id = params.getSession();
+    auto id = sessionOf(params);
     checkWaitIds(params.getIds());
     auto& session = openSession(id);
     return context.sessions.wait(session, params.getIds(), false).then([this, id, call]() mutable {
@@ -426,7 +456,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> waitSome(WaitSomeContext call) override {
     call.allowCancellation();
     auto params = call.getParams();
-    auto id = params.getSession();
+    auto id = sessionOf(params);
     checkWaitIds(params.getIds());
     auto& session = openSession(id);
     return context.sessions.wait(session, params.getIds(), true).then([this, id, call]() mutable {
@@ -452,7 +482,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   kj::Promise<void> fetch(FetchContext call) override {
     call.allowCancellation();
     auto params = call.getParams();
-    auto id = params.getSession();
+    auto id = sessionOf(params);
     auto n = params.getObject();
     auto& session = openSession(id);
     auto it = session.objects.find(n);
@@ -497,7 +527,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> unkeep(UnkeepContext call) override {
     auto params = call.getParams();
-    auto& session = openSession(params.getSession());
+    auto& session = openSession(sessionOf(params));
     SQUALL_REQUIRE(session.state == Session::State::OPEN, "unkeep: session ", session.id,
                    " has failed: ", session.failureMessage);
     context.sessions.unkeep(session, params.getObjects());
@@ -506,7 +536,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
   }
 
   kj::Promise<void> cancel(CancelContext call) override {
-    auto& session = openSession(call.getParams().getSession());
+    auto& session = openSession(sessionOf(call.getParams()));
     context.sessions.fail(session, "cancelled by the client");
     context.dispatcher.kick();
     return kj::READY_NOW;
@@ -514,7 +544,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> killActor(KillActorContext call) override {
     auto params = call.getParams();
-    auto& session = openSession(params.getSession());
+    auto& session = openSession(sessionOf(params));
     context.sessions.killActor(session, params.getActor());
     context.dispatcher.kick();
     return kj::READY_NOW;
@@ -522,7 +552,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> cancelTask(CancelTaskContext call) override {
     auto params = call.getParams();
-    auto& session = openSession(params.getSession());
+    auto& session = openSession(sessionOf(params));
     context.sessions.cancelTask(session, params.getTask());
     context.dispatcher.kick();
     return kj::READY_NOW;
@@ -547,20 +577,25 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> reserveIds(ReserveIdsContext call) override {
     auto params = call.getParams();
-    auto& session = openSession(params.getSession());
+    auto& session = openSession(sessionOf(params));
     call.getResults().setFirst(context.sessions.reserveIds(session, params.getCount()));
     return kj::READY_NOW;
   }
 
+  // Incarnation 0: the session with this id now (attaching by a typed
+  // id); the answer says which incarnation to name it by from then on.
   kj::Promise<void> getState(GetStateContext call) override {
-    auto id = call.getParams().getSession();
+    auto params = call.getParams();
+    auto id = params.getIncarnation() == 0 ? params.getSession() : sessionOf(params);
     if (context.sessions.find(id) == nullptr) {
       KJ_IF_MAYBE(kept, context.history.find(id)) {
         fillKeptState(call.getResults().initState(), *kept);
+        call.getResults().getState().setIncarnation(context.sessions.incarnation());
         return kj::READY_NOW;
       }
     }
     fillState(call.getResults().initState(), context.sessions.get(id));
+    call.getResults().getState().setIncarnation(context.sessions.incarnation());
     return kj::READY_NOW;
   }
 
@@ -645,7 +680,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> getObjects(GetObjectsContext call) override {
     auto params = call.getParams();
-    auto& session = openSession(params.getSession());
+    auto& session = openSession(sessionOf(params));
     auto ids = params.getIds();
     auto out = call.getResults().initObjects(ids.size());
     for (uint i = 0; i < ids.size(); i++) {
@@ -709,7 +744,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
 
   kj::Promise<void> explain(ExplainContext call) override {
     auto params = call.getParams();
-    auto id = params.getSession();
+    auto id = sessionOf(params);
     SQUALL_REQUIRE(context.sessions.find(id) != nullptr || context.history.find(id) == nullptr,
                    "session ", id, " is closed: explain answers for open sessions (`squall logs` shows how its "
                    "tasks ended)");
@@ -729,13 +764,16 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto& all = context.sessions.all();
     auto list = call.getResults().initSessions(all.size());
     uint i = 0;
-    for (auto& [id, session] : all) fillState(list[i++], session);
+    for (auto& [id, session] : all) {
+      list[i].setIncarnation(context.sessions.incarnation());
+      fillState(list[i++], session);
+    }
     return kj::READY_NOW;
   }
 
   kj::Promise<void> getTasks(GetTasksContext call) override {
     auto params = call.getParams();
-    auto id = params.getSession();
+    auto id = sessionOf(params);
     auto ids = params.getIds();
     bool wanted[7] = {};
     bool any = params.getStates().size() == 0;
