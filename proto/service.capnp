@@ -26,7 +26,11 @@ interface Bootstrap {
   # so a governor whose registration is larger (the inventory it sends
   # back after a server restart) calls this first, pipelined before it.
   # A refusal closes the connection once answered.
-  authenticate @2 (version :UInt32, token :Text);
+  # Answers the server's incarnation (SessionLog::incarnation): a governor
+  # that was registered with a server of another one (started again on
+  # another log) drops every task, result and object it holds before it
+  # registers, since their ids name sessions this server never had.
+  authenticate @2 (version :UInt32, token :Text) -> (incarnation :UInt64);
 }
 
 # ---------------------------------------------------------------- clients
@@ -302,6 +306,10 @@ struct GovernorInfo {
   # server may not know them (they are recorded from the results), so it
   # neither cancels nor removes them.
   direct @8 :List(Id);
+  # The server incarnation this governor was registered with before, 0 the
+  # first time. A server of another one takes none of the governor's tasks
+  # and objects (the governor drops them: Bootstrap.authenticate).
+  incarnation @9 :UInt64;
 }
 
 # Server -> governor. Calls are batched: one per scheduling pass.

@@ -465,6 +465,54 @@ TEST(RecoveryTest, AClientOfAServerStartedOnAnotherLogCannotReachTheNewSessionOf
   theirs.close();
 }
 
+// The same for a governor: it ran and held work of the server before,
+// registers again with the server started on another log, where a new
+// session has the same id and tasks of the same ids. It starts over: none
+// of its old runs is taken for the new session's task, none of its results
+// reaches it.
+TEST(RecoveryTest, AGovernorBackFromAServerOnAnotherLogStartsOverAndNoneOfItsWorkReachesTheNewSessions) {
+  auto options = recoveryCluster();
+  options.governors = 1;
+  options.cpus = 1;
+  LocalCluster cluster(options);
+  cluster.start();
+  auto started = fs::path(cluster.workDir()) / "a-started";
+  auto a = std::make_unique<Client>(cluster.serverAddress());
+  auto mine = a->newSession("a-run");
+  auto id = mine.state().id;
+  auto slow = mine.execute(Program::shell("touch '" + started.string() + "'; sleep 3; echo a").stdoutOutput());
+  slow.output().keep();
+  mine.submit();
+  // No event reaches the test when a program starts: a bounded poll.
+  for (int i = 0; i < 200 && !fs::exists(started); i++) usleep(25 * 1000);
+  ASSERT_TRUE(fs::exists(started));
+
+  // The governor sleeps through the server's crash and the new start, so
+  // that the new session and its task are there when it comes back.
+  cluster.governor(0).signal(SIGSTOP);
+  cluster.killServer();
+  auto log = fs::path(cluster.workDir()) / "server.sqlite";
+  for (auto suffix : {"", "-wal", "-shm"}) fs::remove(log.string() + suffix);
+  cluster.restartServer();
+  Client b(cluster.serverAddress());
+  auto theirs = b.newSession("b-run");
+  ASSERT_EQ(theirs.state().id, id) << "the new server did not give the id out again: nothing to confuse";
+  auto task = theirs.execute(Program::shell("echo b").stdoutOutput());
+  ASSERT_EQ(task.id(), slow.id());
+  task.output().keep();
+  theirs.submit();
+  cluster.governor(0).signal(SIGCONT);
+
+  EXPECT_EQ(task.output().fetch(), "b\n");
+  auto state = theirs.state();
+  EXPECT_TRUE(state.open) << state.failure;
+  EXPECT_EQ(state.finished, 1u);
+  // (A's client, whose server is gone, goes before the cluster.)
+  a.reset();
+  theirs.close();
+  EXPECT_EQ(cluster.stop(), "");
+}
+
 // ... while a restart on the same log keeps its incarnation: the client
 // re-adopts its session and an attached one carries on, as before; new
 // sessions get ids of their own.

@@ -44,7 +44,29 @@ size_t ResultBatcher::undurableCount() const {
   return count;
 }
 
+void ResultBatcher::abandon(const std::vector<Id>& tasks) {
+  logger.info("event=results-abandoned waiting={} in_flight={} undurable={} tasks={}", pending.size(),
+              inFlight.size(), undurableCount(), tasks.size());
+  pending.clear();
+  inFlight.clear();
+  applied.clear();
+  // An update in flight answers into nothing.
+  epoch++;
+  for (auto id : tasks) abandoned.insert(id);
+}
+
+kj::Promise<void> ResultBatcher::abandonedEnded() {
+  if (abandoned.empty()) return kj::READY_NOW;
+  auto paf = kj::newPromiseAndFulfiller<void>();
+  abandonedWaiter = kj::mv(paf.fulfiller);
+  return kj::mv(paf.promise);
+}
+
 void ResultBatcher::report(TaskOutcome outcome) {
+  if (abandoned.erase(outcome.id) > 0) {
+    if (abandoned.empty() && abandonedWaiter.get() != nullptr) abandonedWaiter->fulfill();
+    return;
+  }
   logger.debug("event=task-finished task={} ok={} error=\"{}\"", kj::str(outcome.id).cStr(),
                outcome.ok, outcome.error.cStr());
   pending.push_back(kj::mv(outcome));
@@ -89,7 +111,12 @@ kj::Promise<void> ResultBatcher::sendBatch() {
   auto& kept = *held;
   return request.send()
       .then(
-          [this, number, &kept, sentOn = generation](auto response) -> kj::Promise<void> {
+          [this, number, &kept, sentOn = generation, sentEpoch = epoch](auto response) -> kj::Promise<void> {
+            if (sentEpoch != epoch) {
+              busy = false;
+              schedule();
+              return kj::READY_NOW;
+            }
             inFlight.clear();
             // Applied; kept until logged (unless the confirmation came
             // first, or the server keeps no log).
@@ -105,8 +132,9 @@ kj::Promise<void> ResultBatcher::sendBatch() {
             schedule();
             return kj::READY_NOW;
           },
-          [this, &kept, sentOn = generation](kj::Exception&& e) mutable -> kj::Promise<void> {
+          [this, &kept, sentOn = generation, sentEpoch = epoch](kj::Exception&& e) mutable -> kj::Promise<void> {
             auto& batch = kept;
+            if (sentEpoch != epoch) batch.clear();
             inFlight.clear();
             if (e.getType() == kj::Exception::Type::OVERLOADED ||
                 e.getType() == kj::Exception::Type::DISCONNECTED) {

@@ -6,6 +6,8 @@
 // thread only.
 #pragma once
 
+#include <unordered_set>
+
 #include "task-outcome.h"
 
 #include <deque>
@@ -38,6 +40,13 @@ class ResultBatcher final : private kj::TaskSet::ErrorHandler {
   void connected(wire::GovernorUpstream::Client upstream);
   // The server's log holds the results of updates numbered up to `through`.
   void durable(uint64_t through);
+  // The server is another (started again on another log: ServerLink's
+  // start-over): every result waiting, in flight or not yet durable is
+  // dropped, and so are those of `tasks` when they come (they were
+  // cancelled). Call before connected().
+  void abandon(const std::vector<Id>& tasks);
+  // Resolves once every task abandoned has ended (its result dropped).
+  kj::Promise<void> abandonedEnded();
   // Tasks whose results are not durable at the server yet (for the
   // inventory).
   std::vector<Id> unacknowledged() const;
@@ -62,6 +71,11 @@ class ResultBatcher final : private kj::TaskSet::ErrorHandler {
   // Bumped by connected(): which connection an update went out on.
   uint64_t generation = 0;
   uint64_t sent = 0;
+  // Tasks whose results are dropped when they come (abandon()).
+  std::unordered_set<Id, IdHash> abandoned;
+  kj::Own<kj::PromiseFulfiller<void>> abandonedWaiter;
+  // Bumped by abandon(): which server's results an update carried.
+  uint64_t epoch = 0;
   kj::TaskSet tasks;
 
   void schedule();

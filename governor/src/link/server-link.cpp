@@ -51,15 +51,24 @@ void ServerLink::sendLend(Id task, bool lent) {
 }
 
 kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again) {
-  auto bootstrap = connection.bootstrap<wire::Bootstrap>();
   // The token first, in a message of its own: the server reads a
   // registration (which may be large) only from a connection that has
-  // authenticated. Pipelined: no round trip more.
-  auto authenticate = bootstrap.authenticateRequest();
+  // authenticated. Its answer says which server this is: one started
+  // again on another log gets none of what is here (startOver()).
+  auto authenticate = connection.bootstrap<wire::Bootstrap>().authenticateRequest();
   authenticate.setVersion(wire::PROTOCOL_VERSION);
   authenticate.setToken(options.token);
-  auto authenticated = authenticate.send();
-  auto request = bootstrap.registerGovernorRequest();
+  return authenticate.send().then([this, &connection, again](auto response) {
+    uint64_t incarnation = response.getIncarnation();
+    kj::Promise<void> ready = kj::READY_NOW;
+    if (serverIncarnation != 0 && incarnation != serverIncarnation) ready = startOver(incarnation);
+    serverIncarnation = incarnation;
+    return ready.then([this, &connection, again]() { return sendRegistration(connection, again); });
+  });
+}
+
+kj::Promise<uint32_t> ServerLink::sendRegistration(RpcClient& connection, bool again) {
+  auto request = connection.bootstrap<wire::Bootstrap>().registerGovernorRequest();
   request.setVersion(wire::PROTOCOL_VERSION);
   request.setToken(options.token);
   auto info = request.initInfo();
@@ -116,12 +125,10 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
   }
   auto directList = info.initDirect(direct.size());
   for (size_t i = 0; i < direct.size(); i++) direct[i].to(directList[i]);
+  info.setIncarnation(serverIncarnation);
   request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
   upstream = nullptr;
-  auto registered = request.send();
-  return authenticated.ignoreResult()
-      .then([registered = kj::mv(registered)]() mutable { return kj::mv(registered); })
-      .then([this, seceded = kj::mv(seceded)](auto response) {
+  return request.send().then([this, seceded = kj::mv(seceded)](auto response) {
     upstream = response.getUpstream();
     batcher.connected(response.getUpstream());
     // Lent or taken back while the registration was on its way.
@@ -133,6 +140,27 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
       if (std::find(now.begin(), now.end(), id) == now.end()) sendLend(id, false);
     }
     return response.getGovernorId();
+  });
+}
+
+kj::Promise<void> ServerLink::startOver(uint64_t incarnation) {
+  // Every task and object here belongs to a session of the server before,
+  // whose ids this one may have given out again: none may reach it.
+  auto tasks = queue.held();
+  std::vector<Id> objects;
+  store.forEach([&](Id id, const ObjectMeta&) { objects.push_back(id); });
+  logger.warn("event=start-over reason=\"the server started again on another session log\" "
+              "incarnation_before={:016x} incarnation={:016x} tasks={} objects={}",
+              serverIncarnation, incarnation, tasks.size(), objects.size());
+  batcher.abandon(tasks);
+  for (auto id : tasks) queue.cancel(id);
+  for (auto id : objects) store.remove(id);
+  // Registered only once they have gone: the new server may give their ids
+  // out again, and a task of the same id arriving here meanwhile would be
+  // taken for a duplicate. Bounded: a child that will not die holds up no
+  // registration for long (its result is dropped whenever it comes).
+  return timer.timeoutAfter(10 * kj::SECONDS, batcher.abandonedEnded()).catch_([this](kj::Exception&& e) {
+    logger.warn("event=start-over-timeout error=\"{}\" action=register", e.getDescription().cStr());
   });
 }
 

@@ -75,6 +75,13 @@ class ServerLink {
   kj::Maybe<wire::GovernorUpstream::Client> upstream;
   // Tells the server a task lent its cpus or took them again.
   void sendLend(Id task, bool lent);
+  // The incarnation of the server registered with last (0: none yet).
+  uint64_t serverIncarnation = 0;
+  // About to register with a server of another incarnation: drops every
+  // task, result and object held; resolves once the tasks have ended.
+  kj::Promise<void> startOver(uint64_t incarnation);
+  // registerGovernor, once authenticated.
+  kj::Promise<uint32_t> sendRegistration(RpcClient& connection, bool again);
   class IgnoreErrors final : public kj::TaskSet::ErrorHandler {
    public:
     void taskFailed(kj::Exception&&) override {}

@@ -1036,6 +1036,7 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
   kj::Promise<void> authenticate(AuthenticateContext call) override {
     auto params = call.getParams();
     checkPeer(params.getVersion(), params.getToken());
+    call.getResults().setIncarnation(context.sessions.incarnation());
     return kj::READY_NOW;
   }
 
@@ -1073,8 +1074,18 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
     context.logger.info("event=governor-registered governor={} name={} data={} cpus={} functions={}",
                         governor.id, governor.name, governor.dataAddress, cpus, governor.functions.size());
     if (auto* log = context.sessions.sessionLog()) log->governorSeen(governor.name);
-    if (info.getTasks().size() > 0 || info.getInventory().size() > 0 || info.getDirect().size() > 0 ||
-        context.dispatcher.held()) {
+    // Registered before with a server on another log: its tasks and objects
+    // name sessions of that server, which may share ids with this one's.
+    uint64_t theirs = info.getIncarnation();
+    bool stale = theirs != 0 && theirs != context.sessions.incarnation();
+    if (stale) {
+      context.logger.warn(
+          "event=governor-of-another-incarnation governor={} name={} its_incarnation={:016x} incarnation={:016x} "
+          "tasks={} objects={} action=adopt-none",
+          governor.id, governor.name, theirs, context.sessions.incarnation(), info.getTasks().size(),
+          info.getInventory().size());
+    } else if (info.getTasks().size() > 0 || info.getInventory().size() > 0 || info.getDirect().size() > 0 ||
+               context.dispatcher.held()) {
       // Back after a server restart or a lost connection: take over what
       // it still runs and holds.
       for (auto* task : context.sessions.governorReturned(governor.id, governor.name, info.getTasks(),
@@ -1088,6 +1099,7 @@ class BootstrapImpl final : public wire::Bootstrap::Server {
     }
     call.getResults().setUpstream(kj::heap<GovernorUpstreamImpl>(context, governor.id, governor.control));
     call.getResults().setGovernorId(governor.id);
+
     context.dispatcher.kick();
     return kj::READY_NOW;
   }
