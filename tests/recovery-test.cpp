@@ -5,6 +5,7 @@
 #include "command-output.h"
 
 #include <gtest/gtest.h>
+#include <optional>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
 
@@ -422,12 +423,13 @@ TEST(RecoveryTest, AClientOfAServerStartedOnAnotherLogCannotReachTheNewSessionOf
   LocalCluster cluster(recoveryCluster());
   cluster.start();
   auto a = std::make_unique<Client>(cluster.serverAddress());
-  auto mine = a->newSession("a-pipeline");
-  auto id = mine.state().id;
+  // (Session handles go before their clients.)
+  std::optional<Session> mine(a->newSession("a-pipeline"));
+  auto id = mine->state().id;
   // As `squall status ID` or another program attaches: by the bare id.
   auto watcher = std::make_unique<Client>(cluster.serverAddress());
-  auto attached = watcher->attach(id);
-  attached.state();
+  std::optional<Session> attached(watcher->attach(id));
+  attached->state();
 
   cluster.killServer();
   auto log = fs::path(cluster.workDir()) / "server.sqlite";
@@ -451,11 +453,13 @@ TEST(RecoveryTest, AClientOfAServerStartedOnAnotherLogCannotReachTheNewSessionOf
     }
   };
   // Each first call reconnects (A re-adopts its session then: refused).
-  gone([&]() { mine.state(); }, "state");
-  gone([&]() { mine.close(); }, "close");
-  gone([&]() { attached.state(); }, "an attached handle's state");
-  gone([&]() { attached.cancel(); }, "an attached handle's cancel");
+  gone([&]() { mine->state(); }, "state");
+  gone([&]() { mine->close(); }, "close");
+  gone([&]() { attached->state(); }, "an attached handle's state");
+  gone([&]() { attached->cancel(); }, "an attached handle's cancel");
   // Neither client owns B's session: it outlives them.
+  mine.reset();
+  attached.reset();
   a.reset();
   watcher.reset();
   EXPECT_EQ(task.output().fetch(), "b\n");
@@ -478,11 +482,12 @@ TEST(RecoveryTest, AGovernorBackFromAServerOnAnotherLogStartsOverAndNoneOfItsWor
   cluster.start();
   auto started = fs::path(cluster.workDir()) / "a-started";
   auto a = std::make_unique<Client>(cluster.serverAddress());
-  auto mine = a->newSession("a-run");
-  auto id = mine.state().id;
-  auto slow = mine.execute(Program::shell("touch '" + started.string() + "'; sleep 3; echo a").stdoutOutput());
+  // (A session handle goes before its client.)
+  std::optional<Session> mine(a->newSession("a-run"));
+  auto id = mine->state().id;
+  auto slow = mine->execute(Program::shell("touch '" + started.string() + "'; sleep 3; echo a").stdoutOutput());
   slow.output().keep();
-  mine.submit();
+  mine->submit();
   // No event reaches the test when a program starts: a bounded poll.
   for (int i = 0; i < 200 && !fs::exists(started); i++) usleep(25 * 1000);
   ASSERT_TRUE(fs::exists(started));
@@ -508,6 +513,7 @@ TEST(RecoveryTest, AGovernorBackFromAServerOnAnotherLogStartsOverAndNoneOfItsWor
   EXPECT_TRUE(state.open) << state.failure;
   EXPECT_EQ(state.finished, 1u);
   // (A's client, whose server is gone, goes before the cluster.)
+  mine.reset();
   a.reset();
   theirs.close();
   EXPECT_EQ(cluster.stop(), "");
