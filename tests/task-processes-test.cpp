@@ -1,0 +1,143 @@
+// No process outlives its task (docs/deploy.md, "What a task leaves
+// behind"): what a program starts in the background, even in a session of
+// its own (setsid) or under a parent that itself left, is killed when the
+// task ends, and what a running task left is killed when its governor
+// stops. On a governor that gives each task a cgroup (where this machine
+// lets it divide its cgroup) and on one with the environment mark only.
+#include <gtest/gtest.h>
+#include <squall/client/client.h>
+#include <squall/tools/local-cluster.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace squall {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string readText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Whether `pid` is still the `sleep 1000` a task started (a pid reused by
+// another program does not count).
+bool sleeperRuns(int pid) {
+  auto cmdline = readText("/proc/" + std::to_string(pid) + "/cmdline");
+  return cmdline == std::string("sleep\0" "1000\0", 11);
+}
+
+// No event tells another process's death: looks every 20 ms, for at most
+// `bound`. True once none of `pids` is a sleeper any more.
+bool sleepersGone(const std::vector<int>& pids, std::chrono::milliseconds bound = std::chrono::seconds(5)) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  for (;;) {
+    bool any = false;
+    for (int pid : pids) any = any || sleeperRuns(pid);
+    if (!any) return true;
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+std::vector<int> pidsIn(const std::string& text) {
+  std::vector<int> pids;
+  std::istringstream in(text);
+  for (int pid; in >> pid;) pids.push_back(pid);
+  return pids;
+}
+
+class TaskProcessesTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/squall-task-processes-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    scratch = pattern;
+    ClusterOptions options;
+    options.governors = 1;
+    options.cpus = 2;
+    if (GetParam() == "mark") options.governorArgs = {"--no-task-cgroups"};
+    cluster = std::make_unique<LocalCluster>(options);
+    cluster->start();
+    if (GetParam() == "cgroup") {
+      // Where the machine does not let the governor divide its cgroup, it
+      // uses the mark: the other instance of these tests covers that.
+      Client client(cluster->serverAddress());
+      auto session = client.newSession("probe");
+      auto probe = session.execute(Program::shell("cat /proc/self/cgroup").stdoutOutput());
+      session.submit();
+      auto text = probe.output().fetch();
+      if (text.find("/squall-governor-") == std::string::npos) {
+        GTEST_SKIP() << "no cgroup of its own per task here: " << text;
+      }
+    }
+  }
+  void TearDown() override {
+    cluster.reset();
+    if (!scratch.empty()) fs::remove_all(scratch);
+  }
+
+  fs::path scratch;
+  std::unique_ptr<LocalCluster> cluster;
+};
+
+// Two ways out of the task's process group: setsid straight away, and a
+// setsid'd shell that stays, waiting for its own background child (whose
+// parent is alive when the task ends).
+const char* const LEAVE_TWO_BEHIND =
+    "setsid sleep 1000 < /dev/null > /dev/null 2>&1 & echo $!; "
+    "setsid sh -c 'sleep 1000 & echo $! > inner; wait' < /dev/null > /dev/null 2>&1 & "
+    "until [ -s inner ]; do sleep 0.01; done; cat inner";
+
+TEST_P(TaskProcessesTest, WhatATaskLeavesRunningIsKilledWhenItEnds) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("leaver");
+  auto task = session.execute(Program::shell(LEAVE_TWO_BEHIND).stdoutOutput());
+  session.submit();
+  auto pids = pidsIn(task.output().fetch());
+  ASSERT_EQ(pids.size(), 2u);
+  EXPECT_TRUE(sleepersGone(pids)) << "left running after their task: " << pids[0] << " " << pids[1];
+
+  // The governor goes on running tasks as before.
+  auto after = session.execute(Program::shell("echo fine").stdoutOutput());
+  session.submit();
+  EXPECT_EQ(after.output().fetch(), "fine\n");
+}
+
+TEST_P(TaskProcessesTest, WhatARunningTaskLeftIsKilledWhenTheGovernorStops) {
+  auto pidFile = scratch / "pids";
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("stopped");
+  auto task = session.execute(Program::shell(std::string("(") + LEAVE_TWO_BEHIND + ") > " + pidFile.string() +
+                                             ".tmp && mv " + pidFile.string() + ".tmp " + pidFile.string() +
+                                             " && exec sleep 1000"));
+  session.submit();
+  // The task writes the file while it runs; no event reaches us for that.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!fs::exists(pidFile) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  auto pids = pidsIn(readText(pidFile));
+  ASSERT_EQ(pids.size(), 2u);
+  for (int pid : pids) EXPECT_TRUE(sleeperRuns(pid)) << pid;
+
+  cluster->governor(0).stop();
+  EXPECT_TRUE(sleepersGone(pids)) << "left running after the governor: " << pids[0] << " " << pids[1];
+}
+
+INSTANTIATE_TEST_SUITE_P(Ways, TaskProcessesTest, ::testing::Values("cgroup", "mark"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
+
+}  // namespace
+}  // namespace squall
