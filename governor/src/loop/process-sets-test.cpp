@@ -89,14 +89,27 @@ TEST_P(ProcessSetsTest, LeftoversAreKilledAndReapedOnceTheirSetEnds) {
   ProcessSets sets(bridge, io.provider->getTimer(), *logger, options);
   if (GetParam() && !sets.usesCgroups()) GTEST_SKIP() << "no cgroups here: " << sets.describe().cStr();
   auto set = sets.open();
-  auto pids = runLeaving(bridge, *set, LEAVE_TWO);
-  ASSERT_EQ(pids.size(), 2u);
+  // In a cgroup, also one that only the cgroup can find (no mark), once
+  // the move is done.
+  auto script = GetParam() ? kj::str("i=0; until grep -q /task- /proc/self/cgroup || [ $i -ge 300 ]; do sleep 0.01; "
+                                     "i=$((i+1)); done; env -i setsid sleep 1000 < /dev/null > /dev/null & echo $!; ",
+                                     LEAVE_TWO)
+                           : kj::str(LEAVE_TWO);
+  auto pids = runLeaving(bridge, *set, script);
+  ASSERT_EQ(pids.size(), GetParam() ? 3u : 2u);
   // The set is open: its processes run on, whatever the sweep sees.
   sets.sweep();
   waitWithTimeout(io, io.provider->getTimer().afterDelay(50 * kj::MILLISECONDS));
   for (int pid : pids) EXPECT_TRUE(exists(pid)) << pid;
   set = nullptr;
   EXPECT_TRUE(goneWithin(pids)) << pids[0] << " " << pids[1];
+  // Its cgroup goes with it.
+  if (GetParam()) {
+    for (int i = 0; i < 250 && ::access(kj::str(sets.describe().slice(7), "/task-1").cStr(), F_OK) == 0; i++) {
+      waitWithTimeout(io, io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS));
+    }
+    EXPECT_NE(::access(kj::str(sets.describe().slice(7), "/task-1").cStr(), F_OK), 0);
+  }
 }
 
 TEST_P(ProcessSetsTest, TheLoopsOwnChildrenAndUnmarkedOnesAreLeftUntilExit) {

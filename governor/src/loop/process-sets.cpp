@@ -127,20 +127,30 @@ void ProcessSets::taskFailed(kj::Exception&& e) {
 
 ProcessSets::~ProcessSets() noexcept(false) {
   if (base == nullptr) return;
-  // Every task has ended by now; what a kill left populated goes first.
-  for (auto& dir : toRemove) writeCgroupFile(kj::str(dir, "/cgroup.kill"), "1");
-  for (int round = 0; round < 300 && toRemove.size() > 0; round++) {
+  // Every task has ended by now; cgroups whose removal was still queued,
+  // or that a kill left populated, go here.
+  kj::Vector<kj::String> left;
+  if (DIR* dir = ::opendir(base.cStr())) {
+    KJ_DEFER(::closedir(dir));
+    while (auto* entry = ::readdir(dir)) {
+      if (strncmp(entry->d_name, "task-", 5) == 0) left.add(kj::str(base, "/", entry->d_name));
+    }
+  }
+  for (auto& dir : left) writeCgroupFile(kj::str(dir, "/cgroup.kill"), "1");
+  // No event says that a cgroup has emptied but its cgroup.events (poll):
+  // a bounded look, as at exit.
+  for (int round = 0; round < 300 && left.size() > 0; round++) {
     if (round > 0) {
       struct timespec pause = {0, 10 * 1000 * 1000};
       ::nanosleep(&pause, nullptr);
     }
-    kj::Vector<kj::String> left;
-    for (auto& dir : toRemove) {
-      if (::rmdir(dir.cStr()) < 0 && errno == EBUSY) left.add(kj::mv(dir));
+    kj::Vector<kj::String> busy;
+    for (auto& dir : left) {
+      if (::rmdir(dir.cStr()) < 0 && errno == EBUSY) busy.add(kj::mv(dir));
     }
-    toRemove = kj::mv(left);
+    left = kj::mv(busy);
   }
-  for (auto& dir : toRemove) logger.warn("event=cgroup-not-removed dir={}", dir.cStr());
+  for (auto& dir : left) logger.warn("event=cgroup-not-removed dir={}", dir.cStr());
   if (::rmdir(base.cStr()) < 0 && errno != ENOENT) {
     logger.warn("event=cgroup-not-removed dir={} error=\"{}\"", base.cStr(), strerror(errno));
   }
@@ -207,34 +217,33 @@ kj::Own<ProcessSet> ProcessSets::open() {
   uint64_t number = nextSet++;
   open_.insert(number);
   kj::Maybe<kj::String> cgroup;
-  if (base != nullptr) {
-    auto dir = kj::str(base, "/task-", number);
-    if (::mkdir(dir.cStr(), 0755) == 0) {
-      cgroup = kj::mv(dir);
-    } else {
-      logger.warn("event=cgroup-refused dir={} error=\"{}\" action=mark", dir.cStr(), strerror(errno));
-    }
-  }
+  if (base != nullptr) cgroup = kj::str(base, "/task-", number);
   return kj::heap<ProcessSet>(*this, number, kj::mv(cgroup));
 }
 
-void ProcessSets::ended(uint64_t set, kj::Maybe<kj::String> cgroup) {
+void ProcessSets::ended(uint64_t set, kj::Maybe<kj::String> cgroup, kj::Maybe<kj::Promise<void>> moving) {
   open_.erase(set);
   KJ_IF_MAYBE(dir, cgroup) {
-    // Mostly empty by now (a task that started nothing that outlives it).
-    if (::rmdir(dir->cStr()) < 0) {
-      if (errno == EBUSY) {
-        int error = writeCgroupFile(kj::str(*dir, "/cgroup.kill"), "1");
-        if (error != 0) {
-          logger.warn("event=cgroup-kill-failed dir={} error=\"{}\"", dir->cStr(), strerror(error));
-        } else {
-          logger.info("event=task-leftovers-killed cgroup={}", dir->cStr());
+    // After the move (a move still queued is dropped): mostly the cgroup
+    // is empty by now (a task that started nothing that outlives it).
+    kj::Promise<void> moved = kj::READY_NOW;
+    KJ_IF_MAYBE(m, moving) { moved = kj::mv(*m); }
+    tasks.add(moved.then([this, dir = kj::str(*dir)]() mutable {
+      return bridge.runOnPool<int>([dir = kj::str(dir)]() -> int {
+        if (::rmdir(dir.cStr()) == 0 || errno == ENOENT) return 0;
+        if (errno != EBUSY) return errno;
+        int error = writeCgroupFile(kj::str(dir, "/cgroup.kill"), "1");
+        return error == 0 ? EBUSY : error;
+      }).then([this, dir = kj::mv(dir)](int result) mutable {
+        if (result == EBUSY) {
+          logger.info("event=task-leftovers-killed cgroup={}", dir.cStr());
+          toRemove.add(kj::mv(dir));
+          requestSweep();
+        } else if (result != 0) {
+          logger.warn("event=cgroup-not-removed dir={} error=\"{}\"", dir.cStr(), strerror(result));
         }
-        toRemove.add(kj::mv(*dir));
-      } else if (errno != ENOENT) {
-        logger.warn("event=cgroup-not-removed dir={} error=\"{}\"", dir->cStr(), strerror(errno));
-      }
-    }
+      });
+    }));
   }
   requestSweep();
 }
@@ -330,18 +339,23 @@ ProcessSet::ProcessSet(ProcessSets& sets, uint64_t number, kj::Maybe<kj::String>
     : sets(sets), number(number), entry(kj::str(ProcessSets::MARK, "=", getpid(), ".", number)),
       cgroup(kj::mv(cgroup)) {}
 
-ProcessSet::~ProcessSet() noexcept(false) { sets.ended(number, kj::mv(cgroup)); }
+ProcessSet::~ProcessSet() noexcept(false) { sets.ended(number, kj::mv(cgroup), kj::mv(moving)); }
 
 void ProcessSet::adopt(int pid) {
   KJ_IF_MAYBE(dir, cgroup) {
-    int error = writeCgroupFile(kj::str(*dir, "/cgroup.procs"), kj::str(pid));
-    // ESRCH: it has already exited.
-    if (error != 0 && error != ESRCH) {
-      sets.logger.warn("event=cgroup-move-failed pid={} dir={} error=\"{}\" action=mark", pid, dir->cStr(),
-                       strerror(error));
-      ::rmdir(dir->cStr());
-      cgroup = nullptr;
-    }
+    // The pid is our child's, unreaped until its exit is seen: pids are
+    // handed out in turn, so it is not another's before the counter wraps.
+    moving = sets.bridge.runOnPool<int>([dir = kj::str(*dir), pid]() -> int {
+                           if (::mkdir(dir.cStr(), 0755) < 0 && errno != EEXIST) return errno;
+                           return writeCgroupFile(kj::str(dir, "/cgroup.procs"), kj::str(pid));
+                         })
+                 .then([&logger = sets.logger, pid](int error) {
+                   // ESRCH: it has ended already.
+                   if (error != 0 && error != ESRCH) {
+                     logger.warn("event=cgroup-move-failed pid={} error=\"{}\" action=mark", pid,
+                                      strerror(error));
+                   }
+                 });
   }
 }
 
