@@ -2,8 +2,9 @@
 // behind"): what a program starts in the background, even in a session of
 // its own (setsid) or under a parent that itself left, is killed when the
 // task ends, and what a running task left is killed when its governor
-// stops. On a governor that gives each task a cgroup (where this machine
-// lets it divide its cgroup) and on one with the environment mark only.
+// stops. On a governor as it starts by default, on one that gives each task
+// a cgroup (where this machine lets it divide its cgroup) and on one with
+// the environment mark only.
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
@@ -163,7 +164,9 @@ TEST_P(TaskProcessesTest, WhatARunningTaskLeftIsKilledWhenTheGovernorStops) {
   EXPECT_TRUE(sleepersGone(pids)) << "left running after the governor: " << text;
 }
 
-INSTANTIATE_TEST_SUITE_P(Ways, TaskProcessesTest, ::testing::Values("cgroup", "mark"),
+// "default": as a governor starts with no flag, whichever way the machine
+// allows.
+INSTANTIATE_TEST_SUITE_P(Ways, TaskProcessesTest, ::testing::Values("default", "cgroup", "mark"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 }  // namespace
