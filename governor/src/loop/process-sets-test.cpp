@@ -160,6 +160,47 @@ TEST_P(ProcessSetsTest, TheLoopsOwnChildrenAndUnmarkedOnesAreLeftUntilExit) {
   EXPECT_FALSE(exists(unmarked[0]));
 }
 
+// A governor killed with SIGKILL leaves its cgroups and what its tasks
+// left in them; the next one to start in the same cgroup kills and removes
+// them (only where no process has the dead governor's pid).
+TEST(ProcessSetsStaleTest, AKilledGovernorsCgroupsAreClearedAtTheNextStart) {
+  auto members = std::make_unique<IoMembers>();
+  auto& io = members->io;
+  auto logger = testLogger();
+  UvBridge bridge(io.unixEventPort, io.provider->getTimer(), *logger);
+  kj::String parent;
+  {
+    ProcessSets probe(bridge, io.provider->getTimer(), *logger, {});
+    if (!probe.usesCgroups()) GTEST_SKIP() << "no cgroups here: " << probe.describe().cStr();
+    auto base = probe.describe().slice(7);
+    parent = kj::heapString(base.slice(0, KJ_ASSERT_NONNULL(base.findLast('/'))));
+  }
+  // A pid no process has now: a child's, reaped.
+  pid_t gone = ::fork();
+  if (gone == 0) _exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  auto stale = kj::str(parent, "/squall-governor-", gone);
+  auto task = kj::str(stale, "/task-7");
+  KJ_SYSCALL(::mkdir(stale.cStr(), 0755));
+  KJ_SYSCALL(::mkdir(task.cStr(), 0755));
+  pid_t leftover = ::fork();
+  if (leftover == 0) {
+    ::execl("/bin/sleep", "sleep", "1000", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  auto procs = openOrThrow(kj::str(task, "/cgroup.procs"), O_WRONLY);
+  auto pidText = kj::str(leftover);
+  KJ_SYSCALL(::write(procs, pidText.cStr(), pidText.size()));
+  procs = nullptr;
+  {
+    ProcessSets sets(bridge, io.provider->getTimer(), *logger, {});
+    EXPECT_NE(::access(stale.cStr(), F_OK), 0) << stale.cStr();
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(leftover, &status, 0), leftover);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
 INSTANTIATE_TEST_SUITE_P(Ways, ProcessSetsTest, ::testing::Values(true, false),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return std::string(info.param ? "cgroup" : "mark");

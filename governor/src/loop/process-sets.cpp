@@ -206,6 +206,51 @@ void ProcessSets::findCgroup() {
   }
   base = kj::mv(candidate);
   description = kj::str("cgroup ", base);
+  removeStale(dir.c_str());
+}
+
+void ProcessSets::removeStale(kj::StringPtr dir) {
+  // A governor killed with SIGKILL removes nothing: the next one started in
+  // the same cgroup kills what its tasks left and removes their cgroups.
+  DIR* entries = ::opendir(dir.cStr());
+  if (entries == nullptr) return;
+  KJ_DEFER(::closedir(entries));
+  while (auto* entry = ::readdir(entries)) {
+    kj::StringPtr name = entry->d_name;
+    if (!name.startsWith("squall-governor-")) continue;
+    char* end;
+    long pid = strtol(name.cStr() + 16, &end, 10);
+    if (*end != '\0' || pid <= 0 || pid == getpid()) continue;
+    // Only where no process has the pid: a live one may be that governor
+    // (whatever its program's name); a pid taken since merely delays this.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    auto stale = kj::str(dir, "/", name);
+    kj::Vector<kj::String> tasks;
+    if (DIR* inner = ::opendir(stale.cStr())) {
+      KJ_DEFER(::closedir(inner));
+      while (auto* task = ::readdir(inner)) {
+        if (strncmp(task->d_name, "task-", 5) == 0) tasks.add(kj::str(stale, "/", task->d_name));
+      }
+    }
+    size_t killed = 0;
+    for (auto& task : tasks) {
+      if (::rmdir(task.cStr()) == 0) continue;
+      // Not empty: what is in there is killed, and the cgroup removed below
+      // once it has emptied (a bounded look; else by the next start).
+      if (writeCgroupFile(kj::str(task, "/cgroup.kill"), "1") == 0) killed++;
+    }
+    for (int round = 0; round < 50; round++) {
+      bool busy = false;
+      for (auto& task : tasks) {
+        if (::rmdir(task.cStr()) < 0 && errno == EBUSY) busy = true;
+      }
+      if (!busy) break;
+      struct timespec pause = {0, 10 * 1000 * 1000};
+      ::nanosleep(&pause, nullptr);
+    }
+    bool removed = ::rmdir(stale.cStr()) == 0;
+    logger.info("event=stale-cgroup dir={} tasks_killed={} removed={}", stale.cStr(), killed, removed);
+  }
 }
 
 void ProcessSets::disableCgroups(kj::StringPtr why) {

@@ -90,6 +90,7 @@ class ProcessSets final : private kj::TaskSet::ErrorHandler {
   kj::TaskSet tasks;
 
   void findCgroup();
+  void removeStale(kj::StringPtr dir);
   void disableCgroups(kj::StringPtr why);
   void ended(uint64_t set, kj::Maybe<kj::String> cgroup, kj::Maybe<kj::Promise<void>> moving);
   void requestSweep();
