@@ -8,6 +8,7 @@
 #include "governor-control.h"
 #include "input-isolation.h"
 #include "object-store.h"
+#include "process-sets.h"
 #include "resources.h"
 #include "direct-calls.h"
 #include "result-batcher.h"
@@ -67,6 +68,7 @@ struct Flags {
   std::string procRoot = "/proc";
   std::string compressStreams = "auto";
   std::string inputIsolation = "auto";
+  bool noTaskCgroups = false;
   int lifelineFd = -1;
   // Bounds on dir objects (tree-walk.h); defaults there.
   TreeLimits treeLimits;
@@ -268,6 +270,7 @@ int run(const Flags& flags) {
   // object it builds is gone (children killed, handles closed) when it returns.
   auto serve = [&]() -> int {
     UvBridge bridge(io.unixEventPort, timer, logger);
+    ProcessSets processSets(bridge, timer, logger, {!flags.noTaskCgroups});
     kj::Maybe<ObjectStore> storeSlot;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                   // Sandboxes an earlier run left (a crash, kill -9) go,
@@ -285,6 +288,8 @@ int run(const Flags& flags) {
     auto& store = KJ_ASSERT_NONNULL(storeSlot);
     TaskEnv env{bridge,        timer,        store, logger, kj::str(tasksDir), kj::str(name),
                 captureEnvironment(), kj::mv(allowedRoots)};
+    env.processSets = processSets;
+    logger.info("event=task-processes mode=\"{}\"", processSets.describe().cStr());
     // Unmounted (before the work directory is removed) when serve() returns.
     kj::Maybe<StoreView> storeView;
     if (ownNamespace) {
@@ -457,6 +462,8 @@ int run(const Flags& flags) {
     return exitCode;
   };
   int exitCode = serve();
+  // Every process it started is gone: what is left was left by them.
+  ProcessSets::killAdoptedAtExit(logger);
 
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                 removeTree(tasksDir);
@@ -550,6 +557,9 @@ int main(int argc, char** argv) {
                  "LZ4 for live streams read from other governors: auto (unless the producer's "
                  "address is a loopback one), on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_flag("--no-task-cgroups", flags.noTaskCgroups,
+               "keep each task's processes together by a mark in their environment only, not by a cgroup of "
+               "their own even where the governor's cgroup can be divided");
   app.add_option("--input-isolation", flags.inputIsolation,
                  "how programs are kept from changing their inputs' objects: mount (inputs reached "
                  "through a read-only mount of the store: writes fail; needs root or user "

@@ -208,8 +208,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<squall::SessionLog> sessionLog;
   if (logPath != "off") {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  auto parent = std::filesystem::path(logPath).parent_path();
-                  if (!parent.empty()) std::filesystem::create_directories(parent);
+                  // It makes its directory (0700) if need be.
                   sessionLog = std::make_unique<squall::SessionLog>(logPath, *logger);
                   sessionLog->limitSize(logMaxMb);
                 })) {

@@ -252,7 +252,12 @@ void LocalCluster::start() {
     work = tmpl;
     ownsWorkDir = true;
   }
-  fs::create_directories(work);
+  // The cluster's state (the session log, governors' objects): ours alone.
+  // A directory given that exists keeps its mode.
+  if (!fs::exists(work)) {
+    fs::create_directories(work);
+    fs::permissions(work, fs::perms::owner_all);
+  }
   tokenPath = options.tokenFile;
   if (!options.token.empty()) {
     tokenPath = (fs::path(work) / "token").string();

@@ -31,6 +31,7 @@
 // success) and the outcome waits until they have ended for every reader.
 #include "dir-tree.h"
 #include "input-isolation.h"
+#include "process-sets.h"
 #include "stream-ends.h"
 #include "task-env.h"
 
@@ -520,6 +521,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
     // Set by the governor: which run of the task this is (1 = the first),
     // and the resources it holds (a task cannot claim others').
     overridden.add("SQUALL_ATTEMPT");
+    overridden.add(ProcessSets::MARK);
     kj::Vector<kj::String> resourceNames;
     for (auto& var : control.resourceEnv()) resourceNames.add(kj::str(var.substr(0, var.find('=')).c_str()));
     for (auto& name : resourceNames) overridden.add(name);
@@ -533,7 +535,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
       if (!replaced) environment.add(kj::str(entry));
     }
     for (auto var : config.getEnv()) {
-      bool governorSets = var.getName() == "SQUALL_ATTEMPT";
+      bool governorSets = var.getName() == "SQUALL_ATTEMPT" || var.getName() == ProcessSets::MARK;
       for (auto& name : resourceNames) governorSets = governorSets || var.getName() == name;
       if (!governorSets) environment.add(kj::str(var.getName(), "=", var.getValue()));
     }
@@ -550,6 +552,13 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
   } else {
     options.file = kj::str(program);
     for (auto a : args) options.args.add(kj::str(a));
+  }
+  // Its processes, together: killed when it ends, wherever they went.
+  kj::Maybe<kj::Own<ProcessSet>> processSet;
+  KJ_IF_MAYBE(sets, env.processSets) {
+    auto set = sets->open();
+    environment.add(kj::str(set->environmentEntry()));
+    processSet = kj::mv(set);
   }
   options.env = kj::mv(environment);
   options.cwd = kj::str(sandbox);
@@ -603,7 +612,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
   return prepare.then(
       [&env, &control, spec, taskId, sandbox = kj::str(sandbox), program = kj::mv(program),
        options = kj::mv(options), wantsStdout, stdoutIsStream, liveInputs = kj::mv(liveInputs),
-       streamOutputs = kj::mv(streamOutputs),
+       streamOutputs = kj::mv(streamOutputs), processSet = kj::mv(processSet),
        placed = kj::atomicAddRef(*placed)](kj::AutoCloseFd stdinFd) mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) {
           return cleanUp(env, control, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::str("cancelled")));
@@ -637,10 +646,13 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         }
         auto child = kj::mv(spawned.get<kj::Own<ChildProcess>>());
         env.logger.debug("event=task-spawned task={} pid={}", kj::str(taskId).cStr(), child->pid());
+        KJ_IF_MAYBE(set, processSet) { (*set)->adopt(child->pid()); }
         control.setProcess(*child);
         ends->watchInputs(*child);
         auto exited = child->onExit();
-        return exited.attach(kj::mv(child))
+        // The set goes right after the child: its group is killed at its
+        // exit, then whatever left the group.
+        return exited.attach(kj::mv(child), kj::mv(processSet))
             .attach(kj::defer([&control]() { control.setProcess(nullptr); }))
             .then([&env, &control, spec, taskId, sandbox = kj::mv(sandbox), program = kj::mv(program),
                    stdoutFd = kj::mv(stdoutFd), stderrFd = kj::mv(stderrFd), wantsStdout,

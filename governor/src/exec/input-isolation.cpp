@@ -88,7 +88,7 @@ OwnNamespace enterOwnMountNamespace() {
 
 StoreView::StoreView(kj::StringPtr storeDir, kj::String path)
     : storeDir(kj::str(storeDir)), viewPath(kj::mv(path)) {
-  if (::mkdir(viewPath.cStr(), 0755) < 0 && errno != EEXIST) {
+  if (::mkdir(viewPath.cStr(), 0700) < 0 && errno != EEXIST) {
     SQUALL_FAIL("cannot make the store view's directory ", viewPath, ": ", strerror(errno));
   }
   auto tree = readOnlyClone(AT_FDCWD, storeDir);
@@ -198,7 +198,7 @@ namespace {
 void writeStoreFile(const Blob& blob, kj::StringPtr path) {
   auto slash = KJ_ASSERT_NONNULL(path.findLast('/'));
   auto dir = kj::heapString(path.slice(0, slash));
-  if (::mkdir(dir.cStr(), 0755) < 0 && errno != EEXIST) KJ_FAIL_SYSCALL("mkdir", errno, dir);
+  if (::mkdir(dir.cStr(), 0700) < 0 && errno != EEXIST) KJ_FAIL_SYSCALL("mkdir", errno, dir);
   auto out = openOrThrow(path, O_WRONLY | O_CREAT | O_EXCL, 0444);
   writeAll(out, blob.bytes);
 }

@@ -30,6 +30,7 @@ inline kj::Duration taskMilliseconds(uint64_t ms) {
 
 class ExecutorPool;
 class ExecutorLease;
+class ProcessSets;
 class ActorHosts;
 class StreamHub;
 class StoreView;
@@ -59,6 +60,10 @@ struct TaskEnv {
   kj::Maybe<ExecutorPool&> executors = nullptr;
   // The actors living here (actor-host.h); set with `executors`.
   kj::Maybe<ActorHosts&> actors = nullptr;
+  // Keeps each program task's processes together (process-sets.h): what
+  // a task leaves running is killed when it ends. Without it, only the
+  // task's process group is.
+  kj::Maybe<ProcessSets&> processSets = nullptr;
 };
 
 // Resources a task was granted, as an object that gives them back when

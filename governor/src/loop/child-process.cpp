@@ -186,6 +186,20 @@ void ChildProcess::onPidfdReadable(uv_poll_t* handle, int, int) {
   uv_close(reinterpret_cast<uv_handle_t*>(handle), deleteBox);
 }
 
+kj::Vector<int> ChildProcess::unreapedPids(UvBridge& bridge) {
+  kj::Vector<int> pids;
+  uv_walk(
+      bridge.loop(),
+      [](uv_handle_t* handle, void* arg) {
+        // Poll handles are children's pidfds (see closeAtTeardown).
+        if (handle->type != UV_POLL) return;
+        auto* box = static_cast<Box*>(handle->data);
+        if (!box->exited) static_cast<kj::Vector<int>*>(arg)->add(box->pid);
+      },
+      &pids);
+  return pids;
+}
+
 void ChildProcess::closeAtTeardown(uv_poll_t* handle) {
   auto* box = static_cast<Box*>(handle->data);
   if (!box->exited) {

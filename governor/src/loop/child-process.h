@@ -51,6 +51,10 @@ class ChildProcess {
   // Sends `signal` to the child's process group (no-op once it has exited).
   void killGroup(int signal);
 
+  // The pids of the children started through `bridge` that are not reaped
+  // yet (a zombie whose exit the loop has not seen is among them).
+  static kj::Vector<int> unreapedPids(UvBridge& bridge);
+
   // For UvBridge teardown: kills the group of a still-running child and
   // closes its handle. The governor's only uv_poll handles are children's.
   static void closeAtTeardown(uv_poll_t* handle);

@@ -402,7 +402,8 @@ kj::Maybe<LeftBehind> freshDirectory(kj::StringPtr path) {
     }
     left = LeftBehind{kj::mv(aside), kj::str(e->getDescription())};
   }
-  makeDirs(path);
+  makeDirs(path, 0700);
+  KJ_SYSCALL(::chmod(path.cStr(), 0700), path);
   return left;
 }
 

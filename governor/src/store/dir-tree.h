@@ -113,6 +113,8 @@ struct LeftBehind {
 // mid-collect leaves a temporary tree of whatever the task made). What
 // cannot be removed is moved aside, beside `path`, and returned for the
 // caller to log; throws only when `path` cannot be made an empty directory.
+// The directory is made 0700 (its parents too, where missing): what the
+// governor keeps there is no other user's to read.
 kj::Maybe<LeftBehind> freshDirectory(kj::StringPtr path);
 
 // The last `max` bytes of an open file as text.

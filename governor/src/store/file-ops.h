@@ -53,8 +53,10 @@ uint64_t appendFile(int out, kj::StringPtr from, void* hashState);
 // (another filesystem, link limits).
 void linkOrCopy(kj::StringPtr from, kj::StringPtr to);
 
-// mkdir -p.
-void makeDirs(kj::StringPtr path, int mode = 0755);
+// mkdir -p: every directory it makes gets `mode` (private by default: the
+// work dir, the store and sandboxes are the governor's alone); existing ones
+// keep theirs.
+void makeDirs(kj::StringPtr path, int mode = 0700);
 
 // The last `max` bytes of a file as text (empty when missing).
 kj::String readTail(kj::StringPtr path, size_t max);

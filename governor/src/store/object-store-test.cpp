@@ -52,6 +52,42 @@ TEST_F(ObjectStoreTest, StartRemovesADeepLeftoverTree) {
   EXPECT_EQ(listDir(openDirectory(dir.path())), std::vector<std::string>{"objects"});
 }
 
+// The store is the governor's alone: made 0700, parents it makes too, and
+// an earlier run's store (0755) made private again.
+TEST_F(ObjectStoreTest, StoreDirectoryIsPrivate) {
+  struct stat st;
+  {
+    ObjectStore store(bridge, dir.sub("work/objects"), *logger, 1 << 20);
+    KJ_SYSCALL(::stat(store.directory().cStr(), &st));
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+    KJ_SYSCALL(::stat(dir.sub("work").cStr(), &st));
+    EXPECT_EQ(st.st_mode & 07777, 0700u);
+  }
+  KJ_SYSCALL(::chmod(dir.sub("work/objects").cStr(), 0755));
+  ObjectStore again(bridge, dir.sub("work/objects"), *logger, 1 << 20);
+  KJ_SYSCALL(::stat(again.directory().cStr(), &st));
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+}
+
+// makeDirs gives every directory it makes the mode asked for (it ignored
+// it: 0755 whatever was asked) and leaves existing ones alone.
+TEST_F(ObjectStoreTest, MakeDirsGivesTheModeToWhatItMakes) {
+  struct stat st;
+  makeDirs(dir.sub("a"), 0755);
+  makeDirs(dir.sub("a/b/c"));
+  for (auto sub : {"a/b", "a/b/c"}) {
+    KJ_SYSCALL(::stat(dir.sub(sub).cStr(), &st));
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << sub;
+  }
+  KJ_SYSCALL(::stat(dir.sub("a").cStr(), &st));
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  makeDirs(kj::str(dir.sub("a/b/c"), "/"), 0711);  // all there: nothing changes
+  KJ_SYSCALL(::stat(dir.sub("a/b/c").cStr(), &st));
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  writeText(dir.sub("a/file"), "x");
+  EXPECT_ANY_THROW(makeDirs(dir.sub("a/file/d")));
+}
+
 // Sets or clears the immutable flag of `path` (chattr +i); false where the
 // file system or the process's capabilities do not allow it.
 bool setImmutable(kj::StringPtr path, bool on) {

@@ -11,6 +11,7 @@
 #include <kj/async-io.h>
 #include <spdlog/sinks/null_sink.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <squall/proto/errors.h>
 #include <unistd.h>
 
@@ -337,6 +338,40 @@ TEST_F(SessionLogTest, ALogFromBeforeIncarnationsGetsOneWhenMigrated) {
   EXPECT_NE(migrated, 0u);
   SessionLog log(path, *logger);
   EXPECT_EQ(log.incarnation(), migrated);
+}
+
+// The permission bits of `file`.
+static unsigned modeOf(const fs::path& file) {
+  struct stat st;
+  EXPECT_EQ(::stat(file.c_str(), &st), 0) << file;
+  return st.st_mode & 07777;
+}
+
+// The log holds sessions' graphs, constants and errors: only the server's
+// user reads it. Directories it makes are 0700, the file and its WAL 0600.
+TEST_F(SessionLogTest, TheLogIsPrivate) {
+  auto nested = dir / "state" / "squall";
+  auto file = (nested / "sessions.db").string();
+  {
+    SessionLog log(file, *logger);
+    log.sessionOpened(1, "private", true);
+    log.submitted(1, {bytes("graph")}, {});
+    EXPECT_EQ(modeOf(dir / "state"), 0700u);
+    EXPECT_EQ(modeOf(nested), 0700u);
+    EXPECT_EQ(modeOf(file), 0600u);
+    ASSERT_TRUE(fs::exists(file + "-wal"));
+    EXPECT_EQ(modeOf(file + "-wal"), 0600u);
+    if (fs::exists(file + "-shm")) EXPECT_EQ(modeOf(file + "-shm"), 0600u);
+  }
+  // An earlier server's files (0644, in a directory someone made 0755)
+  // are narrowed; the directory is the operator's and stays.
+  fs::permissions(nested, fs::perms(0755));
+  fs::permissions(file, fs::perms(0644));
+  SessionLog again(file, *logger);
+  again.sessionOpened(2, "again", true);
+  EXPECT_EQ(modeOf(file), 0600u);
+  if (fs::exists(file + "-wal")) EXPECT_EQ(modeOf(file + "-wal"), 0600u);
+  EXPECT_EQ(modeOf(nested), 0755u);
 }
 
 TEST_F(SessionLogTest, ASecondServerOnTheSameLogIsRefused) {

@@ -1,4 +1,5 @@
 #include "session-log.h"
+#include "private-file.h"
 
 #include <algorithm>
 #include <capnp/serialize-packed.h>
@@ -187,6 +188,8 @@ void SessionLog::transaction(const char* what, Body&& body) {
 }
 
 SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(path), logger(logger) {
+  // Sessions' graphs, constants and errors: the server's user's alone.
+  preparePrivateDatabase(path);
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) {
     std::string detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
@@ -251,6 +254,7 @@ SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(p
       nextKeptSeq = static_cast<uint64_t>(sqlite3_column_int64(stmt, 0));
     }
     readIncarnation();
+    narrowPrivateDatabase(path);
   } catch (...) {
     closeDb();
     throw;
