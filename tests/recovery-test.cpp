@@ -35,6 +35,15 @@ ClusterOptions recoveryCluster() {
   return options;
 }
 
+// Kills the server and starts it again on a log of its own (another
+// incarnation), at the same address.
+void restartOnAFreshLog(LocalCluster& cluster) {
+  cluster.killServer();
+  auto log = fs::path(cluster.workDir()) / "server.sqlite";
+  for (auto suffix : {"", "-wal", "-shm"}) fs::remove(log.string() + suffix);
+  cluster.restartServer();
+}
+
 // One start of a task's program: the governor (index in the cluster) and
 // its place among all starts (the line of the shared file).
 struct Run {
@@ -431,10 +440,7 @@ TEST(RecoveryTest, AClientOfAServerStartedOnAnotherLogCannotReachTheNewSessionOf
   std::optional<Session> attached(watcher->attach(id));
   attached->state();
 
-  cluster.killServer();
-  auto log = fs::path(cluster.workDir()) / "server.sqlite";
-  for (auto suffix : {"", "-wal", "-shm"}) fs::remove(log.string() + suffix);
-  cluster.restartServer();
+  restartOnAFreshLog(cluster);
   Client b(cluster.serverAddress());
   auto theirs = b.newSession("b-run");
   ASSERT_EQ(theirs.state().id, id) << "the new server did not give the id out again: nothing to confuse";
@@ -495,10 +501,7 @@ TEST(RecoveryTest, AGovernorBackFromAServerOnAnotherLogStartsOverAndNoneOfItsWor
   // The governor sleeps through the server's crash and the new start, so
   // that the new session and its task are there when it comes back.
   cluster.governor(0).signal(SIGSTOP);
-  cluster.killServer();
-  auto log = fs::path(cluster.workDir()) / "server.sqlite";
-  for (auto suffix : {"", "-wal", "-shm"}) fs::remove(log.string() + suffix);
-  cluster.restartServer();
+  restartOnAFreshLog(cluster);
   Client b(cluster.serverAddress());
   auto theirs = b.newSession("b-run");
   ASSERT_EQ(theirs.state().id, id) << "the new server did not give the id out again: nothing to confuse";
