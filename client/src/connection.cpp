@@ -45,8 +45,9 @@ void unshareThreadLoop() {
   sharedScope = nullptr;
 }
 
-ClientImpl::ClientImpl() : loop(acquireLoop()) {}
+ClientImpl::ClientImpl() : loop(acquireLoop()) { dataWatches = kj::heap<kj::TaskSet>(dataWatchErrors); }
 ClientImpl::~ClientImpl() {
+  dataWatches = nullptr;
   dataServices.clear();
   service = nullptr;
   connection = nullptr;
@@ -122,13 +123,24 @@ wire::DataService::Client& ClientImpl::dataService(const std::string& where) {
   auto it = dataServices.find(where);
   if (it != dataServices.end()) return it->second.second;
   auto conn = connectTo(network(), dataRoute(where)).wait(waitScope());
-  auto req = conn->bootstrap<wire::DataBootstrap>().openRequest();
-  req.setVersion(wire::PROTOCOL_VERSION);
-  req.setToken(token);
-  auto data = req.send().getService();
-  dataConnection[where] = ++dataConnections;
+  auto data = openData(*conn);
+  uint64_t number = ++dataConnections;
+  dataConnection[where] = number;
+  // Dropped on a later turn: not from inside its own connection's events.
+  dataWatches->add(conn->onDisconnect().then([this, where, number]() {
+    return kj::evalLater([this, where, number]() {
+      if (dataConnection[where] == number) dataServices.erase(where);
+    });
+  }));
   auto inserted = dataServices.emplace(where, std::make_pair(kj::mv(conn), kj::mv(data)));
   return inserted.first->second.second;
+}
+
+wire::DataService::Client ClientImpl::openData(RpcClient& connection) {
+  auto req = connection.bootstrap<wire::DataBootstrap>().openRequest();
+  req.setVersion(wire::PROTOCOL_VERSION);
+  req.setToken(token);
+  return req.send().getService();
 }
 
 }  // namespace client
