@@ -524,7 +524,9 @@ TEST_F(DirectChecksTest, ACutDataConnectionIsDroppedAndACallThatNeverArrivedIsPl
   int before = proxy.accepted();
   proxy.cutNow();
   EXPECT_EQ(call("1"), "2");
-  EXPECT_GT(proxy.accepted(), before);
+  // (One new connection, which its fetch used too: not a call placed
+  // anew, its output then fetched on a connection made for that.)
+  EXPECT_EQ(proxy.accepted(), before + 1);
 
   // Forgotten silently: the call goes into the dead connection, which
   // answers with a reset; the governor never had it: placed anew.
@@ -532,6 +534,59 @@ TEST_F(DirectChecksTest, ACutDataConnectionIsDroppedAndACallThatNeverArrivedIsPl
   EXPECT_EQ(call("1"), "3");
   // And each ran once.
   EXPECT_EQ(call("0"), "3");
+}
+
+// Item 6, the other way: a call whose connection broke after it reached
+// the governor is not placed anew (it would run twice): the governor says
+// it has it, and it is recorded as running there.
+TEST_F(DirectChecksTest, ACallCutOffAfterItReachedTheGovernorRunsThereOnce) {
+  signal(SIGPIPE, SIG_IGN);
+  std::string address;
+  {
+    Client probe(patientClient(cluster->serverAddress()));
+    address = governorAddress(probe);
+  }
+  CuttingProxy proxy(address);
+  setenv("SQUALL_TEST_DATA_ROUTE", (address + "=" + proxy.address).c_str(), 1);
+  struct Unset {
+    ~Unset() { unsetenv("SQUALL_TEST_DATA_ROUTE"); }
+  } unset;
+  char dir[] = "/tmp/squall-direct-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string mine = std::string(dir) + "/mine", theirs = std::string(dir) + "/theirs";
+  // The call may end once the client waits for it, which is when it sees
+  // the reset and asks the governor (a wait turns the loop; the call is
+  // answered only after the governor was asked).
+  auto options = patientClient(cluster->serverAddress());
+  bool armed = false;
+  options.whileBlocked = [&armed, &theirs, patient = options.whileBlocked]() {
+    patient();
+    if (armed) {
+      FILE* file = fopen(theirs.c_str(), "w");
+      if (file != nullptr) fclose(file);
+    }
+  };
+  Client client(options);
+  auto session = client.newSession("cut after it arrived");
+  auto counter = placedCounter(session);
+  auto held = counter.call("meet", {}, mine + " " + theirs);
+  held.output().keep();
+  session.submit();
+  ASSERT_TRUE(within20s([&]() { return access(mine.c_str(), F_OK) == 0; })) << "the call never started";
+  unlink(mine.c_str());
+  proxy.cutNow();
+  armed = true;
+  held.wait();
+  EXPECT_EQ(held.output().fetch(), "met");
+  // A call after it runs after any copy of it: there was none.
+  auto after = counter.call("add", {}, "0");
+  after.output().keep();
+  session.submitAndWait({after});
+  EXPECT_EQ(after.output().fetch(), "0");
+  EXPECT_NE(access(mine.c_str(), F_OK), 0) << "the call cut off ran twice";
+  unlink(theirs.c_str());
+  unlink(mine.c_str());
+  rmdir(dir);
 }
 
 }  // namespace
