@@ -137,6 +137,8 @@ bool holds(const std::string& address, uint64_t session, uint64_t n) {
   });
 }
 
+using Service = wire::ClientService::Client;
+
 // Calls `ask` on a raw client of the server (registered with the token):
 // "" when it succeeded, else the error.
 template <typename Ask>
@@ -258,7 +260,7 @@ TEST_F(DirectChecksTest, OnlyActorCallsAreRecordedAndACancelledUnknownCallFreesI
   auto assigned = [&]() { return client.governors().at(0).tasksAssigned; };
   auto before = assigned();
 
-  auto notACall = askServer(cluster->serverAddress(), [&](wire::ClientService::Client& service, kj::AsyncIoContext& io) {
+  auto notACall = askServer(cluster->serverAddress(), [&](Service& service, kj::AsyncIoContext& io) {
     auto record = service.recordDirectRequest();
     record.setSession(s);
     record.setAddress(address);
@@ -280,7 +282,7 @@ TEST_F(DirectChecksTest, OnlyActorCallsAreRecordedAndACancelledUnknownCallFreesI
 
   // A call the governor never had, recorded as running there.
   uint64_t n = (1u << 30) + 10;
-  auto recorded = askServer(cluster->serverAddress(), [&](wire::ClientService::Client& service, kj::AsyncIoContext& io) {
+  auto recorded = askServer(cluster->serverAddress(), [&](Service& service, kj::AsyncIoContext& io) {
     auto record = service.recordDirectRequest();
     record.setSession(s);
     record.setAddress(address);
@@ -289,7 +291,7 @@ TEST_F(DirectChecksTest, OnlyActorCallsAreRecordedAndACancelledUnknownCallFreesI
   });
   ASSERT_EQ(recorded, "");
   EXPECT_EQ(assigned(), before + 1);
-  auto cancelled = askServer(cluster->serverAddress(), [&](wire::ClientService::Client& service, kj::AsyncIoContext& io) {
+  auto cancelled = askServer(cluster->serverAddress(), [&](Service& service, kj::AsyncIoContext& io) {
     auto cancel = service.cancelTaskRequest();
     cancel.setSession(s);
     cancel.setTask(n);

@@ -278,8 +278,9 @@ kj::Promise<std::set<uint64_t>> SessionImpl::heldAt(const std::string& address, 
                  .catch_([ns](kj::Exception&& e) {
                    // A governor that predates heldCalls cannot say: as
                    // before it, they are left to run there.
-                   if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) return std::set<uint64_t>(ns.begin(), ns.end());
-                   return std::set<uint64_t>();
+                   std::set<uint64_t> held;
+                   if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) held.insert(ns.begin(), ns.end());
+                   return held;
                  });
   return ask.exclusiveJoin(
       client.loop.provider->getTimer().afterDelay(ASK_HELD_TIMEOUT).then([]() { return std::set<uint64_t>(); }));
