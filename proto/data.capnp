@@ -46,6 +46,14 @@ interface DataService {
   # not here (it moved, ended and was forgotten), or the call is not one
   # this way takes; the client then sends it through the server.
   callActor @1 (call :Common.Graph) -> (result :Common.TaskResult, refused :Text);
+
+  # Which of `tasks`, direct calls a client sent here, the governor has:
+  # queued, running, or ended with a result the server may not have yet.
+  # A client whose connection broke before a call was answered asks on a
+  # new one: a call the governor does not have never reached it (it is
+  # placed anew through the server), one it has is left to run here.
+  # An older governor answers UNIMPLEMENTED.
+  heldCalls @2 (tasks :List(Common.Id)) -> (held :List(Common.Id));
 }
 
 interface ByteSink {

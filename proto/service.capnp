@@ -317,7 +317,10 @@ interface GovernorControl {
   assign @0 (tasks :List(Assignment), constants :List(ConstantData)) -> ();
   removeObjects @1 (objects :List(Id)) -> ();
   # Kills the tasks (process groups) and reports each as failed "cancelled".
-  cancelTasks @2 (tasks :List(Id)) -> ();
+  # `unknown`: those it does not have (ended already, or never reached it:
+  # a direct call a client recorded as sent here), which it will not
+  # report; the server frees their places. An older governor answers none.
+  cancelTasks @2 (tasks :List(Id)) -> (unknown :List(Id));
   # The results of the governor's updates numbered up to `through` are in
   # the server's session log: the governor may forget them.
   resultsDurable @3 (through :UInt64) -> ();

@@ -66,6 +66,14 @@ struct ClientImpl {
   // every connection made (calls sent on one go down with it).
   std::map<std::string, uint64_t> dataConnection;
   uint64_t dataConnections = 0;
+  // Each data connection's end, watched: one that breaks (a reset, the
+  // governor gone) is dropped from dataServices, so that the next call
+  // there connects anew instead of going into the dead one.
+  struct DataWatchErrors final : public kj::TaskSet::ErrorHandler {
+    void taskFailed(kj::Exception&&) override {}
+  };
+  DataWatchErrors dataWatchErrors;
+  kj::Own<kj::TaskSet> dataWatches;
 
   ClientImpl();
   ~ClientImpl();
@@ -119,6 +127,8 @@ struct ClientImpl {
   void reconnect(const kj::Exception& lost);
 
   wire::DataService::Client& dataService(const std::string& where);
+  // The data service on `connection` (DataBootstrap.open with the token).
+  wire::DataService::Client openData(RpcClient& connection);
 
   // ClientOptions::whileBlocked and aroundWait (may be empty).
   std::function<void()> whileBlocked;
@@ -208,6 +218,10 @@ struct LocalTask {
   uint64_t actor = 0;
 };
 
+// Where a data connection to the governor at `where` goes: there, unless
+// $SQUALL_TEST_DATA_ROUTE (a test's proxy) says otherwise.
+std::string dataRoute(const std::string& where);
+
 // An actor call sent to its actor's governor directly (docs/actors.md,
 // "Calls that skip the server"): the server hears of it from the
 // governor's report, or from recordDirect when this client names it to the
@@ -237,8 +251,14 @@ struct DirectCall {
   bool viaServer = false;
   // Why the server refused to record it (it then knows nothing of it).
   std::string recordError;
-  // The governor refused it: recorded with no governor (placed anew).
+  // The governor refused it, or did not say it had it once its
+  // connection broke before the answer (heldCalls): recorded with no
+  // governor (placed anew).
   bool refused = false;
+  // Its connection broke before the answer, and the governor is being
+  // asked whether it has it (SessionImpl::cutOff): `done` resolves once
+  // its fate is left to the server.
+  bool asking = false;
 };
 
 // False when $SQUALL_DIRECT_CALLS is 0, no or off: every actor call then
@@ -326,6 +346,13 @@ struct SessionImpl {
   };
   DirectErrors directErrors;
   kj::Own<kj::TaskSet> directTasks;
+  // By data connection (ClientImpl::dataConnection) that broke with direct
+  // calls unanswered: resolves once the governor said which it has and
+  // each was left to the server (cutOff). Kept for the session's life
+  // (one per broken connection).
+  std::map<uint64_t, kj::ForkedPromise<void>> askingHeld;
+  // Direct calls `asking` (DirectCall::asking).
+  size_t askingCalls = 0;
 
   // Sends what was built to the actors' governors directly when it may
   // (every task an actor call on a placed actor with no call of this
@@ -361,7 +388,13 @@ struct SessionImpl {
                const std::unordered_map<uint64_t, const LocalObject*>& objects);
   // Its answer came, or its connection broke first.
   void answered(uint64_t n, capnp::Response<wire::DataService::CallActorResults>&& response);
-  void cutOff(uint64_t n, kj::Exception&& e);
+  // Calls on a connection that broke: those the governor says it has
+  // (heldCalls, on a new connection) are recorded as running there, the
+  // others placed anew; resolves once each is left to the server.
+  kj::Promise<void> cutOff(uint64_t n, kj::Exception&& e);
+  // Which of direct calls `ns` the governor at `address` has (none when
+  // it cannot be asked: gone, unreachable within ASK_HELD_TIMEOUT).
+  kj::Promise<std::set<uint64_t>> heldAt(const std::string& address, const std::vector<uint64_t>& ns);
   // Their fate is the server's from now (DirectCall::viaServer): recorded
   // at once, together and in this order, if the server is reachable, else
   // later (settleDirect).

@@ -45,8 +45,9 @@ void unshareThreadLoop() {
   sharedScope = nullptr;
 }
 
-ClientImpl::ClientImpl() : loop(acquireLoop()) {}
+ClientImpl::ClientImpl() : loop(acquireLoop()) { dataWatches = kj::heap<kj::TaskSet>(dataWatchErrors); }
 ClientImpl::~ClientImpl() {
+  dataWatches = nullptr;
   dataServices.clear();
   service = nullptr;
   connection = nullptr;
@@ -107,17 +108,45 @@ void ClientImpl::reconnect(const kj::Exception& lost) {
   if (!connectWithBackoff()) throw Error(describe(lost));
 }
 
+std::string dataRoute(const std::string& where) {
+  // A test's hook ("FROM=TO,..."): its proxy stands between this client
+  // and a governor, whose announced address is FROM.
+  const char* routes = getenv("SQUALL_TEST_DATA_ROUTE");
+  if (routes == nullptr) return where;
+  std::string all = routes;
+  for (size_t at = 0; at < all.size();) {
+    size_t end = all.find(',', at);
+    if (end == std::string::npos) end = all.size();
+    auto route = all.substr(at, end - at);
+    auto eq = route.find('=');
+    if (eq != std::string::npos && route.substr(0, eq) == where) return route.substr(eq + 1);
+    at = end + 1;
+  }
+  return where;
+}
+
 wire::DataService::Client& ClientImpl::dataService(const std::string& where) {
   auto it = dataServices.find(where);
   if (it != dataServices.end()) return it->second.second;
-  auto conn = connectTo(network(), where).wait(waitScope());
-  auto req = conn->bootstrap<wire::DataBootstrap>().openRequest();
-  req.setVersion(wire::PROTOCOL_VERSION);
-  req.setToken(token);
-  auto data = req.send().getService();
-  dataConnection[where] = ++dataConnections;
+  auto conn = connectTo(network(), dataRoute(where)).wait(waitScope());
+  auto data = openData(*conn);
+  uint64_t number = ++dataConnections;
+  dataConnection[where] = number;
+  // Dropped on a later turn: not from inside its own connection's events.
+  dataWatches->add(conn->onDisconnect().then([this, where, number]() {
+    return kj::evalLater([this, where, number]() {
+      if (dataConnection[where] == number) dataServices.erase(where);
+    });
+  }));
   auto inserted = dataServices.emplace(where, std::make_pair(kj::mv(conn), kj::mv(data)));
   return inserted.first->second.second;
+}
+
+wire::DataService::Client ClientImpl::openData(RpcClient& connection) {
+  auto req = connection.bootstrap<wire::DataBootstrap>().openRequest();
+  req.setVersion(wire::PROTOCOL_VERSION);
+  req.setToken(token);
+  return req.send().getService();
 }
 
 }  // namespace client

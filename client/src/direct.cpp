@@ -29,6 +29,10 @@ constexpr size_t MAX_DIRECT_CALLS = 8;
 // Answered direct calls a session keeps; beyond, the answered ones are
 // recorded and forgotten (waits for them then go to the server).
 constexpr size_t KEEP_DIRECT = 4096;
+// How long a governor is given to say which calls it has, once their
+// connection broke before their answers (cutOff); those it has not said it
+// has by then are placed anew.
+constexpr kj::Duration ASK_HELD_TIMEOUT = 10 * kj::SECONDS;
 
 }  // namespace
 
@@ -79,6 +83,21 @@ DirectCall* SessionImpl::directOf(uint64_t n, uint64_t* task) {
 
 bool SessionImpl::sendDirect() {
   if (directOff || parent != 0 || tasks.empty() || tasks.size() > MAX_DIRECT_CALLS) return false;
+  // A connection that broke while this thread was away from the loop (a
+  // reset, its governor gone) is seen now, and dropped (ClientImpl::
+  // dataWatches): the calls go on a new one, not into the dead one. (First:
+  // calls cut off with it may go through the server, and these after them.)
+  client.waitScope().poll();
+  // Calls cut off whose governor is being asked whether it has them may
+  // go through the server: calls on their actors wait for that there
+  // (beforeServerSubmit), so that they run after them.
+  if (askingCalls > 0) {
+    std::unordered_set<uint64_t> actors;
+    for (auto& t : tasks) actors.insert(t.actor);
+    for (auto& [n, call] : direct) {
+      if (call.asking && actors.count(call.actor) != 0) return false;
+    }
+  }
   std::unordered_map<uint64_t, const LocalObject*> byId;
   for (auto& o : objects) byId[o.n] = &o;
   // Actor calls only, with nothing the server must do for them (retries),
@@ -150,10 +169,12 @@ void SessionImpl::sendOne(const LocalTask& t, const std::string& address,
   }
   uint64_t n = t.n;
   call.done = req.send()
-                  .then([this, n](capnp::Response<wire::DataService::CallActorResults>&& response) {
-                    answered(n, kj::mv(response));
-                  },
-                        [this, n](kj::Exception&& e) { cutOff(n, kj::mv(e)); })
+                  .then(
+                      [this, n](capnp::Response<wire::DataService::CallActorResults>&& response) -> kj::Promise<void> {
+                        answered(n, kj::mv(response));
+                        return kj::READY_NOW;
+                      },
+                      [this, n](kj::Exception&& e) { return cutOff(n, kj::mv(e)); })
                   .fork();
   for (auto out : t.outputs) directOutputs[out] = n;
   direct.emplace(n, kj::mv(call));
@@ -179,11 +200,12 @@ void SessionImpl::answered(uint64_t n, capnp::Response<wire::DataService::CallAc
   call.stderrTail = result.getStderrTail().cStr();
 }
 
-void SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
+kj::Promise<void> SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
   auto it = direct.find(n);
-  if (it == direct.end() || it->second.viaServer) return;
+  if (it == direct.end() || it->second.viaServer) return kj::READY_NOW;
   auto address = it->second.address;
   auto connection = it->second.connection;
+  if (it->second.asking) return askingHeld.at(connection).addBranch();
   // A governor that predates callActor (UNIMPLEMENTED, as above) never
   // took them: they go through the server, and so does every call after.
   bool olderGovernor = e.getType() == kj::Exception::Type::UNIMPLEMENTED;
@@ -194,19 +216,75 @@ void SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {
   }
   // Every call still out on that connection went down with it: handed to
   // the server together, in the order made, so that it places them in that
-  // order (their failures reach here in no set order). They may run there
-  // all the same: recorded as running there (a gone governor's tasks are
-  // placed anew), never sent twice.
+  // order (their failures reach here in no set order).
   std::vector<uint64_t> cut;
   for (auto& entry : direct) {
     auto& call = entry.second;
     if (call.address != address || call.connection != connection || call.answered || call.viaServer) continue;
     call.error = userMessage(e).cStr();
     call.refused = olderGovernor;
+    call.asking = !olderGovernor;
+    askingCalls += call.asking;
     actorPlaces.erase(call.actor);
     cut.push_back(entry.first);
   }
-  leaveToServer(cut);
+  if (olderGovernor) {
+    leaveToServer(cut);
+    return kj::READY_NOW;
+  }
+  // Some may have reached the governor before the break, some not (a
+  // connection a NAT or firewall forgot takes the next call and answers
+  // with a reset): the governor, asked on a new connection, says which it
+  // has. Those run there (recorded as running there, never sent twice);
+  // the others are placed anew (so is every one when it cannot say: gone,
+  // its calls are placed anew with its other tasks).
+  auto asked = heldAt(address, cut).then([this, cut](std::set<uint64_t> held) {
+    std::vector<uint64_t> there, anew;
+    for (auto c : cut) {
+      auto found = direct.find(c);
+      if (found == direct.end()) continue;
+      found->second.asking = false;
+      askingCalls--;
+      if (held.count(c) != 0) {
+        there.push_back(c);
+      } else {
+        found->second.refused = true;
+        anew.push_back(c);
+      }
+    }
+    leaveToServer(there);
+    leaveToServer(anew);
+  });
+  auto& forked = askingHeld.insert_or_assign(connection, asked.fork()).first->second;
+  return forked.addBranch();
+}
+
+kj::Promise<std::set<uint64_t>> SessionImpl::heldAt(const std::string& address, const std::vector<uint64_t>& ns) {
+  auto ask = kj::evalNow([&]() { return connectTo(client.network(), dataRoute(address)); })
+                 .then([this, ns](kj::Own<RpcClient> connection) {
+                   auto req = client.openData(*connection).heldCallsRequest();
+                   auto list = req.initTasks(ns.size());
+                   for (uint i = 0; i < list.size(); i++) {
+                     list[i].setSession(id);
+                     list[i].setN(ns[i]);
+                   }
+                   return req.send()
+                       .then([](capnp::Response<wire::DataService::HeldCallsResults>&& response) {
+                         std::set<uint64_t> held;
+                         for (auto task : response.getHeld()) held.insert(task.getN());
+                         return held;
+                       })
+                       .attach(kj::mv(connection));
+                 })
+                 .catch_([ns](kj::Exception&& e) {
+                   // A governor that predates heldCalls cannot say: as
+                   // before it, they are left to run there.
+                   std::set<uint64_t> held;
+                   if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) held.insert(ns.begin(), ns.end());
+                   return held;
+                 });
+  return ask.exclusiveJoin(
+      client.loop.provider->getTimer().afterDelay(ASK_HELD_TIMEOUT).then([]() { return std::set<uint64_t>(); }));
 }
 
 void SessionImpl::leaveToServer(const std::vector<uint64_t>& ns) {
@@ -257,6 +335,14 @@ SessionImpl::recordRequest(const std::string& address, const std::vector<uint64_
 }
 
 void SessionImpl::record(const std::vector<uint64_t>& ns) {
+  // Calls whose governor is being asked whether it has them are recorded
+  // where its answer says.
+  kj::Vector<kj::Promise<void>> asking;
+  for (auto n : ns) {
+    auto& call = direct.at(n);
+    if (call.asking) asking.add(call.done.addBranch());
+  }
+  if (!asking.empty()) client.block(kj::joinPromises(asking.releaseAsArray()));
   // By where they are recorded as running.
   std::map<std::string, std::vector<uint64_t>> byAddress;
   for (auto n : ns) {

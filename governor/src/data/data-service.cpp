@@ -77,6 +77,18 @@ kj::Promise<void> DataServiceImpl::callActor(CallActorContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> DataServiceImpl::heldCalls(HeldCallsContext context) {
+  std::vector<Id> held;
+  KJ_IF_MAYBE(port, env.directCalls) {
+    for (auto task : context.getParams().getTasks()) {
+      if (port->holds(Id::from(task))) held.push_back(Id::from(task));
+    }
+  }
+  auto list = context.getResults().initHeld(held.size());
+  for (uint i = 0; i < list.size(); i++) held[i].to(list[i]);
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> DataServiceImpl::read(ReadContext context) {
   auto params = context.getParams();
   Id id = Id::from(params.getId());

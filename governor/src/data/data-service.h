@@ -43,6 +43,9 @@ class DirectCallPort {
     kj::String refused;
   };
   virtual kj::Promise<Answer> callActor(wire::Graph::Reader call) = 0;
+  // Whether direct call `task` is here: queued, running, or ended with a
+  // result the server may not have yet (DataService.heldCalls).
+  virtual bool holds(Id task) const = 0;
 };
 
 // What the data service needs; owned by main(), outlives every connection.
@@ -84,6 +87,8 @@ class DataServiceImpl final : public wire::DataService::Server {
   kj::Promise<void> read(ReadContext context) override;
   // Hands the call to DataServiceEnv::directCalls; answers when it ends.
   kj::Promise<void> callActor(CallActorContext context) override;
+  // Asks DataServiceEnv::directCalls (none held without it).
+  kj::Promise<void> heldCalls(HeldCallsContext context) override;
 
  private:
   DataServiceEnv& env;

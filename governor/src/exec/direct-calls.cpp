@@ -13,7 +13,11 @@ class DirectCalls::Forget final : public OutcomeWatch {
  public:
   Forget(DirectCalls& calls, Id id) : calls(calls), alive(calls.alive), id(id) {}
   ~Forget() noexcept(false) {
-    if (*alive) calls.calls.erase(id);
+    if (!*alive) return;
+    auto it = calls.calls.find(id);
+    if (it == calls.calls.end()) return;
+    for (auto& object : it->second.objects) calls.claimed.erase(object);
+    calls.calls.erase(it);
   }
 
  private:
@@ -53,8 +57,23 @@ kj::Maybe<kj::String> DirectCalls::refusal(wire::Graph::Reader call, Objects& ob
     if (inputs.insert(input.getObject().getN()).second) used++;
   }
   if (used != objects.size()) return kj::str("a direct call carries objects it does not use");
+  // The actor of its own session (as a submit's calls must be): a call
+  // may not run on, nor be recorded in, another session's.
   Id actor = Id::from(task.getConfig().getActorCall().getActor());
+  if (actor.session != session) return kj::str("actor ", actor, " is not of the call's session ", session);
   if (actors.typeOf(actor) == nullptr) return kj::str("actor ", actor, " is not on governor ", governorName);
+  // Every id new here, as a submit's are in its session: a call does not
+  // store over an object held here (another call's or task's output, a
+  // kept result), nor take the id of a task this governor has.
+  KJ_IF_MAYBE(taskQueue, queue) {
+    if (taskQueue->holds(id)) return kj::str("task ", id, " is here already");
+  }
+  for (auto& entry : objects) {
+    Id object{session, entry.first};
+    if (store.find(object) != nullptr || store.whenArrived(object) != nullptr || claimed.count(object) != 0) {
+      return kj::str("object ", object, " of a direct call is held here already");
+    }
+  }
   return nullptr;
 }
 
@@ -73,6 +92,10 @@ kj::Promise<DirectCallPort::Answer> DirectCalls::callActor(wire::Graph::Reader c
   }
   Call entry;
   for (auto output : task.getOutputs()) entry.outputs.push_back(Id::from(output));
+  for (auto object : call.getObjects()) {
+    entry.objects.push_back(Id::from(object.getId()));
+    claimed.insert(entry.objects.back());
+  }
   {
     capnp::MallocMessageBuilder copy(call.totalSize().wordCount + 8);
     copy.setRoot(call);

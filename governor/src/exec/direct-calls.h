@@ -34,11 +34,13 @@ class DirectCalls final : public DirectCallPort {
   // ended()).
   void useQueue(TaskQueue& taskQueue) { queue = taskQueue; }
 
-  // Checks the call (one actorCall task on an actor hosted here, its
-  // outputs, the constants it reads and nothing else), queues it, and
+  // Checks the call (one actorCall task on an actor of its session hosted
+  // here, its outputs, the constants it reads and nothing else, every id
+  // new here as a submit's are in its session), queues it, and
   // answers with its result once it ends; refuses (without running it)
   // what it cannot take.
   kj::Promise<Answer> callActor(wire::Graph::Reader call) override;
+  bool holds(Id task) const override { return calls.count(task) != 0; }
 
   // Every outcome passes here before it is reported: a direct call's gets
   // its graph (TaskOutcome::direct), and its client its answer.
@@ -55,6 +57,8 @@ class DirectCalls final : public DirectCallPort {
   struct Call {
     // Its outputs (for pending()).
     std::vector<Id> outputs;
+    // Its outputs and constants (in `claimed`).
+    std::vector<Id> objects;
     // Its graph until it ends (then it goes with the outcome).
     kj::Array<capnp::word> graph;
     kj::Own<kj::PromiseFulfiller<Answer>> answer;
@@ -67,6 +71,9 @@ class DirectCalls final : public DirectCallPort {
   spdlog::logger& logger;
   kj::Maybe<TaskQueue&> queue;
   std::unordered_map<Id, Call, IdHash> calls;
+  // The objects of the calls in `calls` (outputs to come, constants):
+  // another call may not name them.
+  std::unordered_set<Id, IdHash> claimed;
   // False once this is gone, for outcomes that outlive it.
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 

@@ -493,11 +493,11 @@ void TaskQueue::checkIdle() {
   }
 }
 
-void TaskQueue::cancel(Id id) {
+bool TaskQueue::cancel(Id id) {
   auto it = tasks.find(id);
   if (it == tasks.end()) {
     env.logger.debug("event=cancel-unknown task={}", kj::str(id).cStr());
-    return;
+    return false;
   }
   auto& task = *it->second;
   env.logger.debug("event=task-cancel task={}", kj::str(id).cStr());
@@ -509,6 +509,7 @@ void TaskQueue::cancel(Id id) {
     tasks.erase(it);
     ended(*spec, TaskOutcome::failure(id, kj::str("cancelled")));
   }
+  return true;
 }
 
 bool TaskQueue::retract(Id id) {

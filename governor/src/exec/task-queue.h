@@ -39,8 +39,9 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   void assign(wire::Assignment::Reader assignment);
 
   // Drops a waiting task or kills a running one; either way it is reported
-  // failed with "cancelled". Unknown (e.g. already finished) ids are ignored.
-  void cancel(Id id);
+  // failed with "cancelled". Unknown (e.g. already finished) ids are
+  // ignored: false for them.
+  bool cancel(Id id);
 
   // Drops a task that has not started (queued, or fetching its inputs) as
   // if it had never been assigned: nothing is reported. False when it runs
@@ -73,6 +74,8 @@ class TaskQueue final : private kj::TaskSet::ErrorHandler {
   void onDry(kj::Function<void()> listener) { dryListener = kj::mv(listener); }
   size_t waitingCount() const { return tasks.size() - running; }
   size_t runningCount() const { return running; }
+  // Whether it holds task `id` (waiting for inputs, ready or running).
+  bool holds(Id id) const { return tasks.count(id) != 0; }
   // Every task it holds (waiting for inputs, ready or running).
   std::vector<Id> held() const {
     std::vector<Id> ids;

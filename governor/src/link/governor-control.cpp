@@ -25,7 +25,14 @@ kj::Promise<void> GovernorControlImpl::removeObjects(RemoveObjectsContext contex
 kj::Promise<void> GovernorControlImpl::cancelTasks(CancelTasksContext context) {
   auto ids = context.getParams().getTasks();
   logger.debug("event=cancel-tasks count={}", ids.size());
-  for (auto id : ids) queue.cancel(Id::from(id));
+  // Those it does not have it will never report: the server frees their
+  // places (a direct call recorded as sent here that never arrived).
+  std::vector<Id> unknown;
+  for (auto id : ids) {
+    if (!queue.cancel(Id::from(id))) unknown.push_back(Id::from(id));
+  }
+  auto list = context.getResults().initUnknown(unknown.size());
+  for (uint i = 0; i < list.size(); i++) unknown[i].to(list[i]);
   return kj::READY_NOW;
 }
 

@@ -285,9 +285,16 @@ void SessionTable::taskResult(wire::TaskResult::Reader result, GovernorId from,
   // Outputs of a result nobody waits for any more go, unless the table
   // counts them as held there already (a result sent again after a
   // reconnect, which the log had recorded).
+  // So do the constants a direct call brought there (TaskResult.direct).
   auto orphanOutputs = [&]() {
-    for (auto output : result.getOutputs()) {
-      auto oid = Id::from(output.getId());
+    std::vector<Id> ids;
+    for (auto output : result.getOutputs()) ids.push_back(Id::from(output.getId()));
+    if (result.hasDirect()) {
+      for (auto object : result.getDirect().getObjects()) {
+        if (object.getIsConstant()) ids.push_back(Id::from(object.getId()));
+      }
+    }
+    for (auto oid : ids) {
       KJ_IF_MAYBE(session, find(oid.session)) {
         auto it = session->objects.find(oid.n);
         if (it != session->objects.end() && it->second.state == ObjectNode::State::FINISHED &&

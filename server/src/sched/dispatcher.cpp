@@ -232,7 +232,19 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
     auto req = governor.control.cancelTasksRequest();
     auto list = req.initTasks(cancel.size());
     for (uint i = 0; i < list.size(); i++) cancel[i].to(list[i]);
-    rpcs.add(req.send().ignoreResult());
+    // What it does not have (a direct call recorded as sent there that
+    // never reached it) it will never report: its place is freed here.
+    GovernorId gid = governor.id;
+    rpcs.add(req.send().then([this, gid](capnp::Response<wire::GovernorControl::CancelTasksResults> response) {
+      if (response.getUnknown().size() == 0) return;
+      for (auto wireId : response.getUnknown()) {
+        auto id = Id::from(wireId);
+        if (assignedTo(sessions, id, gid) != nullptr) continue;
+        logger.debug("event=cancel-unknown governor={} session={} task={}", gid, id.session, id.n);
+        governors.release(gid, id);
+      }
+      kick();
+    }));
   }
   // Assignments go in calls of bounded size, so that no message nears
   // capnp's 64 MiB limit (a send past it fails, and the governor would

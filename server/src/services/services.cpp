@@ -172,6 +172,16 @@ class SubmissionImpl final : public wire::Submission::Server {
       if (it == target.tasks.end()) continue;
       auto& task = it->second;
       if (task.state != TaskNode::State::READY && task.state != TaskNode::State::WAITING) continue;
+      // Its constants are where it ran (the governor stored them with the
+      // call): removed from there with the session's other objects.
+      if (governor != nullptr) {
+        for (auto* input : task.inputs) {
+          auto& where = input->locations;
+          if (input->constant && std::find(where.begin(), where.end(), governor->id) == where.end()) {
+            where.push_back(governor->id);
+          }
+        }
+      }
       if (task.actor != nullptr && task.actor->task->done()) {
         ended.insert(task.actor);
       } else if (governor != nullptr) {
@@ -209,13 +219,51 @@ std::unique_ptr<capnp::MallocMessageBuilder> directChunk(wire::Graph::Reader gra
   return chunk;
 }
 
+// Why `graph` is not a direct call of session `session` (one actor call,
+// its outputs and the constants it reads, nothing else: what a governor's
+// DataService.callActor takes); nullptr when it is. Anything else would
+// be "running" on a governor that never heard of it, holding its place.
+kj::Maybe<kj::String> notADirectCall(wire::Graph::Reader graph, uint64_t session) {
+  if (graph.getTasks().size() != 1) return kj::str("a direct call carries one task, not ", graph.getTasks().size());
+  auto task = graph.getTasks()[0];
+  if (!task.getConfig().isActorCall()) return kj::str("task ", task.getId().getN(), " is not an actor call");
+  if (task.getId().getSession() != session) return kj::str("task ", task.getId().getN(), " is of another session");
+  std::map<uint64_t, wire::ObjectSpec::Reader> objects;
+  for (auto object : graph.getObjects()) {
+    if (object.getId().getSession() != session || !objects.emplace(object.getId().getN(), object).second) {
+      return kj::str("object ", object.getId().getN(), " of a direct call is given twice or is of another session");
+    }
+  }
+  std::set<uint64_t> used;
+  for (auto output : task.getOutputs()) {
+    auto it = objects.find(output.getN());
+    if (output.getSession() != session || it == objects.end() || it->second.getIsConstant() ||
+        it->second.getKind() == wire::ObjectKind::STREAM || !used.insert(output.getN()).second) {
+      return kj::str("output ", output.getN(), " of a direct call must be given as a blob or dir it makes");
+    }
+  }
+  for (auto input : task.getInputs()) {
+    auto it = objects.find(input.getObject().getN());
+    if (input.getObject().getSession() != session || it == objects.end() || !it->second.getIsConstant()) {
+      return kj::str("input ", input.getObject().getN(), " of a direct call must be a constant sent with it");
+    }
+    used.insert(input.getObject().getN());
+  }
+  if (used.size() != objects.size()) return kj::str("a direct call carries objects it does not use");
+  return nullptr;
+}
+
 // Records actor calls a client sent to a governor directly (`graphs`, one
 // call each; `governor`: where they run, 0 for nowhere): those the session
 // does not have are submitted (checked, logged, applied) together and made
 // to run there (SubmissionImpl::sentTo). Those it has are left as they
-// are. Resolves once applied; rejects as a submit does (nothing recorded).
+// are. Resolves once applied; rejects as a submit does (nothing recorded),
+// and for a graph that is not one direct call (notADirectCall).
 kj::Promise<void> recordDirectCalls(ServerContext& context, uint64_t sessionId, kj::ArrayPtr<const wire::Graph::Reader> graphs,
                                     GovernorId governor) {
+  for (auto graph : graphs) {
+    KJ_IF_MAYBE(why, notADirectCall(graph, sessionId)) { SQUALL_FAIL("not a direct call: ", *why); }
+  }
   auto& session = context.sessions.get(sessionId);
   std::vector<wire::Graph::Reader> unknown;
   for (auto graph : graphs) {
