@@ -80,11 +80,15 @@ TEST_P(PrivateFilesTest, StateLogWorkDirStoreAndSandboxesAreTheirUsersAlone) {
   EXPECT_EQ(modeOf(state), "700");
   EXPECT_EQ(modeOf(state / "server.sqlite"), "600");
   EXPECT_EQ(modeOf(state / "server.sqlite-wal"), "600");
-  if (fs::exists(state / "server.sqlite-shm")) EXPECT_EQ(modeOf(state / "server.sqlite-shm"), "600");
+  if (fs::exists(state / "server.sqlite-shm")) {
+    EXPECT_EQ(modeOf(state / "server.sqlite-shm"), "600");
+  }
   EXPECT_EQ(modeOf(governor), "700");
   EXPECT_EQ(modeOf(governor / "objects"), "700");
   EXPECT_EQ(modeOf(governor / "tasks"), "700");
-  if (fs::exists(governor / "objects-ro")) EXPECT_EQ(modeOf(governor / "objects-ro"), "700");
+  if (fs::exists(governor / "objects-ro")) {
+    EXPECT_EQ(modeOf(governor / "objects-ro"), "700");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PrivateFilesTest, ::testing::Values("mount", "copy"),

@@ -610,7 +610,9 @@ TEST_F(RawRpcTest, ASessionReferenceOfAnotherIncarnationIsRefusedNamingBoth) {
         EXPECT_EQ(e.getType(), kj::Exception::Type::FAILED) << what;
         EXPECT_NE(message.find("session " + std::to_string(s) + " is gone"), std::string::npos) << message;
         EXPECT_NE(message.find(hex16(incarnation)), std::string::npos) << message;
-        if (stale != 0) EXPECT_NE(message.find(hex16(stale)), std::string::npos) << message;
+        if (stale != 0) {
+          EXPECT_NE(message.find(hex16(stale)), std::string::npos) << message;
+        }
       }
     };
     refused(service.adoptSessionRequest(), "adoptSession");

@@ -147,7 +147,7 @@ TEST_P(TaskProcessesTest, WhatARunningTaskLeftIsKilledWhenTheGovernorStops) {
   auto pidFile = scratch / "pids";
   Client client(cluster->serverAddress());
   auto session = client.newSession("stopped");
-  auto task = session.execute(Program::shell(leaver(pidFile.string() + ".tmp") + " && mv " + pidFile.string() +
+  session.execute(Program::shell(leaver(pidFile.string() + ".tmp") + " && mv " + pidFile.string() +
                                              ".tmp " + pidFile.string() + " && exec sleep 1000"));
   session.submit();
   // The task writes the file while it runs; no event reaches us for that.

@@ -361,7 +361,9 @@ TEST_F(SessionLogTest, TheLogIsPrivate) {
     EXPECT_EQ(modeOf(file), 0600u);
     ASSERT_TRUE(fs::exists(file + "-wal"));
     EXPECT_EQ(modeOf(file + "-wal"), 0600u);
-    if (fs::exists(file + "-shm")) EXPECT_EQ(modeOf(file + "-shm"), 0600u);
+    if (fs::exists(file + "-shm")) {
+      EXPECT_EQ(modeOf(file + "-shm"), 0600u);
+    }
   }
   // An earlier server's files (0644, in a directory someone made 0755)
   // are narrowed; the directory is the operator's and stays.
@@ -370,7 +372,9 @@ TEST_F(SessionLogTest, TheLogIsPrivate) {
   SessionLog again(file, *logger);
   again.sessionOpened(2, "again", true);
   EXPECT_EQ(modeOf(file), 0600u);
-  if (fs::exists(file + "-wal")) EXPECT_EQ(modeOf(file + "-wal"), 0600u);
+  if (fs::exists(file + "-wal")) {
+    EXPECT_EQ(modeOf(file + "-wal"), 0600u);
+  }
   EXPECT_EQ(modeOf(nested), 0755u);
 }
 
