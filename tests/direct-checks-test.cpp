@@ -158,6 +158,14 @@ std::string askServer(const std::string& address, Ask&& ask) {
   });
 }
 
+// The incarnation of the server's session `s`, as a handle carries it:
+// asked by the id alone, as attaching does.
+uint64_t incarnationOf(Service& service, kj::AsyncIoContext& io, uint64_t s) {
+  auto state = service.getStateRequest();
+  state.setSession(s);
+  return state.send().wait(io.waitScope).getState().getIncarnation();
+}
+
 // Whether `done()` comes true within 20 s, looked at every 20 ms: for what
 // shows no event outside the cluster (an object removed on a governor, a
 // governor's place freed at the server).
@@ -263,6 +271,7 @@ TEST_F(DirectChecksTest, OnlyActorCallsAreRecordedAndACancelledUnknownCallFreesI
   auto notACall = askServer(cluster->serverAddress(), [&](Service& service, kj::AsyncIoContext& io) {
     auto record = service.recordDirectRequest();
     record.setSession(s);
+    record.setIncarnation(incarnationOf(service, io, s));
     record.setAddress(address);
     auto graph = record.initCalls(1)[0];
     auto objects = graph.initObjects(2);
@@ -285,6 +294,7 @@ TEST_F(DirectChecksTest, OnlyActorCallsAreRecordedAndACancelledUnknownCallFreesI
   auto recorded = askServer(cluster->serverAddress(), [&](Service& service, kj::AsyncIoContext& io) {
     auto record = service.recordDirectRequest();
     record.setSession(s);
+    record.setIncarnation(incarnationOf(service, io, s));
     record.setAddress(address);
     RawCall{s, n, {s, counter.id()}, "add", "1", n + 1}.fill(record.initCalls(1)[0]);
     record.send().wait(io.waitScope);
@@ -294,6 +304,7 @@ TEST_F(DirectChecksTest, OnlyActorCallsAreRecordedAndACancelledUnknownCallFreesI
   auto cancelled = askServer(cluster->serverAddress(), [&](Service& service, kj::AsyncIoContext& io) {
     auto cancel = service.cancelTaskRequest();
     cancel.setSession(s);
+    cancel.setIncarnation(incarnationOf(service, io, s));
     cancel.setTask(n);
     cancel.send().wait(io.waitScope);
   });
