@@ -23,6 +23,9 @@
 #include <random>
 #include <stdexcept>
 #include <sstream>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -260,6 +263,56 @@ TEST(AuthTest, TlsCarriesEveryConnectionAndRefusesAStrangerOrAPlainPeer) {
   broken.tlsCa = pki.path("ext.cnf");
   message = refused(broken);
   EXPECT_NE(message.find("cannot use " + pki.path("ext.cnf") + " as the TLS CA"), std::string::npos) << message;
+}
+
+// A peer that opens a TCP connection to a TLS port and never starts its
+// handshake holds up no one (kj's TLS receiver did each handshake inside
+// accept(), one after another), and is closed at the deadline.
+TEST(AuthTest, AStalledTlsHandshakeHoldsUpNoOneAndIsClosedAtItsDeadline) {
+  TempDir dir;
+  TestPki pki(dir.path);
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  options.token = "tls-deadline";
+  options.tlsCert = pki.path("host.pem");
+  options.tlsKey = pki.path("host.key");
+  options.tlsCa = pki.path("ca.pem");
+  options.serverArgs = {"--auth-timeout", "8"};
+  LocalCluster cluster(options);
+  cluster.start();
+  auto colon = cluster.serverAddress().rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(cluster.serverAddress().substr(colon + 1))));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  int stalled = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(stalled, 0);
+  ASSERT_EQ(::connect(stalled, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // Meanwhile a client with the certificates is served at once.
+  auto start = std::chrono::steady_clock::now();
+  {
+    ClientOptions good{.address = cluster.serverAddress(), .token = "tls-deadline"};
+    good.tlsCa = pki.path("ca.pem");
+    good.tlsCert = pki.path("host.pem");
+    good.tlsKey = pki.path("host.key");
+    Client client(good);
+    auto session = client.newSession("beside a stalled handshake");
+    auto echo = session.execute(Program({"echo", "served"}).stdoutOutput());
+    echo.output().keep();
+    session.submit();
+    EXPECT_EQ(echo.output().fetch(), "served\n");
+  }
+  // (Well before the stalled one's 8 s: a listener that shook hands one at
+  // a time would have served the client only once those were over.)
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(6))
+      << "the client waited for the stalled handshake";
+  // The stalled one is closed at its deadline (the read sees the end).
+  timeval limit{30, 0};
+  setsockopt(stalled, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  char byte;
+  EXPECT_EQ(::recv(stalled, &byte, 1, 0), 0) << "the server kept a connection that never shook hands";
+  ::close(stalled);
 }
 
 // A systemd unit's ExecStart as systemd would run it: ${VAR} from
