@@ -119,8 +119,8 @@ kj::Array<kj::byte> peerBytes(Input& in) {
         auto words = kj::heapArray<capnp::word>(raw.size() / 8 + 1);
         memset(words.begin(), 0, words.asBytes().size());
         memcpy(words.begin(), raw.begin(), raw.size());
-        capnp::FlatArrayMessageReader reader(words);
         KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                      capnp::FlatArrayMessageReader reader(words);
                       call.initParams().getContent().set(reader.getRoot<capnp::AnyPointer>());
                     })) {
           (void)e;
