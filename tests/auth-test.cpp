@@ -206,25 +206,35 @@ struct TestPki {
     if (status != 0) throw std::runtime_error("openssl failed: " + out);
   }
   std::string path(const char* name) const { return dir + "/" + name; }
+  // A cluster of `governors` with one cpu each, every part on this
+  // host's certificate, trusting the CA.
+  ClusterOptions cluster(int governors, const std::string& token) const {
+    ClusterOptions options;
+    options.governors = governors;
+    options.cpus = 1;
+    options.token = token;
+    options.tlsCert = path("host.pem");
+    options.tlsKey = path("host.key");
+    options.tlsCa = path("ca.pem");
+    return options;
+  }
+  // A client of `address` the cluster lets in.
+  ClientOptions client(const std::string& address, const std::string& token) const {
+    ClientOptions options{.address = address, .token = token};
+    options.tlsCa = path("ca.pem");
+    options.tlsCert = path("host.pem");
+    options.tlsKey = path("host.key");
+    return options;
+  }
   std::string dir;
 };
 
 TEST(AuthTest, TlsCarriesEveryConnectionAndRefusesAStrangerOrAPlainPeer) {
   TempDir dir;
   TestPki pki(dir.path);
-  ClusterOptions options;
-  options.governors = 2;
-  options.cpus = 1;
-  options.token = "tls-and-a-token";
-  options.tlsCert = pki.path("host.pem");
-  options.tlsKey = pki.path("host.key");
-  options.tlsCa = pki.path("ca.pem");
-  LocalCluster cluster(options);
+  LocalCluster cluster(pki.cluster(2, "tls-and-a-token"));
   cluster.start();
-  ClientOptions good{.address = cluster.serverAddress(), .token = "tls-and-a-token"};
-  good.tlsCa = pki.path("ca.pem");
-  good.tlsCert = pki.path("host.pem");
-  good.tlsKey = pki.path("host.key");
+  auto good = pki.client(cluster.serverAddress(), "tls-and-a-token");
   {
     // A task on each governor, the second reading the first's output: the
     // server, both data services and the fetch all speak TLS.
@@ -271,13 +281,7 @@ TEST(AuthTest, TlsCarriesEveryConnectionAndRefusesAStrangerOrAPlainPeer) {
 TEST(AuthTest, AStalledTlsHandshakeHoldsUpNoOneAndIsClosedAtItsDeadline) {
   TempDir dir;
   TestPki pki(dir.path);
-  ClusterOptions options;
-  options.governors = 1;
-  options.cpus = 1;
-  options.token = "tls-deadline";
-  options.tlsCert = pki.path("host.pem");
-  options.tlsKey = pki.path("host.key");
-  options.tlsCa = pki.path("ca.pem");
+  auto options = pki.cluster(1, "tls-deadline");
   options.serverArgs = {"--auth-timeout", "8"};
   LocalCluster cluster(options);
   cluster.start();
@@ -292,11 +296,7 @@ TEST(AuthTest, AStalledTlsHandshakeHoldsUpNoOneAndIsClosedAtItsDeadline) {
   // Meanwhile a client with the certificates is served at once.
   auto start = std::chrono::steady_clock::now();
   {
-    ClientOptions good{.address = cluster.serverAddress(), .token = "tls-deadline"};
-    good.tlsCa = pki.path("ca.pem");
-    good.tlsCert = pki.path("host.pem");
-    good.tlsKey = pki.path("host.key");
-    Client client(good);
+    Client client(pki.client(cluster.serverAddress(), "tls-deadline"));
     auto session = client.newSession("beside a stalled handshake");
     auto echo = session.execute(Program({"echo", "served"}).stdoutOutput());
     echo.output().keep();

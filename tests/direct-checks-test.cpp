@@ -502,6 +502,22 @@ class CuttingProxy {
   }
 };
 
+// The governor's data address and a CuttingProxy in front of it, which
+// the clients' data connections go through ($SQUALL_TEST_DATA_ROUTE)
+// while this lives.
+struct ProxiedGovernor {
+  explicit ProxiedGovernor(const std::string& server) : address(addressOf(server)), proxy(address) {
+    setenv("SQUALL_TEST_DATA_ROUTE", (address + "=" + proxy.address).c_str(), 1);
+  }
+  ~ProxiedGovernor() { unsetenv("SQUALL_TEST_DATA_ROUTE"); }
+  static std::string addressOf(const std::string& server) {
+    Client probe(patientClient(server));
+    return probe.governors().at(0).dataAddress;
+  }
+  std::string address;
+  CuttingProxy proxy;
+};
+
 // Item 6: the client's data connection to the governor is cut (a reset it
 // sees, then one it does not until its next call): the dead connection is
 // dropped and the next call goes on a new one; a call sent into a
@@ -510,16 +526,8 @@ class CuttingProxy {
 // vain.
 TEST_F(DirectChecksTest, ACutDataConnectionIsDroppedAndACallThatNeverArrivedIsPlacedAnew) {
   signal(SIGPIPE, SIG_IGN);
-  std::string address;
-  {
-    Client probe(patientClient(cluster->serverAddress()));
-    address = governorAddress(probe);
-  }
-  CuttingProxy proxy(address);
-  setenv("SQUALL_TEST_DATA_ROUTE", (address + "=" + proxy.address).c_str(), 1);
-  struct Unset {
-    ~Unset() { unsetenv("SQUALL_TEST_DATA_ROUTE"); }
-  } unset;
+  ProxiedGovernor routed(cluster->serverAddress());
+  auto& proxy = routed.proxy;
   Client client(patientClient(cluster->serverAddress()));
   auto session = client.newSession("cut");
   auto counter = placedCounter(session);
@@ -554,16 +562,8 @@ TEST_F(DirectChecksTest, ACutDataConnectionIsDroppedAndACallThatNeverArrivedIsPl
 // it has it, and it is recorded as running there.
 TEST_F(DirectChecksTest, ACallCutOffAfterItReachedTheGovernorRunsThereOnce) {
   signal(SIGPIPE, SIG_IGN);
-  std::string address;
-  {
-    Client probe(patientClient(cluster->serverAddress()));
-    address = governorAddress(probe);
-  }
-  CuttingProxy proxy(address);
-  setenv("SQUALL_TEST_DATA_ROUTE", (address + "=" + proxy.address).c_str(), 1);
-  struct Unset {
-    ~Unset() { unsetenv("SQUALL_TEST_DATA_ROUTE"); }
-  } unset;
+  ProxiedGovernor routed(cluster->serverAddress());
+  auto& proxy = routed.proxy;
   char dir[] = "/tmp/squall-direct-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
   std::string mine = std::string(dir) + "/mine", theirs = std::string(dir) + "/theirs";
