@@ -52,7 +52,6 @@ interface DataService {
   # A client whose connection broke before a call was answered asks on a
   # new one: a call the governor does not have never reached it (it is
   # placed anew through the server), one it has is left to run here.
-  # An older governor answers UNIMPLEMENTED.
   heldCalls @2 (tasks :List(Common.Id)) -> (held :List(Common.Id));
 }
 

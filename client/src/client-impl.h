@@ -310,6 +310,14 @@ struct SessionImpl {
   SessionImpl(ClientImpl& client, uint64_t id, uint64_t incarnation)
       : client(client), id(id), incarnation(incarnation) {}
 
+  // Names this session in a request's params: its id and the incarnation
+  // the id is of (every call naming a session carries both).
+  template <typename Params>
+  void name(Params&& params) const {
+    params.setSession(id);
+    params.setIncarnation(incarnation);
+  }
+
   // Direct actor calls (DirectCall), by task, in the order they were made.
   std::map<uint64_t, DirectCall> direct;
   // Of those, the ones left to the server and not recorded yet (it was
@@ -466,8 +474,7 @@ struct SessionImpl {
     } catch (const Error&) {
       auto state = client.guard([&]() {
         auto req = client.svc().getStateRequest();
-        req.setSession(id);
-        req.setIncarnation(incarnation);
+        name(req);
         return req.send().wait(client.waitScope());
       });
       if (state.getState().getState() == wire::SessionState::State::FAILED) {

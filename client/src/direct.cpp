@@ -51,8 +51,7 @@ const SessionImpl::ActorPlace& SessionImpl::actorPlace(uint64_t actor) {
   place.askAgain = now + ASK_AGAIN;
   try {
     auto req = client.svc().locateActorRequest();
-    req.setSession(id);
-    req.setIncarnation(incarnation);
+    name(req);
     req.setActor(actor);
     auto answer = req.send().wait(client.waitScope());
     place.address = answer.getAddress().cStr();
@@ -276,13 +275,10 @@ kj::Promise<std::set<uint64_t>> SessionImpl::heldAt(const std::string& address, 
                        })
                        .attach(kj::mv(connection));
                  })
-                 .catch_([ns](kj::Exception&& e) {
-                   // A governor that predates heldCalls cannot say: as
-                   // before it, they are left to run there.
-                   std::set<uint64_t> held;
-                   if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) held.insert(ns.begin(), ns.end());
-                   return held;
-                 });
+                 // It cannot say (gone, unreachable): none is taken as
+                 // held. (Every governor it reaches speaks this protocol:
+                 // DataBootstrap.open refuses another version.)
+                 .catch_([](kj::Exception&&) { return std::set<uint64_t>(); });
   return ask.exclusiveJoin(
       client.loop.provider->getTimer().afterDelay(ASK_HELD_TIMEOUT).then([]() { return std::set<uint64_t>(); }));
 }
@@ -323,8 +319,7 @@ void SessionImpl::leaveToServer(const std::vector<uint64_t>& ns) {
 capnp::Request<wire::ClientService::RecordDirectParams, wire::ClientService::RecordDirectResults>
 SessionImpl::recordRequest(const std::string& address, const std::vector<uint64_t>& ns) {
   auto req = client.svc().recordDirectRequest();
-  req.setSession(id);
-  req.setIncarnation(incarnation);
+  name(req);
   req.setAddress(address);
   auto calls = req.initCalls(ns.size());
   for (size_t i = 0; i < ns.size(); i++) {

@@ -207,14 +207,12 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     try {
       if (!tasks.empty()) {
         auto req = client.svc().getTasksRequest();
-        req.setSession(id);
-        req.setIncarnation(incarnation);
+        name(req);
         req.initIds(1).set(0, tasks.front().n);
         req.send().wait(client.waitScope());
       } else if (!objects.empty()) {
         auto req = client.svc().getObjectsRequest();
-        req.setSession(id);
-        req.setIncarnation(incarnation);
+        name(req);
         req.initIds(1).set(0, objects.front().n);
         req.send().wait(client.waitScope());
       }
@@ -274,8 +272,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     if (oneMessage) {
       // One call (ClientService.submitGraph) instead of three.
       auto req = client.svc().submitGraphRequest();
-      req.setSession(id);
-      req.setIncarnation(incarnation);
+      name(req);
       std::vector<const LocalObject*> none;
       fill(req, 0, objects.size(), 0, tasks.size(), none);
       if (waitIds.empty()) {
@@ -296,8 +293,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
       return;
     }
     auto req = client.svc().submitRequest();
-    req.setSession(id);
-    req.setIncarnation(incarnation);
+    name(req);
     auto submission = req.send().getSubmission();
     size_t nextObject = 0;
     size_t nextTask = 0;
@@ -352,8 +348,7 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
     std::vector<uint64_t> ended = rest;
     client.retrying([&]() {
       auto fill = [&](auto req) {
-        req.setSession(id);
-        req.setIncarnation(incarnation);
+        name(req);
         auto list = req.initIds(rest.size());
         for (size_t i = 0; i < rest.size(); i++) list.set(i, rest[i]);
         return req;
@@ -403,8 +398,7 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
   whileOpen([&]() { client.guard([&]() {
     auto response = client.retrying([&]() {
       auto req = client.svc().fetchRequest();
-      req.setSession(id);
-      req.setIncarnation(incarnation);
+      name(req);
       req.setObject(n);
       return client.block(req.send());
     });
@@ -462,8 +456,7 @@ std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,
                                 "failed", "cancelled", "skipped"};
   return client.retrying([&]() {
     auto req = client.svc().getTasksRequest();
-    req.setSession(id);
-    req.setIncarnation(incarnation);
+    name(req);
     auto idList = req.initIds(asked.size());
     for (size_t i = 0; i < asked.size(); i++) idList.set(i, asked[i]);
     auto stateList = req.initStates(states.size());
@@ -513,8 +506,7 @@ std::vector<ObjectInfo> SessionImpl::objectInfos(const std::vector<uint64_t>& id
   recordNamed(ids);
   return client.retrying([&]() {
     auto req = client.svc().getObjectsRequest();
-    req.setSession(id);
-    req.setIncarnation(incarnation);
+    name(req);
     auto idList = req.initIds(ids.size());
     for (size_t i = 0; i < ids.size(); i++) idList.set(i, ids[i]);
     auto response = req.send().wait(client.waitScope());
@@ -738,8 +730,7 @@ void Actor::kill() {
   }
   session->client.retrying([&]() {
     auto req = session->client.svc().killActorRequest();
-    req.setSession(session->id);
-    req.setIncarnation(session->incarnation);
+    session->name(req);
     req.setActor(n);
     req.send().wait(session->client.waitScope());
   });
@@ -910,8 +901,7 @@ void Session::unkeep(const std::vector<DataObject>& objects) {
   impl->whileOpen([&]() {
     impl->client.retrying([&]() {
       auto req = impl->client.svc().unkeepRequest();
-      req.setSession(impl->id);
-      req.setIncarnation(impl->incarnation);
+      impl->name(req);
       auto list = req.initObjects(objects.size());
       for (size_t i = 0; i < objects.size(); i++) list.set(i, objects[i].id());
       req.send().wait(impl->client.waitScope());
@@ -923,8 +913,7 @@ uint64_t client::SessionImpl::takeId() {
   if (nextN >= blockEnd) {
     uint64_t first = client.retrying([&]() {
       auto req = client.svc().reserveIdsRequest();
-      req.setSession(id);
-      req.setIncarnation(incarnation);
+      name(req);
       req.setCount(ID_BLOCK);
       return req.send().wait(client.waitScope()).getFirst();
     });
@@ -939,8 +928,7 @@ void client::SessionImpl::cancelTask(uint64_t n) {
   recordNamed({n});
   client.retrying([&]() {
     auto req = client.svc().cancelTaskRequest();
-    req.setSession(id);
-    req.setIncarnation(incarnation);
+    name(req);
     req.setTask(n);
     req.send().wait(client.waitScope());
   });
@@ -951,8 +939,7 @@ void Session::cancel() {
   impl->recordNamed({}, true);
   impl->client.retrying([&]() {
     auto req = impl->client.svc().cancelRequest();
-    req.setSession(impl->id);
-    req.setIncarnation(impl->incarnation);
+    impl->name(req);
     req.send().wait(impl->client.waitScope());
   });
 }
@@ -977,8 +964,7 @@ SessionState Session::state() {
   impl->checkOpen();
   return impl->client.retrying([&]() {
     auto req = impl->client.svc().getStateRequest();
-    req.setSession(impl->id);
-    req.setIncarnation(impl->incarnation);
+    impl->name(req);
     return client::toState(req.send().wait(impl->client.waitScope()).getState());
   });
 }
@@ -993,8 +979,7 @@ TaskExplanation Session::explain(uint64_t task) {
   impl->recordNamed({task});
   impl->client.retrying([&]() {
     auto req = impl->client.svc().explainRequest();
-    req.setSession(impl->id);
-    req.setIncarnation(impl->incarnation);
+    impl->name(req);
     req.setTask(task);
     auto reply = req.send().wait(impl->client.waitScope());
     out.summary = reply.getSummary();
@@ -1010,8 +995,7 @@ void Session::close() {
   impl->client.ownedSessions.erase(impl->id);
   impl->client.retrying([&]() {
     auto req = impl->client.svc().closeSessionRequest();
-    req.setSession(impl->id);
-    req.setIncarnation(impl->incarnation);
+    impl->name(req);
     req.send().wait(impl->client.waitScope());
   });
 }

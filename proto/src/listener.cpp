@@ -121,19 +121,16 @@ struct RpcListener::Connection final : public PeerGate::Hooks {
     capnp::RpcSystem<capnp::rpc::twoparty::VatId> rpc;
   };
 
-  Connection(RpcListener& listener, kj::Own<PeerGate> gate) : listener(listener), gate(kj::mv(gate)) {
+  // `closer`: fulfilled, the connection ends (close()).
+  Connection(RpcListener& listener, kj::Own<PeerGate> gate, kj::Own<kj::PromiseFulfiller<void>> closer)
+      : listener(listener), gate(kj::mv(gate)), closer(kj::mv(closer)) {
     this->gate->hooks = this;
-    listener.connectionsOpen++;
     listener.waiting.push_back(this);
     waitingAt = --listener.waiting.end();
-    auto paf = kj::newPromiseAndFulfiller<void>();
-    closer = kj::mv(paf.fulfiller);
-    closed = kj::mv(paf.promise);
   }
   ~Connection() noexcept(false) {
     gate->hooks = nullptr;
     leaveWaiting();
-    listener.connectionsOpen--;
   }
 
   RpcListener& listener;
@@ -141,8 +138,6 @@ struct RpcListener::Connection final : public PeerGate::Hooks {
   bool isWaiting = true;
   std::list<Connection*>::iterator waitingAt;
   kj::Own<kj::PromiseFulfiller<void>> closer;
-  // Resolves when close() is called.
-  kj::Promise<void> closed = nullptr;
   // After a refusal: the answer written, then close().
   kj::Promise<void> closing = nullptr;
   // Declared before `rpc`, which reads and writes it: goes after it.
@@ -176,57 +171,45 @@ struct RpcListener::Connection final : public PeerGate::Hooks {
   }
 };
 
-RpcListener::RpcListener(kj::Own<kj::ConnectionReceiver> receiver, BootstrapFactory makeBootstrap,
+RpcListener::RpcListener(kj::Own<kj::ConnectionReceiver> receiverParam, BootstrapFactory makeBootstrap,
                          kj::Timer& timer, spdlog::logger& logger, ListenerOptions options)
-    : receiver(kj::mv(receiver)),
+    : receiver(kj::mv(receiverParam)),
       makeBootstrap(kj::mv(makeBootstrap)),
       timer(timer),
       logger(logger),
       options(options),
       refusals(timer, logger),
       drops(timer, logger),
-      acceptErrors(timer, logger),
+      // Out of descriptors: the oldest connections that have not shown a
+      // token give theirs back (a few at a time: one freed is taken by the
+      // next connection in the backlog).
+      accepting(*receiver, timer, logger, options.service, 0, kj::Function<size_t()>([this]() {
+                  size_t closed = 0;
+                  while (closed < 16 && closeOldestWaiting("out of descriptors")) closed++;
+                  return closed;
+                })),
       connections(*this) {}
 
 RpcListener::~RpcListener() noexcept(false) {}
 
 kj::Promise<void> RpcListener::run() {
-  // (kj's accept() throws at once when accept(2) fails: evalNow makes that
-  // a rejection the handler below sees.)
-  return kj::evalNow([this]() { return receiver->accept(); })
-      .then(
+  return accepting.accept().then(
       [this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<void> {
-        backoff = 0 * kj::SECONDS;
         accepted(kj::mv(stream));
         return run();
       },
       [this](kj::Exception&& e) -> kj::Promise<void> {
-        if (!acceptErrorIsTransient(e)) {
-          logger.error("event=listener-failed service={} error=\"{}\"", options.service.cStr(),
-                       e.getDescription().cStr());
-          return kj::mv(e);
-        }
-        // Out of descriptors: the oldest connections that have not shown a
-        // token give theirs back (a few at a time: one freed is taken by
-        // the next connection in the backlog), and accepting goes on as
-        // soon as they have gone. With none to close, back off.
-        size_t closed = 0;
-        if (e.getType() == kj::Exception::Type::OVERLOADED) {
-          while (closed < 16 && closeOldestWaiting("out of descriptors")) closed++;
-        }
-        bool madeRoom = closed > 0;
-        backoff = madeRoom ? 1 * kj::MILLISECONDS : nextBackoff(backoff);
-        acceptErrors.warn(fmt::format(
-            "event=accept-failed service={} error=\"{}\" action=retry retry_ms={} closed_waiting={} connections={}",
-            options.service.cStr(), e.getDescription().cStr(), inMs(backoff), closed, connectionsOpen));
-        return timer.afterDelay(backoff).then([this]() { return run(); });
+        logger.error("event=listener-failed service={} error=\"{}\"", options.service.cStr(),
+                     e.getDescription().cStr());
+        return kj::mv(e);
       });
 }
 
 void RpcListener::accepted(kj::Own<kj::AsyncIoStream> stream) {
   auto gate = kj::refcounted<PeerGate>(peerName(*stream));
   logger.debug("event=accept service={} peer={}", options.service.cStr(), gate->peer().cStr());
-  auto connection = kj::heap<Connection>(*this, kj::addRef(*gate));
+  auto closed = kj::newPromiseAndFulfiller<void>();
+  auto connection = kj::heap<Connection>(*this, kj::addRef(*gate), kj::mv(closed.fulfiller));
   auto& c = *connection;
   if (waiting.size() > options.maxUnauthenticated) closeOldestWaiting("too many connections waiting to authenticate");
 
@@ -247,8 +230,8 @@ void RpcListener::accepted(kj::Own<kj::AsyncIoStream> stream) {
                               c.rpc.get() != nullptr ? "yes" : "no"));
     return kj::READY_NOW;
   });
-  auto closed = kj::mv(c.closed);
-  connections.add(life.exclusiveJoin(kj::mv(closed)).exclusiveJoin(kj::mv(deadline)).attach(kj::mv(connection)));
+  connections.add(
+      life.exclusiveJoin(kj::mv(closed.promise)).exclusiveJoin(kj::mv(deadline)).attach(kj::mv(connection)));
 }
 
 bool RpcListener::closeOldestWaiting(kj::StringPtr why) {
@@ -269,30 +252,44 @@ void RpcListener::taskFailed(kj::Exception&& exception) {
 // ------------------------------------------------------------ RetryingReceiver
 
 RetryingReceiver::RetryingReceiver(kj::ConnectionReceiver& inner, kj::Timer& timer, spdlog::logger& logger,
-                                   kj::StringPtr service, size_t maxConnections)
-    : inner(inner), timer(timer), service(service), maxConnections(maxConnections), errors(timer, logger) {}
+                                   kj::StringPtr service, size_t maxConnections,
+                                   kj::Maybe<kj::Function<size_t()>> makeRoom)
+    : inner(inner),
+      timer(timer),
+      service(service),
+      maxConnections(maxConnections),
+      makeRoom(kj::mv(makeRoom)),
+      errors(timer, logger) {}
 
 kj::Promise<kj::Own<kj::AsyncIoStream>> RetryingReceiver::accept() {
+  // (kj's accept() throws at once when accept(2) fails: evalNow makes that
+  // a rejection the handler below sees.)
   return kj::evalNow([this]() { return inner.accept(); })
       .then(
-      [this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
-        backoff = 0 * kj::SECONDS;
-        if (maxConnections > 0 && open >= maxConnections) {
-          errors.warn(fmt::format("event=connection-closed service={} peer={} reason=\"{} connections open\"",
-                                  service.cStr(), peerName(*stream).cStr(), open));
-          stream = nullptr;
-          return accept();
-        }
-        open++;
-        return stream.attach(kj::defer([this]() { open--; }));
-      },
-      [this](kj::Exception&& e) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
-        if (!acceptErrorIsTransient(e)) return kj::mv(e);
-        backoff = nextBackoff(backoff);
-        errors.warn(fmt::format("event=accept-failed service={} error=\"{}\" action=retry retry_ms={}",
-                                service.cStr(), e.getDescription().cStr(), inMs(backoff)));
-        return timer.afterDelay(backoff).then([this]() { return accept(); });
-      });
+          [this](kj::Own<kj::AsyncIoStream> stream) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+            backoff = 0 * kj::SECONDS;
+            if (maxConnections > 0 && open >= maxConnections) {
+              errors.warn(fmt::format("event=connection-closed service={} peer={} reason=\"{} connections open\"",
+                                      service.cStr(), peerName(*stream).cStr(), open));
+              stream = nullptr;
+              return accept();
+            }
+            open++;
+            return stream.attach(kj::defer([this]() { open--; }));
+          },
+          [this](kj::Exception&& e) -> kj::Promise<kj::Own<kj::AsyncIoStream>> {
+            if (!acceptErrorIsTransient(e)) return kj::mv(e);
+            size_t closed = 0;
+            if (e.getType() == kj::Exception::Type::OVERLOADED) {
+              KJ_IF_MAYBE(room, makeRoom) { closed = (*room)(); }
+            }
+            // With room made, accepting goes on as soon as it is free.
+            backoff = closed > 0 ? 1 * kj::MILLISECONDS : nextBackoff(backoff);
+            errors.warn(fmt::format(
+                "event=accept-failed service={} error=\"{}\" action=retry retry_ms={} closed_waiting={} connections={}",
+                service.cStr(), e.getDescription().cStr(), inMs(backoff), closed, open));
+            return timer.afterDelay(backoff).then([this]() { return accept(); });
+          });
 }
 
 }  // namespace squall

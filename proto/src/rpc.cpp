@@ -2,9 +2,7 @@
 
 #include <capnp/message.h>
 #include <capnp/rpc.h>
-#include <arpa/inet.h>
 #include <kj/debug.h>
-#include <netinet/in.h>
 
 namespace squall {
 

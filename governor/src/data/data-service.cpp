@@ -16,17 +16,17 @@ namespace squall {
 kj::Promise<void> DataBootstrapImpl::open(OpenContext context) {
   auto params = context.getParams();
   if (params.getVersion() != wire::PROTOCOL_VERSION) {
-    if (gate.get() != nullptr) gate->refuse(kj::str("protocol version ", params.getVersion()));
+    gate->refuse(kj::str("protocol version ", params.getVersion()));
     return SQUALL_EXCEPTION(FAILED, "protocol version mismatch: governor ", env.governorName,
                         " speaks version ", wire::PROTOCOL_VERSION, ", the peer speaks version ",
                         params.getVersion());
   }
   if (env.token.size() > 0 && !tokensEqual(params.getToken(), env.token.cStr())) {
     // Logged by the listener (rate-limited); the connection closes.
-    if (gate.get() != nullptr) gate->refuse(params.getToken().size() == 0 ? "no token" : "wrong token");
+    gate->refuse(params.getToken().size() == 0 ? "no token" : "wrong token");
     return SQUALL_EXCEPTION(FAILED, "invalid token for the data service of governor ", env.governorName);
   }
-  if (gate.get() != nullptr) gate->admit();
+  gate->admit();
   context.getResults().setService(kj::heap<DataServiceImpl>(env));
   return kj::READY_NOW;
 }

@@ -65,10 +65,8 @@ struct DataServiceEnv {
 class DataBootstrapImpl final : public wire::DataBootstrap::Server {
  public:
   // `gate`: the connection's (RpcListener), admitted by an open() with
-  // the token and refused by any other; none in tests that serve a
-  // connection of their own.
-  explicit DataBootstrapImpl(DataServiceEnv& env, kj::Own<PeerGate> gate = kj::Own<PeerGate>())
-      : env(env), gate(kj::mv(gate)) {}
+  // the token and refused by any other.
+  DataBootstrapImpl(DataServiceEnv& env, kj::Own<PeerGate> gate) : env(env), gate(kj::mv(gate)) {}
   kj::Promise<void> open(OpenContext context) override;
 
  private:

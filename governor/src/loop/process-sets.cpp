@@ -98,6 +98,45 @@ kj::Maybe<kj::String> environmentValue(int pid, kj::StringPtr name) {
   return nullptr;
 }
 
+// The task cgroups (task-N) in `dir`.
+kj::Vector<kj::String> taskCgroupsIn(kj::StringPtr dir) {
+  kj::Vector<kj::String> found;
+  if (DIR* entries = ::opendir(dir.cStr())) {
+    KJ_DEFER(::closedir(entries));
+    while (auto* entry = ::readdir(entries)) {
+      if (strncmp(entry->d_name, "task-", 5) == 0) found.add(kj::str(dir, "/", entry->d_name));
+    }
+  }
+  return found;
+}
+
+// Removes each of `cgroups`, killing what is in those that are not empty
+// (cgroup.kill) and looking again every 10 ms, `rounds` times at most: no
+// event says that a cgroup has emptied but its cgroup.events (poll). Those
+// left, and how many were killed.
+struct Removed {
+  kj::Vector<kj::String> left;
+  size_t killed = 0;
+};
+Removed removeCgroups(kj::Vector<kj::String> cgroups, int rounds) {
+  Removed out;
+  for (auto& dir : cgroups) {
+    if (::rmdir(dir.cStr()) == 0) continue;
+    if (writeCgroupFile(kj::str(dir, "/cgroup.kill"), "1") == 0) out.killed++;
+    out.left.add(kj::mv(dir));
+  }
+  for (int round = 0; round < rounds && out.left.size() > 0; round++) {
+    struct timespec pause = {0, 10 * 1000 * 1000};
+    ::nanosleep(&pause, nullptr);
+    kj::Vector<kj::String> busy;
+    for (auto& dir : out.left) {
+      if (::rmdir(dir.cStr()) < 0 && errno == EBUSY) busy.add(kj::mv(dir));
+    }
+    out.left = kj::mv(busy);
+  }
+  return out;
+}
+
 bool contains(const kj::Vector<int>& pids, int pid) {
   for (int p : pids) {
     if (p == pid) return true;
@@ -129,27 +168,7 @@ ProcessSets::~ProcessSets() noexcept(false) {
   if (base == nullptr) return;
   // Every task has ended by now; cgroups whose removal was still queued,
   // or that a kill left populated, go here.
-  kj::Vector<kj::String> left;
-  if (DIR* dir = ::opendir(base.cStr())) {
-    KJ_DEFER(::closedir(dir));
-    while (auto* entry = ::readdir(dir)) {
-      if (strncmp(entry->d_name, "task-", 5) == 0) left.add(kj::str(base, "/", entry->d_name));
-    }
-  }
-  for (auto& dir : left) writeCgroupFile(kj::str(dir, "/cgroup.kill"), "1");
-  // No event says that a cgroup has emptied but its cgroup.events (poll):
-  // a bounded look, as at exit.
-  for (int round = 0; round < 300 && left.size() > 0; round++) {
-    if (round > 0) {
-      struct timespec pause = {0, 10 * 1000 * 1000};
-      ::nanosleep(&pause, nullptr);
-    }
-    kj::Vector<kj::String> busy;
-    for (auto& dir : left) {
-      if (::rmdir(dir.cStr()) < 0 && errno == EBUSY) busy.add(kj::mv(dir));
-    }
-    left = kj::mv(busy);
-  }
+  auto left = removeCgroups(taskCgroupsIn(base), 300).left;
   for (auto& dir : left) logger.warn("event=cgroup-not-removed dir={}", dir.cStr());
   if (::rmdir(base.cStr()) < 0 && errno != ENOENT) {
     logger.warn("event=cgroup-not-removed dir={} error=\"{}\"", base.cStr(), strerror(errno));
@@ -225,29 +244,9 @@ void ProcessSets::removeStale(kj::StringPtr dir) {
     // (whatever its program's name); a pid taken since merely delays this.
     if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
     auto stale = kj::str(dir, "/", name);
-    kj::Vector<kj::String> tasks;
-    if (DIR* inner = ::opendir(stale.cStr())) {
-      KJ_DEFER(::closedir(inner));
-      while (auto* task = ::readdir(inner)) {
-        if (strncmp(task->d_name, "task-", 5) == 0) tasks.add(kj::str(stale, "/", task->d_name));
-      }
-    }
-    size_t killed = 0;
-    for (auto& task : tasks) {
-      if (::rmdir(task.cStr()) == 0) continue;
-      // Not empty: what is in there is killed, and the cgroup removed below
-      // once it has emptied (a bounded look; else by the next start).
-      if (writeCgroupFile(kj::str(task, "/cgroup.kill"), "1") == 0) killed++;
-    }
-    for (int round = 0; round < 50; round++) {
-      bool busy = false;
-      for (auto& task : tasks) {
-        if (::rmdir(task.cStr()) < 0 && errno == EBUSY) busy = true;
-      }
-      if (!busy) break;
-      struct timespec pause = {0, 10 * 1000 * 1000};
-      ::nanosleep(&pause, nullptr);
-    }
+    // What is in its task cgroups is killed; they are removed once empty
+    // (a bounded look; else by the next start).
+    size_t killed = removeCgroups(taskCgroupsIn(stale), 50).killed;
     bool removed = ::rmdir(stale.cStr()) == 0;
     logger.info("event=stale-cgroup dir={} tasks_killed={} removed={}", stale.cStr(), killed, removed);
   }

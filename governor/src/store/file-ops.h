@@ -8,6 +8,7 @@
 #include <kj/io.h>
 #include <kj/refcount.h>
 #include <kj/string.h>
+#include <squall/proto/make-dirs.h>
 
 namespace squall {
 
@@ -52,11 +53,6 @@ uint64_t appendFile(int out, kj::StringPtr from, void* hashState);
 // Hard-links `from` at `to`, or copies it when linking is impossible
 // (another filesystem, link limits).
 void linkOrCopy(kj::StringPtr from, kj::StringPtr to);
-
-// mkdir -p: every directory it makes gets `mode` (private by default: the
-// work dir, the store and sandboxes are the governor's alone); existing ones
-// keep theirs.
-void makeDirs(kj::StringPtr path, int mode = 0700);
 
 // The last `max` bytes of a file as text (empty when missing).
 kj::String readTail(kj::StringPtr path, size_t max);

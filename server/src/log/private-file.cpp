@@ -6,24 +6,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/make-dirs.h>
 
 namespace squall {
 
 namespace {
-
-// mkdir -p with `mode` for what it makes.
-void makeParents(const std::string& path) {
-  for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1)) {
-    if (path[slash - 1] == '/') continue;
-    auto dir = path.substr(0, slash);
-    if (::mkdir(dir.c_str(), 0700) == 0) continue;
-    int error = errno;
-    struct stat st;
-    if (error != EEXIST || ::stat(dir.c_str(), &st) < 0 || !S_ISDIR(st.st_mode)) {
-      SQUALL_FAIL("cannot create the directory ", dir.c_str(), ": ", strerror(error == EEXIST ? ENOTDIR : error));
-    }
-  }
-}
 
 // 0600 on `path` if it exists and allows more.
 void narrow(const std::string& path) {
@@ -43,7 +30,8 @@ void narrow(const std::string& path) {
 }  // namespace
 
 void preparePrivateDatabase(const std::string& path) {
-  makeParents(path);
+  auto slash = path.rfind('/');
+  if (slash != std::string::npos && slash > 0) makeDirs(kj::heapString(path.data(), slash), 0700);
   int fd = ::open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) SQUALL_FAIL("session log ", path.c_str(), ": cannot open: ", strerror(errno));
   ::close(fd);

@@ -77,6 +77,38 @@ struct ListenerOptions {
   kj::TlsContext* tls = nullptr;
 };
 
+// A ConnectionReceiver whose accept() rides out running out of
+// resources (OVERLOADED: EMFILE, ENFILE, ENOBUFS, ENOMEM) and connections
+// that broke before they were accepted (DISCONNECTED): it backs off (10 ms
+// doubling to 1 s, or 1 ms when `makeRoom` closed some connections) and
+// accepts again, logged rate-limited; it fails only on anything else. It
+// hands out at most `maxConnections` open connections at once (0: no
+// bound), closing any more as they come (it cannot close the ones it
+// handed out). RpcListener accepts through one; so does kj-http's
+// listener, which stops for good on the first failed accept and holds
+// connections as long as their peers do. Must outlive the connections it
+// accepted.
+class RetryingReceiver final : public kj::ConnectionReceiver {
+ public:
+  // `makeRoom`, on OVERLOADED: closes what it can spare and says how many.
+  RetryingReceiver(kj::ConnectionReceiver& inner, kj::Timer& timer, spdlog::logger& logger,
+                   kj::StringPtr service, size_t maxConnections = 128,
+                   kj::Maybe<kj::Function<size_t()>> makeRoom = nullptr);
+  kj::Promise<kj::Own<kj::AsyncIoStream>> accept() override;
+  uint getPort() override { return inner.getPort(); }
+  size_t openConnections() const { return open; }
+
+ private:
+  kj::ConnectionReceiver& inner;
+  kj::Timer& timer;
+  kj::StringPtr service;
+  size_t maxConnections;
+  kj::Maybe<kj::Function<size_t()>> makeRoom;
+  size_t open = 0;
+  RateLimitedLog errors;
+  kj::Duration backoff = 0 * kj::SECONDS;
+};
+
 // One connection's standing, shared by the listener and the bootstrap
 // capability it made for the connection, which may outlive it (a call in
 // flight): once the connection has gone, admit() and refuse() do nothing.
@@ -129,7 +161,7 @@ class RpcListener final : private kj::TaskSet::ErrorHandler {
 
   // For tests and /metrics-like logs.
   size_t unauthenticatedCount() const { return waiting.size(); }
-  size_t connectionCount() const { return connectionsOpen; }
+  size_t connectionCount() const { return accepting.openConnections(); }
 
  private:
   struct Connection;
@@ -142,11 +174,11 @@ class RpcListener final : private kj::TaskSet::ErrorHandler {
   // Each kind limited on its own, so that a flood of one hides no other.
   RateLimitedLog refusals;
   RateLimitedLog drops;
-  RateLimitedLog acceptErrors;
-  kj::Duration backoff = 0 * kj::SECONDS;
+  // Accepts from `receiver`; out of descriptors, closes connections
+  // waiting to authenticate.
+  RetryingReceiver accepting;
   // Not yet authenticated, oldest first.
   std::list<Connection*> waiting;
-  size_t connectionsOpen = 0;
   kj::TaskSet connections;
 
   void accepted(kj::Own<kj::AsyncIoStream> stream);
@@ -154,32 +186,6 @@ class RpcListener final : private kj::TaskSet::ErrorHandler {
   // there is none.
   bool closeOldestWaiting(kj::StringPtr why);
   void taskFailed(kj::Exception&& exception) override;
-};
-
-// A ConnectionReceiver whose accept() rides out what RpcListener rides out
-// (OVERLOADED, DISCONNECTED: backs off and accepts again, logged
-// rate-limited) and fails only on anything else; and that hands out at
-// most `maxConnections` open connections at once, closing any more as
-// they come (it cannot close the ones it handed out). For kj-http's
-// listener, which stops for good on the first failed accept and holds
-// connections as long as their peers do. Must outlive the connections it
-// accepted.
-class RetryingReceiver final : public kj::ConnectionReceiver {
- public:
-  RetryingReceiver(kj::ConnectionReceiver& inner, kj::Timer& timer, spdlog::logger& logger,
-                   kj::StringPtr service, size_t maxConnections = 128);
-  kj::Promise<kj::Own<kj::AsyncIoStream>> accept() override;
-  uint getPort() override { return inner.getPort(); }
-  size_t openConnections() const { return open; }
-
- private:
-  kj::ConnectionReceiver& inner;
-  kj::Timer& timer;
-  kj::StringPtr service;
-  size_t maxConnections;
-  size_t open = 0;
-  RateLimitedLog errors;
-  kj::Duration backoff = 0 * kj::SECONDS;
 };
 
 // Whether an accept that failed with `e` is worth another try.
