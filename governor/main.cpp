@@ -118,18 +118,20 @@ kj::String hostName() {
 // itself was started with under those names. The token goes in the
 // environment (readable by the same user only), never on a command line.
 kj::Vector<kj::String> executorEnvironment(const std::string& server, const std::string& token,
-                                           const squall::TlsFiles& tls) {
+                                           const squall::TlsFiles& tls, kj::StringPtr governorName) {
   kj::Vector<kj::String> env;
   for (auto& var : captureEnvironment()) {
     kj::StringPtr text = var;
     bool ours = false;
     for (const char* name : {"SQUALL_SERVER=", "SQUALL_TOKEN=", "SQUALL_TOKEN_FILE=", "SQUALL_TLS_CERT=",
-                             "SQUALL_TLS_KEY=", "SQUALL_TLS_CA="}) {
+                             "SQUALL_TLS_KEY=", "SQUALL_TLS_CA=", "SQUALL_GOVERNOR_NAME="}) {
       if (text.startsWith(name)) ours = true;
     }
     if (!ours) env.add(kj::mv(var));
   }
   env.add(kj::str("SQUALL_SERVER=", server.c_str()));
+  // Which node a function runs on (Ray's get_runtime_context().get_node_id()).
+  env.add(kj::str("SQUALL_GOVERNOR_NAME=", governorName));
   if (!token.empty()) env.add(kj::str("SQUALL_TOKEN=", token.c_str()));
   if (!tls.cert.empty()) env.add(kj::str("SQUALL_TLS_CERT=", tls.cert.c_str()));
   if (!tls.key.empty()) env.add(kj::str("SQUALL_TLS_KEY=", tls.key.c_str()));
@@ -338,7 +340,7 @@ int run(const Flags& flags) {
       }
     }
     ExecutorPool executors(bridge, timer, *io.lowLevelProvider, logger,
-                           executorEnvironment(flags.server, token, resolveTls(flags.tls)), kj::str(tasksDir),
+                           executorEnvironment(flags.server, token, resolveTls(flags.tls), name), kj::str(tasksDir),
                            flags.executorPipeline);
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { executors.start(kj::mv(decls)).wait(io.waitScope); })) {
       failure = kj::str(userMessage(*e));

@@ -238,6 +238,7 @@ struct ObjectLocation {
   union {
     data @3 :Data;
     governor @4 :Text;   # host:port of a DataService holding the object
+    failed @5 :Failure;  # never made: its task failed (allowed to) or was skipped
   }
 }
 
@@ -278,6 +279,15 @@ struct GovernorStatus {
   objects @6 :UInt64;
   # The functions its executors offer ("executor/function"), sorted.
   functions @7 :List(Text);
+  # Its resources besides cpus (docs/resources.md), in RESOURCE_UNIT
+  # units: all it has, and what the tasks assigned to it hold.
+  resources @8 :List(ResourceStatus);
+}
+
+struct ResourceStatus {
+  name @0 :Text;
+  capacity @1 :UInt64;
+  used @2 :UInt64;
 }
 
 # -------------------------------------------------------------- governors

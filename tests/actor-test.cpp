@@ -471,6 +471,23 @@ TEST_F(ActorTest, AKilledActorsProcessGoesAndItsWaitingCallsAreCancelled) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("has ended"), std::string::npos) << e.what();
   }
+  // One allowed to fail is taken, and ends as the actor's calls did: the
+  // rest of its submit runs, and fetching its output says why.
+  auto allowed = counter.call("add", {}, "1");
+  allowed.allowFailure().output().keep();
+  auto other = session.concat({session.blob("still runs")});
+  other.output().keep();
+  session.submit();
+  EXPECT_EQ(other.output().fetch(), "still runs");
+  try {
+    allowed.output().fetch();
+    FAIL() << "fetched the output of a call on a killed actor";
+  } catch (const TaskFailed& e) {
+    EXPECT_EQ(e.task, allowed.id());
+    EXPECT_NE(std::string(e.what()).find("was killed"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(allowed.info().state, "cancelled");
+  EXPECT_TRUE(session.state().open);
 }
 
 TEST_F(ActorTest, ClosingTheSessionEndsItsActors) {

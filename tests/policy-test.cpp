@@ -115,6 +115,33 @@ TEST_F(PolicyTest, AllowedFailureSkipsDependentsAndTheRestFinishes) {
   EXPECT_THROW(session.tasks({}, {"exploded"}), Error);
 }
 
+TEST_F(PolicyTest, FetchOfWhatAnAllowedFailureDidNotMakeSaysWhy) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("allowed fetch");
+  auto broken = session.execute(Program::shell("echo 'no input' >&2; exit 3").stdoutOutput().name("bad"));
+  broken.allowFailure().output().keep();
+  auto dependent = session.execute(Program({"cat"}).stdinFrom(broken.output()).stdoutOutput());
+  dependent.output().keep();
+  session.submit();
+  // The same TaskFailed as a wait for it, whether it failed or was skipped.
+  try {
+    broken.output().fetch();
+    FAIL() << "fetched an output that was never made";
+  } catch (const TaskFailed& f) {
+    EXPECT_EQ(f.task, broken.id());
+    EXPECT_EQ(f.exitStatus, 3);
+    EXPECT_NE(f.stderrTail.find("no input"), std::string::npos) << f.stderrTail;
+  }
+  try {
+    dependent.output().fetch();
+    FAIL() << "fetched an output that was never made";
+  } catch (const TaskFailed& f) {
+    EXPECT_EQ(f.task, dependent.id());
+    EXPECT_NE(std::string(f.what()).find("skipped"), std::string::npos) << f.what();
+  }
+  EXPECT_TRUE(session.state().open);
+}
+
 TEST_F(PolicyTest, AnotherClientAttachesByNameAndSeesTheSameSession) {
   Client owner(cluster->serverAddress());
   auto session = owner.newSession("attach-me");
@@ -189,6 +216,31 @@ TEST_F(PolicyTest, ObjectsAndTasksCarryTheirMetadataAndFinishInfo) {
   dir.fetchDir((scratch / "tree").string());
   EXPECT_TRUE(fs::is_regular_file(scratch / "tree" / "x" / "letters.txt"));
   EXPECT_THROW(attached.object(999999), Error);
+}
+
+TEST_F(PolicyTest, AWaitGivenATimeoutEndsWithTimeoutAndChangesNothing) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("timeouts");
+  auto slow = session.sleep(std::chrono::minutes(10));
+  auto fast = session.concat({session.blob("quick")});
+  slow.output().keep();
+  fast.output().keep();
+  session.submit();
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(session.wait(std::vector<Task>{slow}, std::chrono::milliseconds(50)), Timeout);
+  EXPECT_THROW(session.wait(std::vector<DataObject>{slow.output()}, std::chrono::milliseconds(0)), Timeout);
+  EXPECT_TRUE(session.waitSome(std::vector<DataObject>{slow.output()}, std::chrono::milliseconds(20)).empty());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::minutes(1));
+  // The first that ends, the slow one still going.
+  auto done = session.waitSome(std::vector<DataObject>{slow.output(), fast.output()}, std::chrono::minutes(1));
+  EXPECT_EQ(done, std::vector<uint64_t>{fast.output().id()});
+  EXPECT_EQ(fast.output().fetch(), "quick");
+  EXPECT_NE(slow.info().state, "finished");
+  // Without a timeout, waits as before.
+  slow.cancel();
+  session.waitSome(std::vector<Task>{slow});
+  EXPECT_EQ(slow.info().state, "cancelled");
+  EXPECT_TRUE(session.state().open);
 }
 
 }  // namespace

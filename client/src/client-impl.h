@@ -134,33 +134,44 @@ struct ClientImpl {
   std::function<void()> whileBlocked;
   std::function<void(bool)> aroundWait;
 
+  // When set, a block() still waiting then throws Timeout (a wait given a
+  // timeout: DeadlineScope). The promise is dropped, which cancels it.
+  kj::Maybe<kj::TimePoint> deadline;
+
   // promise.wait(), but with whileBlocked set, in slices of BLOCK_SLICE with
-  // a call of it between them; what it throws drops the promise (which
-  // cancels the request) and propagates.
+  // a call of it between them, and with a deadline, no longer than that;
+  // what it throws drops the promise (which cancels the request) and
+  // propagates.
   template <typename T>
   T block(kj::Promise<T>&& promise) {
-    if (!whileBlocked) return promise.wait(waitScope());
+    if (!whileBlocked && deadline == nullptr) return promise.wait(waitScope());
     std::optional<T> result;
     auto answered = promise.then([&result](T&& value) { result.emplace(kj::mv(value)); }).fork();
     blockSliced(answered);
     return kj::mv(*result);
   }
   void block(kj::Promise<void>&& promise) {
-    if (!whileBlocked) return promise.wait(waitScope());
+    if (!whileBlocked && deadline == nullptr) return promise.wait(waitScope());
     auto answered = promise.fork();
     blockSliced(answered);
   }
-  // Waits for `answered`, calling whileBlocked every BLOCK_SLICE.
-  void blockSliced(kj::ForkedPromise<void>& answered) {
-    auto& timer = loop.provider->getTimer();
-    while (!answered.addBranch()
-                .then([]() { return true; })
-                .exclusiveJoin(timer.afterDelay(BLOCK_SLICE).then([]() { return false; }))
-                .wait(waitScope())) {
-      whileBlocked();
-    }
-  }
+  // Waits for `answered`, calling whileBlocked every BLOCK_SLICE (if set)
+  // and throwing Timeout at the deadline (if set).
+  void blockSliced(kj::ForkedPromise<void>& answered);
   static constexpr kj::Duration BLOCK_SLICE = 100 * kj::MILLISECONDS;
+};
+
+// Bounds the client's blocking calls by `timeout` (none: unchanged) for
+// its life; an enclosing scope's earlier deadline stays.
+class DeadlineScope {
+ public:
+  DeadlineScope(ClientImpl& client, WaitTimeout timeout);
+  ~DeadlineScope();
+  KJ_DISALLOW_COPY(DeadlineScope);
+
+ private:
+  ClientImpl& client;
+  kj::Maybe<kj::TimePoint> saved;
 };
 
 // The TaskFailed that wait() throws for the failure `f`.

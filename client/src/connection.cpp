@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <squall/proto/errors.h>
+#include <squall/proto/resource-amounts.h>
 #include <squall/proto/token.h>
 
 namespace squall {
@@ -103,6 +104,40 @@ bool ClientImpl::connectWithBackoff() {
     }
   }
 }
+
+void ClientImpl::blockSliced(kj::ForkedPromise<void>& answered) {
+  auto& timer = loop.provider->getTimer();
+  for (;;) {
+    kj::Maybe<kj::TimePoint> until;
+    if (whileBlocked) until = timer.now() + BLOCK_SLICE;
+    KJ_IF_MAYBE(d, deadline) {
+      KJ_IF_MAYBE(u, until) {
+        if (*d < *u) until = *d;
+      } else {
+        until = *d;
+      }
+    }
+    auto wake = until.map([&timer](kj::TimePoint at) { return timer.atTime(at).then([]() { return false; }); })
+                    .orDefault(kj::Promise<bool>(kj::NEVER_DONE));
+    if (answered.addBranch().then([]() { return true; }).exclusiveJoin(kj::mv(wake)).wait(waitScope())) return;
+    KJ_IF_MAYBE(d, deadline) {
+      if (timer.now() >= *d) throw Timeout("the wait's timeout ran out");
+    }
+    if (whileBlocked) whileBlocked();
+  }
+}
+
+DeadlineScope::DeadlineScope(ClientImpl& client, WaitTimeout timeout) : client(client), saved(client.deadline) {
+  if (timeout) {
+    auto at = client.loop.provider->getTimer().now() + timeout->count() * kj::MILLISECONDS;
+    KJ_IF_MAYBE(outer, saved) {
+      if (*outer < at) at = *outer;
+    }
+    client.deadline = at;
+  }
+}
+
+DeadlineScope::~DeadlineScope() { client.deadline = saved; }
 
 void ClientImpl::reconnect(const kj::Exception& lost) {
   if (!connectWithBackoff()) throw Error(describe(lost));
@@ -266,9 +301,14 @@ std::vector<GovernorInfo> Client::governors() {
     for (auto g : response.getGovernors()) {
       std::vector<std::string> functions;
       for (auto f : g.getFunctions()) functions.emplace_back(f.cStr());
-      result.push_back(GovernorInfo{g.getId(), g.getName().cStr(), g.getDataAddress().cStr(),
-                                    g.getCpus(), g.getCpusUsed(), g.getTasksAssigned(),
-                                    g.getObjects(), std::move(functions)});
+      GovernorInfo info{g.getId(), g.getName().cStr(), g.getDataAddress().cStr(),
+                        g.getCpus(), g.getCpusUsed(), g.getTasksAssigned(),
+                        g.getObjects(), std::move(functions), {}};
+      for (auto r : g.getResources()) {
+        info.resources[r.getName().cStr()] = {double(r.getCapacity()) / RESOURCE_UNIT,
+                                              double(r.getUsed()) / RESOURCE_UNIT};
+      }
+      result.push_back(std::move(info));
     }
     return result;
   });

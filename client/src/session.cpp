@@ -403,6 +403,8 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
       return client.block(req.send());
     });
     auto location = response.getLocation();
+    // Never made: its task failed, allowed to (or was skipped).
+    if (location.isFailed()) throw taskFailed(location.getFailed());
     if (expect) {
       bool isDir = location.getKind() == wire::ObjectKind::DIR;
       SQUALL_REQUIRE(isDir == (*expect == ObjectKind::DIR), "object ", n, " is a ",
@@ -716,6 +718,8 @@ Actor& Actor::resource(const std::string& name, const std::string& amount) {
   return *this;
 }
 
+uint64_t Actor::sessionId() const { return session->id; }
+
 Actor& Actor::cpus(uint32_t count) {
   task().cpus(count);
   return *this;
@@ -862,18 +866,21 @@ void Session::submitAndWait(const std::vector<Task>& tasks) {
   }
 }
 
-void Session::wait(const std::vector<Task>& tasks) {
+void Session::wait(const std::vector<Task>& tasks, WaitTimeout timeout) {
+  client::DeadlineScope scope(impl->client, timeout);
   // By session: calls on a named actor of another session are its tasks.
   std::map<client::SessionImpl*, std::vector<uint64_t>> ids;
   for (auto& t : tasks) ids[t.session].push_back(t.id());
   for (auto& [owner, list] : ids) owner->wait(list, false, nullptr);
 }
 
-void Session::wait(const std::vector<DataObject>& objects) {
-  std::vector<uint64_t> ids;
-  for (auto& o : objects) ids.push_back(o.id());
-  if (ids.empty()) return;
-  impl->wait(ids, false, nullptr);
+void Session::wait(const std::vector<DataObject>& objects, WaitTimeout timeout) {
+  if (objects.empty()) return;
+  client::DeadlineScope scope(impl->client, timeout);
+  // By session, as tasks: outputs of calls on another session's actor.
+  std::map<client::SessionImpl*, std::vector<uint64_t>> ids;
+  for (auto& o : objects) ids[o.session].push_back(o.id());
+  for (auto& [owner, list] : ids) owner->wait(list, false, nullptr);
 }
 
 void Session::waitAll() {
@@ -886,11 +893,37 @@ void Session::waitAll() {
   impl->wait({}, false, nullptr);
 }
 
-std::vector<uint64_t> Session::waitSome(const std::vector<Task>& tasks) {
-  std::vector<uint64_t> ids, finished;
-  for (auto& t : tasks) ids.push_back(t.id());
-  impl->wait(ids, true, &finished);
+namespace {
+
+// The ids of `ids` finished at once or within `timeout` (none if it ran
+// out first).
+std::vector<uint64_t> waitForSome(client::SessionImpl& impl, const std::vector<uint64_t>& ids, WaitTimeout timeout) {
+  std::vector<uint64_t> finished;
+  client::DeadlineScope scope(impl.client, timeout);
+  try {
+    impl.wait(ids, true, &finished);
+  } catch (const Timeout&) {
+    return {};
+  }
   return finished;
+}
+
+}  // namespace
+
+std::vector<uint64_t> Session::waitSome(const std::vector<Task>& tasks, WaitTimeout timeout) {
+  std::vector<uint64_t> ids;
+  for (auto& t : tasks) ids.push_back(t.id());
+  return waitForSome(*impl, ids, timeout);
+}
+
+std::vector<uint64_t> Session::waitSome(const std::vector<DataObject>& objects, WaitTimeout timeout) {
+  std::vector<uint64_t> ids;
+  auto* owner = objects.empty() ? impl.get() : objects.front().session;
+  for (auto& o : objects) {
+    if (o.session != owner) throw Error("waitSome: objects of more than one session (wait for each's apart)");
+    ids.push_back(o.id());
+  }
+  return waitForSome(*owner, ids, timeout);
 }
 
 void Session::unkeep(const std::vector<DataObject>& objects) {

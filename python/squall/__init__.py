@@ -1,4 +1,6 @@
-"""squall for Python: the client of a squall server (docs/python.md).
+"""squall for Python: the client of a squall server (docs/python.md), and
+Ray Core's API over it (docs/ray.md): `import squall as ray` runs a Ray
+program.
 
     import squall
 
@@ -32,12 +34,34 @@ from ._squall import (
     TaskExplanation,
     TaskFailed,
     TaskInfo,
+    Timeout,
 )
+from . import exceptions
+from ._api import (
+    available_resources,
+    cancel,
+    cluster_resources,
+    get,
+    get_actor,
+    get_gpu_ids,
+    get_runtime_context,
+    init,
+    is_initialized,
+    kill,
+    nodes,
+    put,
+    shutdown,
+    wait,
+)
+from ._refs import ObjectRef
 from .remote import ActorClass, ActorHandle, ActorMethod, RemoteFunction, method, remote
 from .remote import _current_session as current_session
 
 __all__ = [
     "BLOB", "DIR", "STREAM", "Actor", "ActorClass", "ActorHandle", "ActorMethod", "Client", "DataObject", "Error",
     "GovernorInfo", "Kind", "LocalCluster", "ObjectInfo", "Program", "RemoteFunction", "Session", "SessionState",
-    "Task", "TaskExplanation", "TaskFailed", "TaskInfo", "current_session", "method", "remote",
+    "Task", "TaskExplanation", "TaskFailed", "TaskInfo", "Timeout", "current_session", "method", "remote",
+    # Ray's model (docs/ray.md)
+    "ObjectRef", "available_resources", "cancel", "cluster_resources", "exceptions", "get", "get_actor",
+    "get_gpu_ids", "get_runtime_context", "init", "is_initialized", "kill", "nodes", "put", "shutdown", "wait",
 ]

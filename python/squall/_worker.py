@@ -8,10 +8,20 @@ layouts); its inputs are the data objects among the arguments. A function
 (or an actor's class) is unpickled once per process (cached by its key);
 results are pickled, or passed on as raw bytes, into the outputs.
 
+A call made through Ray's model (docs/ray.md) carries its options in the
+payload's last field: its exception becomes a value (TaskErrorValue) in
+every output instead of failing the task, an argument that holds such a
+value is passed on without running, and exceptions of the types asked for
+are retried here. Inputs past the declared ones are objects the call's
+arguments hold by reference (ObjectRefs inside them): kept for the call,
+not passed.
+
 It uses nothing of the client, only the standard library and cloudpickle,
 but for @remote calls made inside a function (nested_session).
 """
 
+import asyncio
+import os
 import pathlib
 import pickle
 import traceback
@@ -20,11 +30,14 @@ import cloudpickle
 
 # The payload's first two fields (remote.py writes the same).
 MAGIC = "squall.remote"
-FORMAT = 1
+FORMAT = 2
 # The payloads' lengths: a function's call or an actor's constructor, and
-# a method call (remote.py).
-CALL_FIELDS = 9
-METHOD_FIELDS = 8
+# a method call (remote.py); the last field is the Ray options or None.
+CALL_FIELDS = 10
+METHOD_FIELDS = 9
+# A method call of this name ends the actor's process (ray.kill with
+# no_restart=False: restarted if it may be).
+EXIT_METHOD = "__squall_exit__"
 
 # Functions unpickled in this process, by key; at most CACHE_SIZE of them.
 CACHE_SIZE = 64
@@ -34,6 +47,42 @@ _functions = {}
 class CallFailed(Exception):
     """The call failed; its text (the remote traceback, or what was wrong
     with the call) becomes the task's error."""
+
+
+class TaskErrorValue:
+    """What the outputs of a Ray-model call that raised hold: the exception
+    (pickled, when it can be), its remote traceback, where it ran. `get`
+    raises it (as_error)."""
+
+    def __init__(self, name, cause, type_name, traceback_text, pid, node):
+        self.name = name
+        self.cause = cause  # the exception pickled, or None
+        self.type_name = type_name
+        self.traceback_text = traceback_text
+        self.pid = pid
+        self.node = node
+
+    @classmethod
+    def of(cls, name, error, traceback_text):
+        try:
+            cause = cloudpickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.loads(cause)
+        except Exception:
+            cause = None
+        return cls(name, cause, type(error).__qualname__, traceback_text, os.getpid(),
+                   os.environ.get("SQUALL_GOVERNOR_NAME", ""))
+
+    def as_error(self):
+        """A RayTaskError that is also an instance of the exception's class."""
+        from .exceptions import RayTaskError
+        cause = None
+        if self.cause is not None:
+            try:
+                cause = pickle.loads(self.cause)
+            except Exception:
+                cause = None
+        error = RayTaskError(self.name, self.traceback_text, cause, self.pid, self.node)
+        return error.as_instanceof_cause()
 
 
 def _function(key, pickled, what="function"):
@@ -82,8 +131,10 @@ def _encode(codec, value, index, name):
 
 def _remote_traceback(error):
     """The traceback of the function's exception, without this module's
-    frame (the first)."""
-    tb = error.__traceback__.tb_next if error.__traceback__ is not None else None
+    frames (those before the function's)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
     return "".join(traceback.format_exception(type(error), error, tb)).rstrip("\n")
 
 
@@ -110,7 +161,7 @@ def _payload(config, fields, what):
 def _check_counts(input_codecs, inputs, output_codecs, output_count):
     if len(output_codecs) != output_count:
         raise CallFailed(f"the call declares {len(output_codecs)} outputs, the task has {output_count}")
-    if len(input_codecs) != len(inputs):
+    if len(input_codecs) > len(inputs):
         raise CallFailed(f"the call declares {len(input_codecs)} inputs, the task has {len(inputs)}")
 
 
@@ -126,11 +177,14 @@ def _release(inputs):
             view.release()
 
 
-def _invoke(function, args, kwargs, values):
+def _invoke(function, args, kwargs, values, raw=False):
     """function(*args, **kwargs), with the arguments that are inputs taken
-    from values; its exception becomes CallFailed(its remote traceback)."""
+    from values; its exception becomes CallFailed(its remote traceback)
+    (raw: propagates as it is)."""
     call_args = [values[v] if is_input else v for is_input, v in args]
     call_kwargs = {k: (values[v] if is_input else v) for k, (is_input, v) in kwargs.items()}
+    if raw:
+        return function(*call_args, **call_kwargs)
     try:
         return function(*call_args, **call_kwargs)
     except BaseException as e:
@@ -155,32 +209,109 @@ def _outputs(name, result, output_codecs):
     return [_encode(codec, value, i, name) for i, (codec, value) in enumerate(zip(output_codecs, results))]
 
 
+def _ray_result(name, function, args, kwargs, values, output_codecs, options):
+    """A Ray-model call's outputs: its results, or its exception as a value
+    in each (after the retries it may have), or the failed argument's value
+    without running it."""
+    for value in values:
+        if isinstance(value, TaskErrorValue):
+            return [_encode("pickle", value, i, name) for i in range(len(output_codecs))]
+    retries = options.get("exception_retries", 0)
+    retry_on = options.get("retry_exceptions", ())
+    while True:
+        try:
+            with _RayCall():
+                result = _invoke(function, args, kwargs, values, raw=True)
+            return _outputs(name, result, output_codecs)
+        except CallFailed as e:
+            # Results that do not fit the outputs: a ValueError of the call.
+            error, text = ValueError(str(e)), f"ValueError: {e}"
+        except BaseException as e:
+            if retries > 0 and (retry_on is True or isinstance(e, tuple(retry_on or ()))):
+                retries -= 1
+                continue
+            error, text = e, _remote_traceback(e)
+        value = TaskErrorValue.of(name, error, text)
+        return [_encode("pickle", value, i, name) for i in range(len(output_codecs))]
+
+
+class _RayCall:
+    """Marks a Ray-model call running: @remote calls inside it build Ray
+    tasks (remote.py asks ray_call())."""
+
+    depth = 0
+
+    def __enter__(self):
+        _RayCall.depth += 1
+
+    def __exit__(self, *exc):
+        _RayCall.depth -= 1
+
+
+def ray_call():
+    """Whether a Ray-model call is running in this process now."""
+    return _RayCall.depth > 0
+
+
 def run(config, inputs, output_count):
     """Runs one call of a function; returns the outputs' bytes, one per
     output."""
     try:
         payload = _payload(config, CALL_FIELDS, "@squall.remote call")
-        _, _, name, key, pickled, args, kwargs, input_codecs, output_codecs = payload
+        _, _, name, key, pickled, args, kwargs, input_codecs, output_codecs, options = payload
         _check_counts(input_codecs, inputs, output_codecs, output_count)
         function = _function(key, pickled)
         values = _values(input_codecs, inputs)
     finally:
         _release(inputs)
+    if options is not None:
+        return _ray_result(name, function, args, kwargs, values, output_codecs, options)
     return _outputs(name, _invoke(function, args, kwargs, values), output_codecs)
+
+
+# The actor this process hosts (its task id), for get_runtime_context().
+actor_id = None
 
 
 def construct(config, inputs):
     """Makes an actor's instance: its class called on the constructor's
     arguments. The executor keeps it for call_method()."""
+    global actor_id
     try:
         payload = _payload(config, CALL_FIELDS, "@squall.remote actor")
-        _, _, _, key, pickled, args, kwargs, input_codecs, output_codecs = payload
+        _, _, _, key, pickled, args, kwargs, input_codecs, output_codecs, options = payload
         _check_counts(input_codecs, inputs, output_codecs, 0)
         cls = _function(key, pickled, "actor's class")
         values = _values(input_codecs, inputs)
     finally:
         _release(inputs)
+    try:
+        import _squall_executor
+        actor_id = _squall_executor.context()[1]
+    except ImportError:
+        pass
+    if options is not None:
+        with _RayCall():
+            return _invoke(cls, args, kwargs, values)
     return _invoke(cls, args, kwargs, values)
+
+
+# The event loop of an actor's `async def` methods (one per process).
+_actor_loop = None
+
+
+def _sync(bound):
+    """A method as a plain function: an `async def` one runs on the actor's
+    event loop until it returns (one call at a time)."""
+    if not asyncio.iscoroutinefunction(bound):
+        return bound
+
+    def run_coroutine(*args, **kwargs):
+        global _actor_loop
+        if _actor_loop is None:
+            _actor_loop = asyncio.new_event_loop()
+        return _actor_loop.run_until_complete(bound(*args, **kwargs))
+    return run_coroutine
 
 
 def call_method(instance, config, inputs, output_count):
@@ -188,15 +319,19 @@ def call_method(instance, config, inputs, output_count):
     bytes, one per output."""
     try:
         payload = _payload(config, METHOD_FIELDS, "@squall.remote method call")
-        _, _, name, method, args, kwargs, input_codecs, output_codecs = payload
+        _, _, name, method, args, kwargs, input_codecs, output_codecs, options = payload
         _check_counts(input_codecs, inputs, output_codecs, output_count)
+        if method == EXIT_METHOD:
+            os._exit(1)
         try:
-            bound = getattr(instance, method)
+            bound = _sync(getattr(instance, method))
         except AttributeError:
             raise CallFailed(f"{name}: the actor ({type(instance).__qualname__}) has no method {method!r}") from None
         values = _values(input_codecs, inputs)
     finally:
         _release(inputs)
+    if options is not None:
+        return _ray_result(name, bound, args, kwargs, values, output_codecs, options)
     return _outputs(name, _invoke(bound, args, kwargs, values), output_codecs)
 
 

@@ -17,7 +17,8 @@ void bindActor(py::module_& m) {
       "of its own until killed or the session ends. call() makes a task of one of its methods; calls run one "
       "at a time, in the order made.");
   actorClass.def_property_readonly("id", [](ActorHandle& a) { return a.actor.id(); }, "Its task's id.")
-      .def_property_readonly("session_id", [](ActorHandle& a) { return a.box->id; })
+      .def_property_readonly("session_id", [](ActorHandle& a) { return a.actor.sessionId(); },
+                             "The session it is a task of (another's, for a named actor found by name).")
       .def_property_readonly(
           "task", [](ActorHandle& a) { return TaskHandle{a.box, a.live().task()}; },
           "Its task (no outputs): name, attributes, allow_failure (its death then fails no session), info().")

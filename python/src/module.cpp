@@ -22,6 +22,7 @@ namespace {
 // Owned for the life of the process (module types are never freed).
 PyObject* errorType = nullptr;
 PyObject* taskFailedType = nullptr;
+PyObject* timeoutType = nullptr;
 
 // ClientOptions::whileBlocked: between slices of a blocking wait, with the
 // GIL taken back for the moment, run Python's signal handlers; a Ctrl-C
@@ -148,8 +149,13 @@ void bindErrors(py::module_& m) {
       "and stderr_tail (the last KiBs of its stderr; for @remote functions the message holds the "
       "remote traceback).",
       errorType, nullptr);
+  // Both a squall.Error and Python's TimeoutError.
+  timeoutType = PyErr_NewExceptionWithDoc(
+      "squall.Timeout", "A wait given a timeout that ran out first (what it waited for goes on).",
+      py::make_tuple(py::handle(errorType), py::handle(PyExc_TimeoutError)).release().ptr(), nullptr);
   m.attr("Error") = py::handle(errorType);
   m.attr("TaskFailed") = py::handle(taskFailedType);
+  m.attr("Timeout") = py::handle(timeoutType);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -161,6 +167,8 @@ void bindErrors(py::module_& m) {
       error.attr("exit_status") = e.exitStatus;
       error.attr("stderr_tail") = lenient(e.stderrTail);
       PyErr_SetObject(taskFailedType, error.ptr());
+    } catch (const Timeout& e) {
+      PyErr_SetObject(timeoutType, lenient(e.what()).ptr());
     } catch (const Error& e) {
       PyErr_SetObject(errorType, lenient(e.what()).ptr());
     }
@@ -259,6 +267,8 @@ void bindInfos(py::module_& m) {
       .def_readonly("tasks_assigned", &GovernorInfo::tasksAssigned)
       .def_readonly("objects", &GovernorInfo::objects)
       .def_readonly("functions", &GovernorInfo::functions, "the functions its executors offer, 'executor/function'")
+      .def_readonly("resources", &GovernorInfo::resources,
+                    "its resources besides cpus: name -> (all it has, what its tasks hold)")
       .def("__repr__", [](const GovernorInfo& g) {
         std::ostringstream out;
         out << "GovernorInfo(id=" << g.id << ", name=" << quoted(g.name) << ", cpus=" << g.cpus

@@ -27,6 +27,11 @@ std::chrono::milliseconds milliseconds(double seconds, const char* what) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
 }
 
+WaitTimeout waitTimeout(std::optional<double> seconds) {
+  if (!seconds) return std::nullopt;
+  return milliseconds(*seconds, "timeout");
+}
+
 // Sessions know their objects' kinds and outputs; a handle from another
 // session is refused by the C++ client ("belongs to another session").
 ObjectHandle handle(const std::shared_ptr<SessionBox>& box, DataObject object) { return ObjectHandle{box, object}; }
@@ -375,6 +380,10 @@ void bindObjects(py::module_& m) {
           "wait", [](TaskHandle& t) { t.live().wait(); }, Release(),
           "Blocks until it is finished; raises TaskFailed if the session fails first.")
       .def(
+          "cancel", [](TaskHandle& t) { t.live().cancel(); }, Release(),
+          "Cancels it (after submit) and every task it submitted: they end cancelled, what reads their "
+          "outputs is skipped, the session goes on.")
+      .def(
           "explain", [](TaskHandle& t) { return t.box->live().explain(t.task.id()); }, Release(),
           "Why it is not running yet, or how it ended (squall explain).");
 }
@@ -632,8 +641,9 @@ void bindSession(py::module_& m) {
           "(nothing applied), TaskFailed if the wait fails.")
       .def(
           "wait",
-          [](SessionBox& s, py::handle items) {
+          [](SessionBox& s, py::handle items, std::optional<double> timeout) {
             auto& session = s.live();
+            auto limit = waitTimeout(timeout);
             std::vector<Task> tasks;
             std::vector<DataObject> objects;
             for (auto item : items) {
@@ -644,32 +654,54 @@ void bindSession(py::module_& m) {
               }
             }
             py::gil_scoped_release release;
-            session.wait(tasks);
-            session.wait(objects);
+            auto start = std::chrono::steady_clock::now();
+            session.wait(tasks, limit);
+            if (limit) {
+              // What is left of it for the objects.
+              auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+              limit = std::max(std::chrono::milliseconds(0), *limit - spent);
+            }
+            session.wait(objects, limit);
           },
-          py::arg("items"),
-          "Blocks until the tasks and objects are finished; raises TaskFailed if the session fails first. "
-          "Ctrl-C interrupts it (KeyboardInterrupt; the session goes on).")
+          py::arg("items"), py::arg("timeout") = py::none(),
+          "Blocks until the tasks and objects are finished; raises TaskFailed if the session fails first, "
+          "squall.Timeout (also a TimeoutError) if timeout seconds pass first. Ctrl-C interrupts it "
+          "(KeyboardInterrupt; the session goes on).")
       .def(
           "wait_all", [](SessionBox& s) { s.live().waitAll(); }, Release(),
           "Blocks until every task of the session is finished; raises TaskFailed if one fails it.")
       .def(
           "wait_some",
-          [](SessionBox& s, std::vector<TaskHandle> tasks) {
+          [](SessionBox& s, py::list items, std::optional<double> timeout) {
             auto& session = s.live();
-            auto list = liveTasks(tasks);
+            auto limit = waitTimeout(timeout);
+            std::vector<Task> tasks;
+            std::vector<DataObject> objects;
+            for (auto item : items) {
+              if (py::isinstance<TaskHandle>(item)) {
+                tasks.push_back(item.cast<TaskHandle&>().live());
+              } else {
+                objects.push_back(toObject(item, "wait_some").object);
+              }
+            }
+            if (!tasks.empty() && !objects.empty()) {
+              throw py::type_error("wait_some: tasks or objects, not both in one call");
+            }
             std::vector<uint64_t> finished;
             {
               py::gil_scoped_release release;
-              finished = session.waitSome(list);
+              finished = tasks.empty() ? session.waitSome(objects, limit) : session.waitSome(tasks, limit);
             }
-            std::vector<TaskHandle> done;
-            for (auto& t : tasks) {
-              if (std::find(finished.begin(), finished.end(), t.task.id()) != finished.end()) done.push_back(t);
+            py::list done;
+            for (size_t i = 0; i < items.size(); i++) {
+              auto id = tasks.empty() ? objects[i].id() : tasks[i].id();
+              if (std::find(finished.begin(), finished.end(), id) != finished.end()) done.append(items[i]);
             }
             return done;
           },
-          py::arg("tasks"), "Blocks until at least one of tasks is finished; returns those finished now.")
+          py::arg("items"), py::arg("timeout") = py::none(),
+          "Blocks until at least one of the tasks (or objects) is finished, or timeout seconds pass; "
+          "returns those finished now, in the order given (none when the timeout ran out).")
       .def(
           "unkeep",
           [](SessionBox& s, py::handle objects) {

@@ -315,9 +315,20 @@ def test_misuse_is_refused_saying_what_to_do(session):
         squall.method(outputs=17)
 
 
-def test_an_actor_outside_a_session_is_refused():
-    with pytest.raises(squall.Error, match="no current session"):
-        Counter.remote()
+def test_an_actor_outside_a_session_is_rays(cluster):
+    """Outside `with session:`, .remote() is Ray's model (docs/ray.md): the
+    actor goes to the driver's session, its calls give ObjectRefs."""
+    squall.init(address=cluster.address)
+    try:
+        counter = Counter.remote(40)
+        assert isinstance(counter, squall.ActorHandle) and counter._ray_context is not None
+        ref = counter.increment.remote(2)
+        assert isinstance(ref, squall.ObjectRef)
+        assert squall.get(ref) == 42
+    finally:
+        squall.shutdown()
+    with pytest.raises(TypeError, match="is an actor class"):
+        Counter(1)
 
 
 @pytest.mark.skipif(not os.environ.get("SQUALL_ACTOR_EXECUTOR"), reason="needs tests' actor executor")

@@ -376,7 +376,8 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     auto label = taskLabel(task);
     auto inputs = task.getInputs();
     auto outputs = task.getOutputs();
-    SQUALL_REQUIRE(task.getResources().getCpus() >= 1, label, " asks for 0 cpus; at least 1 is needed");
+    // 0 cpus, asked for: a task that waits more than it computes (Ray's
+    // num_cpus=0), or an actor that holds none while it lives.
     SQUALL_REQUIRE(task.getResources().getCpusAsked() || task.getResources().getCpus() == 1, label,
                    " has ", task.getResources().getCpus(), " cpus without cpusAsked (the default is 1)");
     SQUALL_REQUIRE(task.getPolicy().getRetries() <= 100, label, ": at most 100 retries");
@@ -590,7 +591,10 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
           auto it = target.tasks.find(actorId.getN());
           SQUALL_REQUIRE(it != target.tasks.end(), label, " calls unknown actor ", actorId.getN());
           SQUALL_REQUIRE(it->second.isActor, label, " calls task ", actorId.getN(), ", which is not an actor");
-          SQUALL_REQUIRE(endedActorsTaken || !it->second.done(), label, " calls actor ", actorId.getN(), ", which has ended",
+          // One allowed to fail ends as the actor's calls did (Ray: an
+          // error to whoever reads its result, not a refused submit).
+          SQUALL_REQUIRE(endedActorsTaken || task.getPolicy().getAllowFailure() || !it->second.done(), label,
+                         " calls actor ", actorId.getN(), ", which has ended",
                          it->second.error.empty() ? kj::str() : kj::str(" (", it->second.error.c_str(), ")"));
           actor = it->second.spec.getConfig().getActor();
         }
@@ -841,8 +845,10 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       if (spec.getConfig().isActorCall()) calls.push_back(&target.tasks.at(spec.getId().getN()));
     }
     std::sort(calls.begin(), calls.end(), [](TaskNode* a, TaskNode* b) { return a->id.n < b->id.n; });
+    endedCalled.clear();
     for (auto* call : calls) {
       auto& actor = target.actors.at(call->spec.getConfig().getActorCall().getActor().getN());
+      if (actor.task->done() && (endedCalled.empty() || endedCalled.back() != &actor)) endedCalled.push_back(&actor);
       call->actor = &actor;
       call->turn = actor.nextTurn++;
       actor.calls[call->turn] = call;

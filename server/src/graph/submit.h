@@ -76,6 +76,11 @@ class PendingSubmit {
   // applier ends it with its actor) rather than refused.
   void takeCallsOnEndedActors() { endedActorsTaken = true; }
 
+  // Actors that had ended when the last commit applied calls on them
+  // (taken, or allowed to fail): the applier ends those calls as the
+  // actor's others ended (SessionTable::actorEnded).
+  const std::vector<ActorNode*>& endedActorsCalled() const { return endedCalled; }
+
   uint64_t taskCount() const { return tasks; }
   uint64_t objectCount() const { return objects; }
 
@@ -85,6 +90,7 @@ class PendingSubmit {
   std::shared_ptr<uint64_t> pendingTotal;
   uint64_t bytes = 0;
   bool endedActorsTaken = false;
+  std::vector<ActorNode*> endedCalled;
   uint64_t tasks = 0;
   uint64_t objects = 0;
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> messages;

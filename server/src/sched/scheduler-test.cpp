@@ -366,6 +366,39 @@ TEST_F(SchedulerTest, AnActorIsNotQueuedBehindBusyCpus) {
   EXPECT_EQ(a.load + b.load, 2u);
 }
 
+TEST_F(SchedulerTest, ActorsOfNoCpusNeedOneFreeToBePlacedAndHoldNone) {
+  // Ray's default: three such actors start on two cpus, none while every
+  // cpu is busy.
+  GovernorPool pool;
+  auto& a = pool.add("a", "127.0.0.1:1", 2, nullptr);
+  TestGraph g(1);
+  for (uint64_t n = 10; n < 13; n++) {
+    TestTask actor{n, {}, {n - 9}};
+    actor.cpus = 0;
+    g.output(n - 9).task(actor);
+  }
+  auto& s = submit(g);
+  for (uint64_t n = 10; n < 13; n++) s.tasks.at(n).isActor = true;
+  Scheduler scheduler(SchedulerOptions{.queueDepth = 16});
+  enqueue(scheduler);
+  scheduler.place(table, pool);
+  EXPECT_EQ(scheduler.readyCount(), 0u);
+  EXPECT_EQ(a.load, 0u);
+  // Both cpus busy: a fourth waits for one.
+  TestGraph more(1);
+  TestTask busy{20, {}, {30}}, busier{21, {}, {31}}, actor{22, {}, {32}};
+  busy.cpus = 1;
+  busier.cpus = 1;
+  actor.cpus = 0;
+  more.output(30).output(31).output(32).task(busy).task(busier).task(actor);
+  submit(more, &s);
+  s.tasks.at(22).isActor = true;
+  enqueue(scheduler);
+  scheduler.place(table, pool);
+  EXPECT_EQ(a.load, 2u);
+  EXPECT_EQ(scheduler.queued(), (std::vector<Id>{{1, 22}}));
+}
+
 // Work stealing: tasks queued on a loaded governor go to one that idles.
 TEST_F(SchedulerTest, AnIdleGovernorTakesTheLastQueuedTasksOfALoadedOne) {
   GovernorPool pool;

@@ -142,10 +142,13 @@ bool Scheduler::placeGroup(StreamGroup& group, SessionTable& sessions, GovernorP
 
 GovernorState* Scheduler::choose(const TaskNode& task, GovernorPool& governors, bool shallow) {
   auto& all = governors.all();
+  // An actor holding no cpus still needs one free to be placed (Ray's
+  // default: docs/actors.md), so actors do not pile onto busy governors.
+  uint32_t need = task.isActor ? std::max<uint32_t>(task.cpus, 1) : task.cpus;
   if (options.placement == Placement::RANDOM) {
     std::vector<GovernorState*> fit;
     for (auto& [gid, g] : all) {
-      if (hasRoom(g, task.cpus, depthOf(g, shallow)) && offers(g, task)) fit.push_back(&g);
+      if (hasRoom(g, need, depthOf(g, shallow)) && offers(g, task)) fit.push_back(&g);
     }
     if (fit.empty()) return nullptr;
     return fit[std::uniform_int_distribution<size_t>(0, fit.size() - 1)(random)];
@@ -157,8 +160,8 @@ GovernorState* Scheduler::choose(const TaskNode& task, GovernorPool& governors, 
   uint64_t bestLocal = 0;
   double bestLoad = 0;
   for (auto& [gid, g] : all) {
-    if (!hasRoom(g, task.cpus, depthOf(g, shallow)) || !offers(g, task)) continue;
-    bool now = freeCpus(g) >= task.cpus;
+    if (!hasRoom(g, need, depthOf(g, shallow)) || !offers(g, task)) continue;
+    bool now = freeCpus(g) >= need;
     uint64_t local = localBytes(task, gid);
     double load = double(g.load) / double(g.cpus);
     bool better = best == nullptr || (now && !bestNow) ||

@@ -36,6 +36,17 @@ void fillFailure(wire::Failure::Builder out, const Session& session) {
   out.setStderrTail(session.failedStderrTail);
 }
 
+// Why `task` ended without making its outputs: it failed (allowed to) or
+// was skipped.
+void fillTaskFailure(wire::Failure::Builder out, const TaskNode& task) {
+  out.setMessage(kj::str("task ", task.id.n, task.spec.getName().size() ? kj::str(" (", task.spec.getName(), ")") : kj::str(),
+                         task.state == TaskNode::State::SKIPPED ? " was " : " failed: ", task.error));
+  out.setTask(task.id.n);
+  out.setTaskName(task.spec.getName());
+  out.setExitStatus(task.exitStatus);
+  out.setStderrTail(task.stderrTail);
+}
+
 class ClientServiceImpl final : public wire::ClientService::Server {
  public:
   ClientServiceImpl(ServerContext& context, kj::String peer)
@@ -275,8 +286,10 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     auto& session = openSession(id);
     auto it = session.objects.find(n);
     SQUALL_REQUIRE(it != session.objects.end(), "fetch: unknown object ", n);
-    SQUALL_REQUIRE(it->second.keep, "fetch: object ", n,
-                                         " is not kept (mark it keep before submitting to fetch it)");
+    // Or needed still: a task that reads it may fetch it (a reference
+    // passed inside its arguments, docs/ray.md).
+    SQUALL_REQUIRE(it->second.keep || it->second.unfinishedConsumers > 0, "fetch: object ", n,
+                   " is not kept (mark it keep before submitting to fetch it)");
     // After a restart, the governors that held it get their while to come
     // back first (the object is made again if its holder does not).
     return context.dispatcher.whenPlacing()
@@ -289,12 +302,17 @@ class ClientServiceImpl final : public wire::ClientService::Server {
         .then([this, id, n, call]() mutable {
           auto& session = context.sessions.get(id);
           auto& object = session.objects.at(n);
+          auto location = call.getResults().initLocation();
           if (object.state != ObjectNode::State::FINISHED) {
             SQUALL_REQUIRE(session.state == Session::State::OPEN, "fetch: object ", n,
                          " will not be made: ", session.failureMessage);
+            if (object.state == ObjectNode::State::FAILED && object.producer != nullptr) {
+              // Its task's failure, as a wait for it would say.
+              fillTaskFailure(location.initFailed(), *object.producer);
+              return;
+            }
             SQUALL_FAIL("fetch: object ", n, " was removed");
           }
-          auto location = call.getResults().initLocation();
           object.id.to(location.initId());
           // A kept stream that has ended is stored bytes: a blob.
           location.setKind(object.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : object.kind);
@@ -643,6 +661,14 @@ class ClientServiceImpl final : public wire::ClientService::Server {
       auto functions = out.initFunctions(g.functions.size());
       uint f = 0;
       for (auto& [name, outputs] : g.functions) functions.set(f++, name);
+      auto resources = out.initResources(g.pools.size());
+      uint r = 0;
+      for (auto& [name, pool] : g.pools) {
+        auto entry = resources[r++];
+        entry.setName(name);
+        entry.setCapacity(pool.capacity);
+        entry.setUsed(pool.used);
+      }
     }
     return kj::READY_NOW;
   }
@@ -682,16 +708,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
           }
         }
         if (task != nullptr) {
-          auto failed = out.initFailed();
-          failed.setMessage(kj::str("task ", task->id.n,
-                                    task->spec.getName().size() ? kj::str(" (", task->spec.getName(), ")")
-                                                                : kj::str(),
-                                    task->state == TaskNode::State::SKIPPED ? " was " : " failed: ",
-                                    task->error));
-          failed.setTask(task->id.n);
-          failed.setTaskName(task->spec.getName());
-          failed.setExitStatus(task->exitStatus);
-          failed.setStderrTail(task->stderrTail);
+          fillTaskFailure(out.initFailed(), *task);
           return;
         }
       }

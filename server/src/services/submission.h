@@ -149,9 +149,6 @@ class SubmissionImpl final : public wire::Submission::Server {
     context.sessions.stats().actorCallsDirect += direct->tasks.size();
     GovernorState* governor = nullptr;
     KJ_IF_MAYBE(g, context.governors.find(direct->governor)) { governor = g; }
-    // Calls on an actor that has ended since they ran end as the calls it
-    // left do (cancelled when it was killed), failing no session.
-    std::set<ActorNode*> ended;
     std::unordered_set<const TaskNode*> taken;
     for (auto n : direct->tasks) {
       auto it = target.tasks.find(n);
@@ -168,19 +165,14 @@ class SubmissionImpl final : public wire::Submission::Server {
           }
         }
       }
-      if (task.actor != nullptr && task.actor->task->done()) {
-        ended.insert(task.actor);
-      } else if (governor != nullptr) {
-        context.governors.adopt(*governor, task.id, task.cpus, task.resources);
-        context.sessions.assigned(task, governor->id);
-      } else {
-        continue;  // placed as submitted now
-      }
+      // One on an actor that has ended since is ended by apply().
+      if (governor == nullptr || (task.actor != nullptr && task.actor->task->done())) continue;
+      context.governors.adopt(*governor, task.id, task.cpus, task.resources);
+      context.sessions.assigned(task, governor->id);
       taken.insert(&task);
     }
     ready.erase(std::remove_if(ready.begin(), ready.end(), [&](TaskNode* t) { return taken.count(t) != 0; }),
                 ready.end());
-    for (auto* actor : ended) context.sessions.actorEnded(target, *actor);
   }
 
   // Checks the submit against the session as it is now and applies it.
@@ -188,6 +180,11 @@ class SubmissionImpl final : public wire::Submission::Server {
     auto& target = context.sessions.get(session);
     auto ready = pending.commit(target, capacity());
     if (direct) placeDirect(target, ready);
+    // Calls on an actor that had ended (run directly before it did, or
+    // allowed to fail) end as the calls it left did (cancelled when it was
+    // killed), failing no session.
+    for (auto* actor : pending.endedActorsCalled()) context.sessions.actorEnded(target, *actor);
+    ready.erase(std::remove_if(ready.begin(), ready.end(), [](TaskNode* t) { return t->done(); }), ready.end());
     context.logger.info("event=submit session={} tasks={} objects={} ready={}", session,
                         pending.taskCount(), pending.objectCount(), ready.size());
     answer(pending.taskCount(), pending.objectCount());

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -36,6 +37,16 @@ class TaskFailed : public Error {
   int exitStatus;         // -1 when not a process exit
   std::string stderrTail;
 };
+
+// A wait given a timeout that ran out before what it waited for had ended
+// (nothing was changed by it: wait again, or not).
+class Timeout : public Error {
+ public:
+  explicit Timeout(const std::string& message) : Error(message) {}
+};
+
+// How long a wait may block; none: until it ends.
+using WaitTimeout = std::optional<std::chrono::milliseconds>;
 
 namespace client {
 struct ClientImpl;
@@ -283,6 +294,9 @@ class Actor {
  public:
   // Its task's id (the actor is a task of type actor, without outputs).
   uint64_t id() const { return n; }
+  // The session it is a task of (another session's, for a named actor
+  // reached with Session::getActor).
+  uint64_t sessionId() const;
   // A call of `method` on `inputs` with `config` bytes, making outputs of
   // the kinds given (blobs or dirs; as many as the method declares). The
   // server refuses a method the actor type does not have, naming it.
@@ -343,6 +357,9 @@ struct GovernorInfo {
   uint64_t objects;
   // The functions its executors offer ("executor/function"), sorted.
   std::vector<std::string> functions;
+  // Its resources besides cpus: name -> (all it has, what its tasks hold),
+  // in items or units (gpus 2, memory in bytes; docs/resources.md).
+  std::map<std::string, std::pair<double, double>> resources;
 };
 
 class Session {
@@ -422,11 +439,16 @@ class Session {
   // made) throws that same TaskFailed, naming the task that failed it. What
   // it finished and kept can still be fetched, and state(), tasks() and
   // objects() still answer: they describe the failed session.
-  void wait(const std::vector<Task>& tasks);
-  void wait(const std::vector<DataObject>& objects);
+  // With a timeout, one that runs out first throws Timeout.
+  void wait(const std::vector<Task>& tasks, WaitTimeout timeout = std::nullopt);
+  void wait(const std::vector<DataObject>& objects, WaitTimeout timeout = std::nullopt);
   void waitAll();
-  // Blocks until at least one is finished; returns those finished now.
-  std::vector<uint64_t> waitSome(const std::vector<Task>& tasks);
+  // Blocks until at least one is finished; returns those finished now
+  // (none when the timeout ran out first).
+  std::vector<uint64_t> waitSome(const std::vector<Task>& tasks, WaitTimeout timeout = std::nullopt);
+  // Objects of one session (outputs of calls on another session's actor
+  // are of that session); Error for a mix.
+  std::vector<uint64_t> waitSome(const std::vector<DataObject>& objects, WaitTimeout timeout = std::nullopt);
   void unkeep(const std::vector<DataObject>& objects);
   void cancel();
   SessionState state();
