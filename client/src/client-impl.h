@@ -510,6 +510,8 @@ struct SessionImpl {
   void wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished);
   // `expect`: when set, the object must be of this kind.
   void fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect = {});
+  // The bytes of each, with every request in flight at once.
+  std::vector<std::string> fetchAll(const std::vector<uint64_t>& ids);
   std::vector<ObjectInfo> objectInfos(const std::vector<uint64_t>& ids);
   // Also records the object's kind.
   ObjectInfo objectInfo(wire::ObjectStatus::Reader status);

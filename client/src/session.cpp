@@ -1,5 +1,5 @@
 // A session (see client.h): SessionImpl's calls to the server (submit,
-// wait, fetch, the task and object infos) and the Session class's
+// wait, the task and object infos; fetch is in fetch.cpp) and the Session class's
 // methods, which build objects and tasks for the next submit. Thread: the
 // one that created the Client.
 #include "client-impl.h"
@@ -24,39 +24,6 @@ namespace {
 constexpr size_t MAX_ITEMS_PER_ADD = 20000;
 constexpr size_t MAX_BYTES_PER_ADD = 16 << 20;
 constexpr size_t APPEND_CHUNK_BYTES = 8 << 20;
-
-// Receives fetched bytes into a string or a file.
-class SinkImpl final : public wire::ByteSink::Server {
- public:
-  SinkImpl(std::string* text, FILE* file, uint64_t& received)
-      : text(text), file(file), received(received) {}
-
-  kj::Promise<void> write(WriteContext context) override {
-    auto params = context.getParams();
-    auto chunk = params.getChunk();
-    kj::Array<kj::byte> decoded;
-    kj::ArrayPtr<const kj::byte> bytes = chunk;
-    if (params.getRawSize() != 0) {
-      decoded = decompressChunk(chunk, params.getRawSize());
-      bytes = decoded;
-    }
-    received += bytes.size();
-    if (text != nullptr) text->append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-    if (file != nullptr) {
-      SQUALL_REQUIRE(fwrite(bytes.begin(), 1, bytes.size(), file) == bytes.size(),
-                     "cannot write fetched data: ", strerror(errno));
-    }
-    return kj::READY_NOW;
-  }
-
-  // Writes are handled synchronously above, so all have landed by now.
-  kj::Promise<void> done(DoneContext) override { return kj::READY_NOW; }
-
- private:
-  std::string* text;
-  FILE* file;
-  uint64_t& received;
-};
 
 }  // namespace
 
@@ -382,54 +349,6 @@ void SessionImpl::wait(const std::vector<uint64_t>& named, bool any, std::vector
     sawEnd(ended, all && !any);
     return;
   }
-}
-
-void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
-  checkOpen();
-  if (directOf(n) != nullptr) {
-    // Made by a direct call: once it ends, the server has it too.
-    wait({n}, false, nullptr);
-    recordNamed({n});
-  }
-  // It waits for an object not yet made: a function gives its cpus back
-  // meanwhile, as in wait().
-  if (client.aroundWait) client.aroundWait(true);
-  KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
-  whileOpen([&]() { client.guard([&]() {
-    auto response = client.retrying([&]() {
-      auto req = client.svc().fetchRequest();
-      name(req);
-      req.setObject(n);
-      return client.block(req.send());
-    });
-    auto location = response.getLocation();
-    // Never made: its task failed, allowed to (or was skipped).
-    if (location.isFailed()) throw taskFailed(location.getFailed());
-    if (expect) {
-      bool isDir = location.getKind() == wire::ObjectKind::DIR;
-      SQUALL_REQUIRE(isDir == (*expect == ObjectKind::DIR), "object ", n, " is a ",
-                     isDir ? "dir" : "blob", ", not a ", isDir ? "blob" : "dir");
-    }
-    if (location.isData()) {
-      auto data = location.getData();
-      if (text) text->assign(reinterpret_cast<const char*>(data.begin()), data.size());
-      if (file) {
-        SQUALL_REQUIRE(fwrite(data.begin(), 1, data.size(), file) == data.size(),
-                       "cannot write fetched data: ", strerror(errno));
-      }
-      return;
-    }
-    std::string where = location.getGovernor().cStr();
-    uint64_t received = 0;
-    auto read = client.dataService(where).readRequest();
-    read.setId(location.getId());
-    read.setOffset(0);
-    read.setCompress(false);
-    read.setSink(kj::heap<SinkImpl>(text, file, received));
-    auto result = client.block(read.send());
-    SQUALL_REQUIRE(received == result.getSize(), "fetch of object ", n, " from governor ", where,
-                   " was cut short: ", received, " of ", result.getSize(), " bytes");
-  }); });
 }
 
 std::vector<TaskInfo> SessionImpl::taskInfos(const std::vector<uint64_t>& ids,

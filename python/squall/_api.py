@@ -222,8 +222,7 @@ def get(object_refs, *, timeout=None):
                                              f"{'the object was' if single else 'the objects were'} ready") from None
         except _squall.TaskFailed:
             pass  # read below, each with its own error
-    # A function that waits gives its cpus back meanwhile (docs/nested.md).
-    values = [ctx.value(r) for r in refs]
+    values = ctx.values(refs)
     return values[0] if single else values
 
 
@@ -395,11 +394,7 @@ class RuntimeContext:
 
 
 def get_runtime_context():
-    try:
-        import _squall_executor
-        session, task = _squall_executor.context()
-    except ImportError:
-        session, task = 0, 0
+    session, task = _worker.call_context()
     node = os.environ.get("SQUALL_GOVERNOR_NAME") or None
     if session:
         actor = str(_worker.actor_id) if _worker.actor_id is not None else None

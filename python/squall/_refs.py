@@ -22,14 +22,20 @@ from . import _squall
 from . import exceptions
 from ._worker import TaskErrorValue
 
-# A burst of .remote() calls is sent every BATCH_WINDOW seconds or
+# A burst of .remote() calls is sent every BATCH_WINDOW seconds (or at the
+# next call that reads or waits) or
 # BATCH_MAX tasks; the first after a pause of IDLE seconds goes at once.
-BATCH_WINDOW = 0.002
+BATCH_WINDOW = 0.01
 BATCH_MAX = 2000
 IDLE = 0.002
 # A wait for refs of this session and of another's named actor looks at
 # them every FOREIGN_POLL seconds.
 FOREIGN_POLL = 0.05
+# Objects whose last ref went are unkept (one call, answered once the
+# server's log has it) in batches of UNKEEP_BATCH, or UNKEEP_EVERY seconds
+# after the last batch, at a sync.
+UNKEEP_BATCH = 1000
+UNKEEP_EVERY = 0.1
 # Actors whose last handle went are looked at no more often than this
 # (seconds): each look asks the server whether their calls have ended.
 ACTOR_CHECK = 0.05
@@ -52,6 +58,7 @@ class Context:
         self.batch_start = 0.0
         self.last_sync = 0.0
         self.next_actor_check = 0.0
+        self.last_unkeep = 0.0
         # Object id -> [live ObjectRefs in this process, its DataObject].
         self.held = {}
         # Ids whose last ref went (ObjectRef.__del__ appends; sync unkeeps).
@@ -91,7 +98,8 @@ class Context:
                 self.session.submit()
             finally:
                 self.last_sync = time.monotonic()
-        if self.released:
+        if self.released and (len(self.released) >= UNKEEP_BATCH or
+                              time.monotonic() - self.last_unkeep >= UNKEEP_EVERY):
             self._unkeep()
         if self.actors and time.monotonic() >= self.next_actor_check and any(
                 life.ending for life in self.actors.values()):
@@ -99,6 +107,7 @@ class Context:
             self._end_actors()
 
     def _unkeep(self):
+        self.last_unkeep = time.monotonic()
         released, self.released = self.released, []
         objects = []
         for n in released:
@@ -188,17 +197,20 @@ class Context:
         ids = {o.id for o in finished}
         return [r for r in refs if r._object.id in ids]
 
-    def value(self, ref):
-        """The value of `ref`: its task's result or put value; raises its
-        task's error."""
+    def values(self, refs):
+        """The values of `refs`, in order: their tasks' results or put
+        values, fetched together; raises the first one's error (its task's
+        exception, or why it was never made)."""
         try:
-            data = ref._object.fetch()
+            data = self.session.fetch_all([r._object for r in refs])
         except _squall.TaskFailed as failure:
+            ref = next((r for r in refs if r._task is not None and r._task.id == failure.task), refs[0])
             raise self._system_error(ref, failure) from None
-        value = pickle.loads(data)
-        if isinstance(value, TaskErrorValue):
-            raise value.as_error()
-        return value
+        values = [pickle.loads(d) for d in data]
+        for value in values:
+            if isinstance(value, TaskErrorValue):
+                raise value.as_error()
+        return values
 
     def _system_error(self, ref, failure):
         """The error of a task that did not end by itself: cancelled,

@@ -285,11 +285,8 @@ def construct(config, inputs):
         values = _values(input_codecs, inputs)
     finally:
         _release(inputs)
-    try:
-        import _squall_executor
-        actor_id = _squall_executor.context()[1]
-    except ImportError:
-        pass
+    if executor() is not None:
+        actor_id = call_context()[1]
     if options is not None:
         with _RayCall():
             return _invoke(cls, args, kwargs, values)
@@ -344,13 +341,34 @@ _nested_client = None
 _nested_session = None  # ((session, task), Session) of the call running now
 
 
+def executor():
+    """The module _squall_executor, or None outside squall-python-executor
+    (looked for once)."""
+    global _executor
+    if _executor is False:
+        try:
+            import _squall_executor
+            _executor = _squall_executor
+        except ImportError:
+            _executor = None
+    return _executor
+
+
+_executor = False
+
+
+def call_context():
+    """(session, task) of the call running now in this executor, or (0, 0)."""
+    module = executor()
+    return module.context() if module is not None else (0, 0)
+
+
 def nested_session():
     """The session of the task this call runs for, or None outside a call
     of squall-python-executor."""
     global _nested_client, _nested_session
-    try:
-        import _squall_executor
-    except ImportError:
+    _squall_executor = executor()
+    if _squall_executor is None:
         return None
     session, task = _squall_executor.context()
     if not session:

@@ -754,6 +754,22 @@ void bindSession(py::module_& m) {
       .def(
           "objects", [](SessionBox& s, std::vector<uint64_t> ids) { return s.live().objects(ids); }, py::arg("ids"),
           Release(), "ObjectInfos by id.")
+      .def(
+          "fetch_all",
+          [](SessionBox& s, py::handle objects) {
+            auto list = objectsOf(objects, "fetch_all");
+            std::vector<std::string> values;
+            {
+              py::gil_scoped_release release;
+              values = s.live().fetchAll(list);
+            }
+            py::list out;
+            for (auto& value : values) out.append(py::bytes(value));
+            return out;
+          },
+          py::arg("objects"),
+          "The bytes of each object, in order, waiting for them: as many fetch() calls with every request in "
+          "flight at once. Raises the TaskFailed of the first that will not be made.")
       .def("__enter__",
            [](py::object self) {
              self.cast<SessionBox&>().live();

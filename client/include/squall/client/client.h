@@ -470,6 +470,12 @@ class Session {
   // (throws Error for an id the session does not have).
   DataObject object(uint64_t id);
   std::vector<ObjectInfo> objects(const std::vector<uint64_t>& ids);
+  // The bytes of each object (kept, or read by a task not yet ended), in
+  // order, waiting for them: as many fetch() calls, but with every request
+  // in flight at once (one round trip to the server and one to each
+  // governor, not one per object). Throws the TaskFailed of the first, in
+  // order, that will not be made.
+  std::vector<std::string> fetchAll(const std::vector<DataObject>& objects);
 
  private:
   friend class Client;

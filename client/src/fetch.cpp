@@ -1,0 +1,178 @@
+// Fetching objects' bytes (see client.h: DataObject::fetch, fetchToFile,
+// Session::fetchAll): where the server says an object is (its bytes
+// inline for a constant), then a read from the governor's data service
+// that holds it. fetchAll keeps every request of a batch in flight at
+// once. Thread: the one that created the Client.
+#include "client-impl.h"
+
+#include <cerrno>
+#include <cstring>
+#include <squall/proto/chunk-codec.h>
+#include <squall/proto/errors.h>
+
+namespace squall {
+namespace client {
+
+namespace {
+
+// Receives fetched bytes into a string or a file.
+class SinkImpl final : public wire::ByteSink::Server {
+ public:
+  SinkImpl(std::string* text, FILE* file, uint64_t& received)
+      : text(text), file(file), received(received) {}
+
+  kj::Promise<void> write(WriteContext context) override {
+    auto params = context.getParams();
+    auto chunk = params.getChunk();
+    kj::Array<kj::byte> decoded;
+    kj::ArrayPtr<const kj::byte> bytes = chunk;
+    if (params.getRawSize() != 0) {
+      decoded = decompressChunk(chunk, params.getRawSize());
+      bytes = decoded;
+    }
+    received += bytes.size();
+    if (text != nullptr) text->append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+    if (file != nullptr) {
+      SQUALL_REQUIRE(fwrite(bytes.begin(), 1, bytes.size(), file) == bytes.size(),
+                     "cannot write fetched data: ", strerror(errno));
+    }
+    return kj::READY_NOW;
+  }
+
+  // Writes are handled synchronously above, so all have landed by now.
+  kj::Promise<void> done(DoneContext) override { return kj::READY_NOW; }
+
+ private:
+  std::string* text;
+  FILE* file;
+  uint64_t& received;
+};
+
+}  // namespace
+
+void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
+  checkOpen();
+  if (directOf(n) != nullptr) {
+    // Made by a direct call: once it ends, the server has it too.
+    wait({n}, false, nullptr);
+    recordNamed({n});
+  }
+  // It waits for an object not yet made: a function gives its cpus back
+  // meanwhile, as in wait().
+  if (client.aroundWait) client.aroundWait(true);
+  KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
+  whileOpen([&]() { client.guard([&]() {
+    auto response = client.retrying([&]() {
+      auto req = client.svc().fetchRequest();
+      name(req);
+      req.setObject(n);
+      return client.block(req.send());
+    });
+    auto location = response.getLocation();
+    // Never made: its task failed, allowed to (or was skipped).
+    if (location.isFailed()) throw taskFailed(location.getFailed());
+    if (expect) {
+      bool isDir = location.getKind() == wire::ObjectKind::DIR;
+      SQUALL_REQUIRE(isDir == (*expect == ObjectKind::DIR), "object ", n, " is a ",
+                     isDir ? "dir" : "blob", ", not a ", isDir ? "blob" : "dir");
+    }
+    if (location.isData()) {
+      auto data = location.getData();
+      if (text) text->assign(reinterpret_cast<const char*>(data.begin()), data.size());
+      if (file) {
+        SQUALL_REQUIRE(fwrite(data.begin(), 1, data.size(), file) == data.size(),
+                       "cannot write fetched data: ", strerror(errno));
+      }
+      return;
+    }
+    std::string where = location.getGovernor().cStr();
+    uint64_t received = 0;
+    auto read = client.dataService(where).readRequest();
+    read.setId(location.getId());
+    read.setOffset(0);
+    read.setCompress(false);
+    read.setSink(kj::heap<SinkImpl>(text, file, received));
+    auto result = client.block(read.send());
+    SQUALL_REQUIRE(received == result.getSize(), "fetch of object ", n, " from governor ", where,
+                   " was cut short: ", received, " of ", result.getSize(), " bytes");
+  }); });
+}
+
+std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& ids) {
+  checkOpen();
+  std::vector<uint64_t> directIds;
+  for (auto n : ids) {
+    if (directOf(n) != nullptr) directIds.push_back(n);
+  }
+  if (!directIds.empty()) {
+    // Made by direct calls: once they end, the server has them too.
+    wait(directIds, false, nullptr);
+    recordNamed(directIds);
+  }
+  if (client.aroundWait) client.aroundWait(true);
+  KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
+  std::vector<std::string> values(ids.size());
+  whileOpen([&]() { client.guard([&]() {
+    using Answer = capnp::Response<wire::ClientService::FetchResults>;
+    std::vector<kj::Maybe<Answer>> answers(ids.size());
+    client.retrying([&]() {
+      kj::Vector<kj::Promise<void>> asked;
+      for (size_t i = 0; i < ids.size(); i++) {
+        auto req = client.svc().fetchRequest();
+        name(req);
+        req.setObject(ids[i]);
+        asked.add(req.send().then([&answers, i](Answer&& answer) { answers[i] = kj::mv(answer); }));
+      }
+      client.block(kj::joinPromises(asked.releaseAsArray()));
+    });
+    // The first never made, in the order asked, as its fetch would throw.
+    for (auto& answer : answers) {
+      KJ_IF_MAYBE(a, answer) {
+        if (a->getLocation().isFailed()) throw taskFailed(a->getLocation().getFailed());
+      }
+    }
+    std::vector<uint64_t> received(ids.size(), 0);
+    kj::Vector<kj::Promise<void>> reads;
+    std::vector<uint64_t> sizes(ids.size(), 0);
+    for (size_t i = 0; i < ids.size(); i++) {
+      auto location = KJ_ASSERT_NONNULL(answers[i]).getLocation();
+      if (location.isData()) {
+        auto data = location.getData();
+        values[i].assign(reinterpret_cast<const char*>(data.begin()), data.size());
+        continue;
+      }
+      auto read = client.dataService(location.getGovernor().cStr()).readRequest();
+      read.setId(location.getId());
+      read.setOffset(0);
+      read.setCompress(false);
+      read.setSink(kj::heap<SinkImpl>(&values[i], nullptr, received[i]));
+      reads.add(read.send().then([&sizes, i](auto&& result) { sizes[i] = result.getSize(); }));
+    }
+    client.block(kj::joinPromises(reads.releaseAsArray()));
+    for (size_t i = 0; i < ids.size(); i++) {
+      auto location = KJ_ASSERT_NONNULL(answers[i]).getLocation();
+      if (location.isData()) continue;
+      SQUALL_REQUIRE(received[i] == sizes[i], "fetch of object ", ids[i], " from governor ",
+                     location.getGovernor().cStr(), " was cut short: ", received[i], " of ", sizes[i], " bytes");
+    }
+  }); });
+  return values;
+}
+
+}  // namespace client
+
+std::vector<std::string> Session::fetchAll(const std::vector<DataObject>& objects) {
+  // By session, as waits: outputs of calls on another session's actor.
+  std::vector<std::string> values(objects.size());
+  std::map<client::SessionImpl*, std::vector<size_t>> byOwner;
+  for (size_t i = 0; i < objects.size(); i++) byOwner[objects[i].session].push_back(i);
+  for (auto& [owner, indexes] : byOwner) {
+    std::vector<uint64_t> ids;
+    for (auto i : indexes) ids.push_back(objects[i].id());
+    auto fetched = owner->fetchAll(ids);
+    for (size_t k = 0; k < indexes.size(); k++) values[indexes[k]] = std::move(fetched[k]);
+  }
+  return values;
+}
+
+}  // namespace squall
