@@ -218,6 +218,38 @@ TEST_F(PolicyTest, ObjectsAndTasksCarryTheirMetadataAndFinishInfo) {
   EXPECT_THROW(attached.object(999999), Error);
 }
 
+TEST_F(PolicyTest, FetchAllReadsEveryObjectInOrderOrThrowsTheFirstFailure) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("fetch all");
+  auto constant = session.blob("inline");
+  constant.keep();
+  std::vector<DataObject> objects{constant};
+  for (int i = 0; i < 40; i++) {
+    auto task = session.execute(Program::shell("echo " + std::to_string(i)).stdoutOutput());
+    task.output().keep();
+    objects.push_back(task.output());
+  }
+  session.submit();
+  auto values = session.fetchAll(objects);
+  ASSERT_EQ(values.size(), objects.size());
+  EXPECT_EQ(values[0], "inline");
+  for (int i = 0; i < 40; i++) EXPECT_EQ(values[i + 1], std::to_string(i) + "\n");
+  EXPECT_TRUE(session.fetchAll({}).empty());
+  // Never made: the first in order says why, as its fetch would.
+  auto bad = session.execute(Program::shell("exit 5").stdoutOutput());
+  auto worse = session.execute(Program::shell("exit 6").stdoutOutput());
+  bad.allowFailure().output().keep();
+  worse.allowFailure().output().keep();
+  session.submit();
+  try {
+    session.fetchAll({constant, worse.output(), bad.output()});
+    FAIL() << "fetched outputs that were never made";
+  } catch (const TaskFailed& f) {
+    EXPECT_EQ(f.task, worse.id());
+    EXPECT_EQ(f.exitStatus, 6);
+  }
+}
+
 TEST_F(PolicyTest, AWaitGivenATimeoutEndsWithTimeoutAndChangesNothing) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("timeouts");
