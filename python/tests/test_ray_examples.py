@@ -1,5 +1,5 @@
 """Classic Ray Core programs run unchanged on squall (docs/examples/ray/,
-/work/plan/ray-api.md): each is written as a Ray user writes it, with
+docs/ray.md): each is written as a Ray user writes it, with
 `import squall as ray` as its only change, and calls plain `ray.init()`.
 
 Each program runs in a subprocess of its own and must print exactly its

@@ -1,5 +1,5 @@
 """Ray Core's documented behaviour under `import squall as ray`
-(/work/plan/ray-api.md), with the driver joined to a real cluster
+(docs/ray.md), with the driver joined to a real cluster
 (conftest.py: two governors of two cpus). Waits that could hang are bounded
 (timeout=T); tasks that must stay unfinished wait for a file (a gate) that
 the test or its teardown makes; bounded polling only where nothing else can
