@@ -5,6 +5,7 @@
 // once. Thread: the one that created the Client.
 #include "client-impl.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <squall/proto/chunk-codec.h>
@@ -98,7 +99,21 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
   }); });
 }
 
-std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& ids) {
+std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& all) {
+  // At most FETCH_BATCH requests in flight: the answers of a batch queue
+  // on the server's side of the connection until this thread reads them
+  // (and a peer that does not read is cut at 4,096 queued writes).
+  constexpr size_t FETCH_BATCH = 1000;
+  if (all.size() > FETCH_BATCH) {
+    std::vector<std::string> values;
+    values.reserve(all.size());
+    for (size_t at = 0; at < all.size(); at += FETCH_BATCH) {
+      std::vector<uint64_t> slice(all.begin() + at, all.begin() + std::min(all.size(), at + FETCH_BATCH));
+      for (auto& value : fetchAll(slice)) values.push_back(std::move(value));
+    }
+    return values;
+  }
+  const auto& ids = all;
   checkOpen();
   std::vector<uint64_t> directIds;
   for (auto n : ids) {

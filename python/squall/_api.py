@@ -216,7 +216,12 @@ def get(object_refs, *, timeout=None):
             raise ValueError(f"get: timeout must be >= 0, not {timeout}")
         unique = list({r._object.id: r for r in refs}.values())
         try:
-            ctx.session.wait([r._object for r in unique], timeout=timeout)
+            if timeout == 0:
+                # Ready now, or not: no wait to make.
+                if len(ctx.ready_now(unique)) < len(unique):
+                    raise _squall.Timeout("not ready")
+            else:
+                ctx.session.wait([r._object for r in unique], timeout=timeout)
         except _squall.Timeout:
             raise exceptions.GetTimeoutError(f"get timed out: {timeout} s passed before "
                                              f"{'the object was' if single else 'the objects were'} ready") from None
