@@ -27,6 +27,19 @@ std::chrono::milliseconds milliseconds(double seconds, const char* what) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
 }
 
+// The tasks and the objects (or tasks' outputs) among `items`.
+std::pair<std::vector<Task>, std::vector<DataObject>> tasksAndObjects(py::handle items, const char* what) {
+  std::pair<std::vector<Task>, std::vector<DataObject>> both;
+  for (auto item : items) {
+    if (py::isinstance<TaskHandle>(item)) {
+      both.first.push_back(item.cast<TaskHandle&>().live());
+    } else {
+      both.second.push_back(toObject(item, what).object);
+    }
+  }
+  return both;
+}
+
 WaitTimeout waitTimeout(std::optional<double> seconds) {
   if (!seconds) return std::nullopt;
   return milliseconds(*seconds, "timeout");
@@ -644,15 +657,7 @@ void bindSession(py::module_& m) {
           [](SessionBox& s, py::handle items, std::optional<double> timeout) {
             auto& session = s.live();
             auto limit = waitTimeout(timeout);
-            std::vector<Task> tasks;
-            std::vector<DataObject> objects;
-            for (auto item : items) {
-              if (py::isinstance<TaskHandle>(item)) {
-                tasks.push_back(item.cast<TaskHandle&>().live());
-              } else {
-                objects.push_back(toObject(item, "wait").object);
-              }
-            }
+            auto [tasks, objects] = tasksAndObjects(items, "wait");
             py::gil_scoped_release release;
             auto start = std::chrono::steady_clock::now();
             session.wait(tasks, limit);
@@ -675,15 +680,7 @@ void bindSession(py::module_& m) {
           [](SessionBox& s, py::list items, std::optional<double> timeout) {
             auto& session = s.live();
             auto limit = waitTimeout(timeout);
-            std::vector<Task> tasks;
-            std::vector<DataObject> objects;
-            for (auto item : items) {
-              if (py::isinstance<TaskHandle>(item)) {
-                tasks.push_back(item.cast<TaskHandle&>().live());
-              } else {
-                objects.push_back(toObject(item, "wait_some").object);
-              }
-            }
+            auto [tasks, objects] = tasksAndObjects(items, "wait_some");
             if (!tasks.empty() && !objects.empty()) {
               throw py::type_error("wait_some: tasks or objects, not both in one call");
             }

@@ -2,7 +2,8 @@
 ctest): a real local cluster — squall-server and two governors started by
 squall.LocalCluster (the C++ LocalCluster the end-to-end tests use) on
 127.0.0.1 with free ports and a temp work dir — shared by a test file, and
-a client and a fresh session per test.
+a client and a fresh session per test; for Ray's model (docs/ray.md), this
+process as a driver joined to that cluster.
 
 The governors keep squall-python-executor (for @squall.remote) and the
 tests' C++ executors (tests/executors/test-executor.cpp as "testfn" and
@@ -48,3 +49,12 @@ def client(cluster):
 def session(client, request):
     with client.new_session(request.node.name) as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def driver(cluster):
+    """This process as a Ray driver (docs/ray.md) joined to the module's
+    cluster, for the module's tests."""
+    squall.init(address=cluster.address)
+    yield cluster
+    squall.shutdown()

@@ -18,13 +18,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 T = 60  # seconds: the bound of any wait that ought to end far sooner
 
 
-@pytest.fixture(scope="module")
-def driver(cluster):
-    ray.init(address=cluster.address)
-    yield cluster
-    ray.shutdown()
-
-
 @ray.remote
 def inc(x):
     return x + 1

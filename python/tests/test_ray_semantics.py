@@ -28,14 +28,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])
 T = 60  # seconds: the bound of any wait that ought to end far sooner
 
 
-@pytest.fixture(scope="module")
-def driver(cluster):
-    """This process as a Ray driver joined to the module's cluster."""
-    ray.init(address=cluster.address)
-    yield cluster
-    ray.shutdown()
-
-
 @pytest.fixture
 def gates(tmp_path):
     """Paths of gates for `gate` tasks; the teardown opens every one, so no
