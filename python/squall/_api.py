@@ -16,6 +16,7 @@ import os
 import pickle
 import threading
 import time
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import cloudpickle
 
@@ -24,6 +25,9 @@ from . import _squall
 from . import _worker
 from . import exceptions
 from ._refs import ObjectRef
+
+if TYPE_CHECKING:
+    from .remote import ActorHandle
 
 # The driver of this process: None before init() (or after shutdown()).
 _driver = None
@@ -93,8 +97,9 @@ def _resource_flags(num_gpus, resources):
     return flags
 
 
-def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, namespace=None,
-         ignore_reinit_error=False, log_to_driver=True, **ignored):
+def init(address: Optional[str] = None, *, num_cpus: Optional[float] = None, num_gpus: Optional[float] = None,
+         resources: Optional[Dict[str, float]] = None, namespace: Optional[str] = None,
+         ignore_reinit_error: bool = False, log_to_driver: bool = True, **ignored: Any) -> "_Driver":
     """Connects this process to a cluster as a driver (Ray's ray.init).
 
     No address (and no $SQUALL_SERVER): starts a local cluster (a server and
@@ -115,7 +120,7 @@ def init(address=None, *, num_cpus=None, num_gpus=None, resources=None, namespac
         return _driver
 
 
-def shutdown():
+def shutdown() -> None:
     """Ends this process's driver: its session (its objects, its tasks not
     yet done and its actors but detached ones), and the local cluster
     init() started."""
@@ -126,7 +131,7 @@ def shutdown():
         driver.close()
 
 
-def is_initialized():
+def is_initialized() -> bool:
     return _driver is not None
 
 
@@ -169,7 +174,7 @@ def worker_context(any_call=False):
 # ------------------------------------------------------------ objects
 
 
-def put(value):
+def put(value: Any) -> ObjectRef:
     """Stores `value` (pickled) as an object of the job and returns its
     ref; tasks given the ref get the value."""
     if isinstance(value, ObjectRef):
@@ -201,7 +206,7 @@ def _context_of(refs):
     return ctx
 
 
-def get(object_refs, *, timeout=None):
+def get(object_refs: Union[ObjectRef, Sequence[ObjectRef]], *, timeout: Optional[float] = None) -> Any:
     """The value of a ref, or the values of a list of refs (in order),
     waiting for them. Raises the task's error (RayTaskError, also an
     instance of its exception's class), or GetTimeoutError once `timeout`
@@ -231,7 +236,8 @@ def get(object_refs, *, timeout=None):
     return values[0] if single else values
 
 
-def wait(object_refs, *, num_returns=1, timeout=None, fetch_local=True):
+def wait(object_refs: Sequence[ObjectRef], *, num_returns: int = 1, timeout: Optional[float] = None,
+         fetch_local: bool = True) -> Tuple[List[ObjectRef], List[ObjectRef]]:
     """(ready, not_ready): the first num_returns refs to be ready (or all
     that are when `timeout` seconds pass), each list in the order given."""
     refs, single = _refs_of(object_refs, "wait")
@@ -261,7 +267,7 @@ def wait(object_refs, *, num_returns=1, timeout=None, fetch_local=True):
     return chosen, [r for r in refs if r not in chosen_set]
 
 
-def cancel(object_ref, *, force=False, recursive=True):
+def cancel(object_ref: ObjectRef, *, force: bool = False, recursive: bool = True) -> None:
     """Cancels the task that makes `object_ref` (and the tasks it
     submitted): `get` of it raises TaskCancelledError. One that has ended
     keeps its result."""
@@ -278,7 +284,7 @@ def cancel(object_ref, *, force=False, recursive=True):
 # ------------------------------------------------------------ actors
 
 
-def get_actor(name, namespace=None):
+def get_actor(name: str, namespace: Optional[str] = None) -> "ActorHandle":
     """A handle on the live actor registered as `name` in `namespace`
     (default: this job's); ValueError when there is none."""
     from .remote import ActorHandle
@@ -298,7 +304,7 @@ def _qualified(name, namespace):
     return f"{namespace}.{name}" if namespace else name
 
 
-def kill(actor, *, no_restart=True):
+def kill(actor: "ActorHandle", *, no_restart: bool = True) -> None:
     """Ends an actor at once: its calls not yet run fail (ActorDiedError).
     no_restart=False: its process is ended instead, and restarted if its
     max_restarts allows (after the calls before this one)."""
@@ -347,17 +353,17 @@ def _totals(used):
     return {k: float(v) for k, v in totals.items()}
 
 
-def cluster_resources():
+def cluster_resources() -> Dict[str, float]:
     """All the cluster has: {"CPU": n, "GPU": n, resource: amount}."""
     return _totals(False)
 
 
-def available_resources():
+def available_resources() -> Dict[str, float]:
     """What is not held by running tasks now, by the same names."""
     return _totals(True)
 
 
-def nodes():
+def nodes() -> List[Dict[str, Any]]:
     """One record per governor, with Ray's keys."""
     out = []
     for g in _client().governors():
@@ -398,7 +404,7 @@ class RuntimeContext:
         return self._node
 
 
-def get_runtime_context():
+def get_runtime_context() -> RuntimeContext:
     session, task = _worker.call_context()
     node = os.environ.get("SQUALL_GOVERNOR_NAME") or None
     if session:
@@ -409,7 +415,7 @@ def get_runtime_context():
     return RuntimeContext(str(ctx.session.id), None, None, node, ctx.namespace)
 
 
-def get_gpu_ids():
+def get_gpu_ids() -> List[Union[int, str]]:
     """The GPUs given to the calling task or actor (CUDA_VISIBLE_DEVICES)."""
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return [int(g) if g.isdigit() else g for g in visible.split(",") if g]
