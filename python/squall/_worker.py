@@ -54,9 +54,10 @@ class TaskErrorValue:
     (pickled, when it can be), its remote traceback, where it ran. `get`
     raises it (as_error)."""
 
-    def __init__(self, name, cause, type_name, traceback_text, pid, node):
+    def __init__(self, name, cause, type_name, traceback_text, pid, node, cause_class=None):
         self.name = name
         self.cause = cause  # the exception pickled, or None
+        self.cause_class = cause_class  # its class pickled, or None
         self.type_name = type_name
         self.traceback_text = traceback_text
         self.pid = pid
@@ -64,25 +65,42 @@ class TaskErrorValue:
 
     @classmethod
     def of(cls, name, error, traceback_text):
-        try:
-            cause = cloudpickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL)
-            pickle.loads(cause)
-        except Exception:
-            cause = None
-        return cls(name, cause, type(error).__qualname__, traceback_text, os.getpid(),
-                   os.environ.get("SQUALL_GOVERNOR_NAME", ""))
+        def dumped(value):
+            try:
+                data = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.loads(data)
+                return data
+            except Exception:
+                return None
+        return cls(name, dumped(error), type(error).__qualname__, traceback_text, os.getpid(),
+                   os.environ.get("SQUALL_GOVERNOR_NAME", ""), dumped(type(error)))
 
     def as_error(self):
         """A RayTaskError that is also an instance of the exception's class."""
         from .exceptions import RayTaskError
-        cause = None
-        if self.cause is not None:
-            try:
-                cause = pickle.loads(self.cause)
-            except Exception:
-                cause = None
+        cause = _loads_or_none(self.cause)
+        if cause is None:
+            # An exception that does not unpickle (an __init__ of other
+            # arguments than its args): one of its class, made without
+            # its __init__, holding the message.
+            cause_class = _loads_or_none(self.cause_class)
+            if isinstance(cause_class, type) and issubclass(cause_class, BaseException):
+                try:
+                    cause = cause_class.__new__(cause_class)
+                    BaseException.__init__(cause, self.traceback_text.rsplit("\n", 1)[-1])
+                except Exception:
+                    cause = None
         error = RayTaskError(self.name, self.traceback_text, cause, self.pid, self.node)
         return error.as_instanceof_cause()
+
+
+def _loads_or_none(data):
+    if data is None:
+        return None
+    try:
+        return pickle.loads(data)
+    except Exception:
+        return None
 
 
 def _function(key, pickled, what="function"):

@@ -120,3 +120,25 @@ def test_a_failed_ref_inside_a_list_stays_a_ref_until_read(driver):
         return "no error"
 
     assert ray.get(reads.remote([broken.remote()]), timeout=T) == (True, ("gone",))
+
+
+class NeedsTwo(Exception):
+    """An exception whose __init__ takes other arguments than its args: it
+    does not come back through pickle."""
+
+    def __init__(self, code, detail):
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+
+
+def test_an_exception_that_does_not_unpickle_is_still_caught_by_its_class(driver):
+    """`except NeedsTwo` catches the task's error even though the exception
+    itself cannot be remade on the driver; its message says what it said."""
+    @ray.remote
+    def raises():
+        raise NeedsTwo(7, "seven")
+
+    with pytest.raises(NeedsTwo) as caught:
+        ray.get(raises.remote(), timeout=T)
+    assert isinstance(caught.value, ray.exceptions.RayTaskError)
+    assert "7: seven" in str(caught.value)
