@@ -80,6 +80,12 @@ class UploadTable::Sink final : public wire::UploadSink::Server {
     uint64_t expected = context.getParams().getHash();
     return tail.addBranch().then([this, expected]() {
       uint64_t got = XXH3_64bits_digest(hash->state);
+      // A failed check keeps nothing, at once.
+      KJ_ON_SCOPE_FAILURE({
+        fd = nullptr;
+        table.store.removeLater(kj::mv(temp));
+        table.ended(id);
+      });
       SQUALL_REQUIRE(received == size, "the upload of object ", id, " to governor ", table.governorName,
                      " ended after ", received, " of the ", size, " bytes announced");
       SQUALL_REQUIRE(got == expected, "the upload of object ", id, " to governor ", table.governorName,
