@@ -84,7 +84,8 @@ class DataServiceImpl final : public wire::DataService::Server {
   // send for flow control; the next chunk is read while one is in flight.
   // An id the store does not hold fails at once, unless the read is `live`:
   // then it is a live stream's (see LiveStreams::serve) and the caller
-  // becomes one of its readers.
+  // becomes one of its readers. A finished upload not claimed yet is
+  // claimed first (its reader outran the server's claim).
   kj::Promise<void> read(ReadContext context) override;
   // Hands the call to DataServiceEnv::directCalls; answers when it ends.
   kj::Promise<void> callActor(CallActorContext context) override;
