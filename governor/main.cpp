@@ -57,6 +57,7 @@ struct Flags {
   double authTimeout = 5;
   double reconnectTimeout = 600;
   double serverTimeout = 30;
+  double uploadTtl = 900;
   uint64_t memoryMb = 256;
   std::vector<std::string> allowPaths;
   std::vector<std::string> executors;
@@ -323,6 +324,10 @@ int run(const Flags& flags) {
     }
     DataServiceEnv dataEnv{store, logger, kj::str(token.c_str()), kj::str(name)};
     DataFetcher fetcher(network, bridge, store, kj::str(token.c_str()), logger);
+    // Big constants clients upload here (docs/decisions.md).
+    UploadTable uploads(bridge, store, timer, logger, kj::str(name),
+                        static_cast<int64_t>(flags.uploadTtl * 1000) * kj::MILLISECONDS);
+    dataEnv.uploads = uploads;
     StreamHub streams(io.unixEventPort, timer, bridge, store, fetcher, logger, kj::str(name),
                       KJ_ASSERT_NONNULL(parseCompressStreams(flags.compressStreams.c_str())));
     env.streams = streams;
@@ -410,7 +415,8 @@ int run(const Flags& flags) {
     ServerLink link(network, timer, store, queue, batcher, logger,
                     ServerLinkOptions{kj::str(flags.server.c_str()), kj::str(token.c_str()), kj::str(name),
                                       kj::str(dataAddress), flags.cpus, executors, seconds(flags.connectTimeout),
-                                      seconds(flags.reconnectTimeout), seconds(flags.serverTimeout), direct});
+                                      seconds(flags.reconnectTimeout), seconds(flags.serverTimeout), direct,
+                                      uploads});
     auto connected = link.connect(io.waitScope);
     KJ_IF_MAYBE(message, connected.tryGet<kj::String>()) {
       failure = kj::mv(*message);
@@ -526,6 +532,10 @@ int main(int argc, char** argv) {
                  "seconds the server has to answer this governor's heartbeat before the connection "
                  "counts as lost and is made again (0: only a dropped connection counts)")
       ->check(CLI::Range(0.0, 86400.0));
+  app.add_option("--upload-ttl", flags.uploadTtl,
+                 "seconds a finished upload of a big constant waits for the submit that names it "
+                 "before it is removed")
+      ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--memory-mb", flags.memoryMb, "memory for small in-memory objects, MiB")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
   app.add_option("--allow-path", flags.allowPaths,

@@ -35,7 +35,9 @@ $Cxx.namespace("squall::wire");
 # calls' `incarnation`, newSession's answer, SessionState.incarnation): a
 # server on another session log refuses a stale reference instead of taking
 # it for its own session of the same id.
-const protocolVersion :UInt32 = 7;
+# 8: big constants skip the server: DataService.upload, ClientService
+# placeData, GovernorControl.claimUploads, ObjectSpec.placedOn.
+const protocolVersion :UInt32 = 8;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.
@@ -99,6 +101,14 @@ struct ObjectSpec {
   # Objects produced by a task have isConstant = false.
   isConstant @5 :Bool;
   data @6 :Data;
+  # A constant whose bytes skipped the server: uploaded by the client
+  # (DataService.upload) to the governor named here, which holds them
+  # unclaimed until this submit is applied (GovernorControl.claimUploads).
+  # `data` is then empty; `placedSize` and `placedHash` (xxh3-64) are what
+  # the governor checked. A blob only. docs/decisions.md.
+  placedOn @7 :Text;
+  placedSize @8 :UInt64;
+  placedHash @9 :UInt64;
 }
 
 struct TaskInput {

@@ -53,6 +53,28 @@ interface DataService {
   # new one: a call the governor does not have never reached it (it is
   # placed anew through the server), one it has is left to run here.
   heldCalls @2 (tasks :List(Common.Id)) -> (held :List(Common.Id));
+
+  # A constant too big for a submit (ClientService.placeData chose this
+  # governor): its `size` bytes go through `sink` into a temp file of the
+  # store, hashed as they land. `incarnation` is the server's
+  # (ClientService): a governor registered with another one refuses. So
+  # does one whose disk cannot hold `size` bytes (FAILED, naming the sizes),
+  # and one that holds or receives `object` already. The upload is held
+  # unclaimed once finished: a submit naming it (ObjectSpec.placedOn)
+  # claims it when applied (GovernorControl.claimUploads); one never
+  # claimed is removed after a bounded time (the governor's --upload-ttl)
+  # or by discardUploads. A sink dropped before finish() leaves nothing.
+  upload @3 (object :Common.Id, size :UInt64, incarnation :UInt64) -> (sink :UploadSink);
+  # Removes finished uploads not claimed (a submit that was refused).
+  discardUploads @4 (objects :List(Common.Id)) -> ();
+}
+
+interface UploadSink {
+  write @0 (chunk :Data) -> stream;
+  # After the last write: returns once every byte is on disk and the size
+  # and xxh3-64 `hash` match what arrived (else FAILED, and nothing is
+  # kept).
+  finish @1 (hash :UInt64) -> ();
 }
 
 interface ByteSink {

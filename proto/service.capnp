@@ -150,6 +150,17 @@ interface ClientService {
   # (nothing recorded).
   recordDirect @22 (session :UInt64, address :Text, calls :List(Common.Graph),
                    incarnation :UInt64) -> ();
+  # Where to upload constants of these sizes (DataService.upload), one
+  # place each: governors taken in turn, so that big constants spread. A
+  # submit then names the governor (ObjectSpec.placedOn). Fails with no
+  # governor connected.
+  placeData @23 (session :UInt64, sizes :List(UInt64), incarnation :UInt64) -> (places :List(DataPlace));
+}
+
+struct DataPlace {
+  # The governor's name (for ObjectSpec.placedOn) and its data address.
+  governor @0 :Text;
+  address @1 :Text;
 }
 
 # A method of an actor type, and the count of outputs it makes.
@@ -346,6 +357,10 @@ interface GovernorControl {
   # (docs/scheduling.md, prefetching), as it would fetch a task's inputs;
   # `held`: those it holds now. One it cannot fetch is left out (logged).
   prefetch @6 (objects :List(Prefetch)) -> (held :List(Id));
+  # A submit naming these uploads (ObjectSpec.placedOn) was applied: they
+  # become objects of the store. `missing`: those it does not hold
+  # finished (it started over, or their time ran out).
+  claimUploads @7 (objects :List(Id)) -> (missing :List(Id));
 }
 
 struct Prefetch {

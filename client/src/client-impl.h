@@ -185,6 +185,16 @@ struct LocalObject {
   std::string label;
   std::string contentType;
   std::string data;
+  // A blob constant read from this file at submit (a big fileBlob): sent in
+  // pieces, never held whole. Empty: its bytes are `data`.
+  std::string path;
+  uint64_t fileSize = 0;
+  // Once uploaded to a governor (SessionImpl::uploadConstants): its name
+  // and data address, and the xxh3-64 of the bytes.
+  std::string placedOn;
+  std::string placedAddress;
+  uint64_t placedHash = 0;
+  uint64_t size() const { return path.empty() ? data.size() : fileSize; }
 };
 
 struct LocalTask {
@@ -382,6 +392,14 @@ struct SessionImpl {
   // direct calls are recorded, and calls on an actor wait for this
   // handle's direct calls on it to be answered (their order).
   void beforeServerSubmit();
+  // Uploads the submit's big blob constants to governors the server
+  // chooses (ClientService.placeData), one after the other; each then
+  // carries its place instead of its bytes. Throws Error naming the
+  // governor when one fails.
+  void uploadConstants();
+  void upload(LocalObject& object, const std::string& governor, const std::string& address);
+  // Best effort, after a refused submit: the governors drop its uploads.
+  void discardUploads();
   // Where `actor` runs (its address empty when unknown).
   const ActorPlace& actorPlace(uint64_t actor);
   // The direct call making `id` (a task or one of its outputs), if any.
@@ -522,6 +540,9 @@ struct SessionImpl {
 // A constant this big goes with its submit's message; bigger ones follow
 // in pieces (Submission.appendData).
 constexpr size_t INLINE_CONSTANT_BYTES = 1 << 20;
+// A blob constant bigger than INLINE_CONSTANT_BYTES skips the server: it is
+// uploaded to a governor (DataService.upload) in pieces of this size.
+constexpr size_t UPLOAD_CHUNK_BYTES = 4 << 20;
 
 void setId(wire::Id::Builder b, uint64_t session, uint64_t n);
 void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t session, uint64_t parent);

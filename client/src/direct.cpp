@@ -111,7 +111,9 @@ bool SessionImpl::sendDirect() {
     if (server != serverCalls.end() && !server->second.empty()) return false;
     for (auto& in : t.inputs) {
       auto it = byId.find(in.object);
-      if (it == byId.end() || !it->second->constant || !used.insert(in.object).second) return false;
+      if (it == byId.end() || !it->second->constant || !it->second->path.empty() || !used.insert(in.object).second) {
+        return false;
+      }
       bytes += it->second->data.size();
     }
     for (auto out : t.outputs) {

@@ -14,6 +14,9 @@
 #include <filesystem>
 
 #include "tar.h"
+#include <map>
+#include <sys/stat.h>
+#include <xxhash.h>
 
 namespace squall {
 namespace client {
@@ -135,7 +138,103 @@ void fillObject(wire::ObjectSpec::Builder out, const LocalObject& o, uint64_t se
   out.setLabel(o.label);
   out.setContentType(o.contentType);
   out.setIsConstant(o.constant);
+  if (!o.placedOn.empty()) {
+    out.setPlacedOn(o.placedOn);
+    out.setPlacedSize(o.size());
+    out.setPlacedHash(o.placedHash);
+    return;
+  }
   if (o.constant && withData) out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(o.data.data()), o.data.size()));
+}
+
+void SessionImpl::uploadConstants() {
+  std::vector<LocalObject*> big;
+  for (auto& o : objects) {
+    if (o.constant && o.kind == ObjectKind::BLOB && o.placedOn.empty() && o.size() > INLINE_CONSTANT_BYTES) {
+      big.push_back(&o);
+    }
+  }
+  if (big.empty()) return;
+  auto places = client.retrying([&]() {
+    auto req = client.svc().placeDataRequest();
+    name(req);
+    auto sizes = req.initSizes(big.size());
+    for (size_t i = 0; i < big.size(); i++) sizes.set(i, big[i]->size());
+    auto response = req.send().wait(client.waitScope());
+    std::vector<std::pair<std::string, std::string>> out;
+    for (auto place : response.getPlaces()) out.emplace_back(place.getGovernor().cStr(), place.getAddress().cStr());
+    return out;
+  });
+  if (places.size() != big.size()) throw Error("the server placed " + std::to_string(places.size()) + " of " +
+                                               std::to_string(big.size()) + " constants");
+  for (size_t i = 0; i < big.size(); i++) upload(*big[i], places[i].first, places[i].second);
+}
+
+void SessionImpl::upload(LocalObject& o, const std::string& governor, const std::string& address) {
+  uint64_t size = o.size();
+  auto fail = [&](const std::string& why) {
+    return Error("cannot upload constant " + std::to_string(o.n) + " (" + std::to_string(size) +
+                 " bytes) to governor " + governor + " at " + address + ": " + why);
+  };
+  FILE* file = nullptr;
+  if (!o.path.empty()) {
+    file = fopen(o.path.c_str(), "rb");
+    if (file == nullptr) throw Error("cannot read '" + o.path + "': " + strerror(errno));
+  }
+  KJ_DEFER(if (file != nullptr) fclose(file));
+  XXH3_state_t* hash = XXH3_createState();
+  KJ_ASSERT(hash != nullptr);
+  KJ_DEFER(XXH3_freeState(hash));
+  XXH3_64bits_reset(hash);
+  try {
+    auto& ws = client.waitScope();
+    auto req = client.dataService(address).uploadRequest();
+    setId(req.initObject(), id, o.n);
+    req.setSize(size);
+    req.setIncarnation(incarnation);
+    auto sink = req.send().getSink();
+    auto buffer = file != nullptr ? kj::heapArray<kj::byte>(UPLOAD_CHUNK_BYTES) : kj::Array<kj::byte>();
+    for (uint64_t offset = 0; offset < size; offset += UPLOAD_CHUNK_BYTES) {
+      size_t len = std::min<uint64_t>(UPLOAD_CHUNK_BYTES, size - offset);
+      const kj::byte* bytes = reinterpret_cast<const kj::byte*>(o.data.data()) + offset;
+      if (file != nullptr) {
+        if (fread(buffer.begin(), 1, len, file) != len) {
+          throw fail("'" + o.path + "' is shorter than the " + std::to_string(size) + " bytes it had");
+        }
+        bytes = buffer.begin();
+      }
+      XXH3_64bits_update(hash, bytes, len);
+      auto write = sink.writeRequest(capnp::MessageSize{len / sizeof(capnp::word) + 16, 0});
+      write.setChunk(kj::arrayPtr(bytes, len));
+      // Resolves once the stream's window has room: a few chunks in flight.
+      write.send().wait(ws);
+    }
+    auto finish = sink.finishRequest();
+    finish.setHash(XXH3_64bits_digest(hash));
+    finish.send().wait(ws);
+  } catch (const kj::Exception& e) {
+    throw fail(client.describe(e));
+  }
+  o.placedOn = governor;
+  o.placedAddress = address;
+  o.placedHash = XXH3_64bits_digest(hash);
+}
+
+void SessionImpl::discardUploads() {
+  std::map<std::string, std::vector<uint64_t>> byAddress;
+  for (auto& o : objects) {
+    if (!o.placedOn.empty()) byAddress[o.placedAddress].push_back(o.n);
+  }
+  for (auto& [address, ns] : byAddress) {
+    try {
+      auto req = client.dataService(address).discardUploadsRequest();
+      auto list = req.initObjects(ns.size());
+      for (size_t i = 0; i < ns.size(); i++) setId(list[i], id, ns[i]);
+      req.send().wait(client.waitScope());
+    } catch (const kj::Exception&) {
+      // Gone: its uploads went with it, or go once their time runs out.
+    }
+  }
 }
 
 namespace {
@@ -216,7 +315,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     auto objectList = message.initObjects(objectEnd - nextObject);
     for (size_t i = nextObject; i < objectEnd; i++) {
       auto& o = objects[i];
-      bool big = o.constant && o.data.size() > INLINE_CONSTANT_BYTES;
+      bool big = o.constant && o.placedOn.empty() && o.data.size() > INLINE_CONSTANT_BYTES;
       fillObject(objectList[i - nextObject], o, id, !big);
       if (big) bigConstants.push_back(&o);
     }
@@ -227,6 +326,9 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
   bool waited = false;
   std::optional<TaskFailed> failed;
   bool resent = false;
+  // A refused submit (or a failed upload) leaves no upload behind.
+  try {
+  uploadConstants();
   client.retrying([&]() {
     if (resent && applied()) return;
     resent = true;
@@ -234,7 +336,7 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     auto cut = slice(0, 0);
     bool oneMessage = cut.first == objects.size() && cut.second == tasks.size() &&
                       std::none_of(objects.begin(), objects.end(), [](const LocalObject& o) {
-                        return o.constant && o.data.size() > INLINE_CONSTANT_BYTES;
+                        return o.constant && o.placedOn.empty() && o.data.size() > INLINE_CONSTANT_BYTES;
                       });
     if (oneMessage) {
       // One call (ClientService.submitGraph) instead of three.
@@ -285,6 +387,10 @@ bool SessionImpl::submit(const std::vector<uint64_t>* waitFor) {
     }
     submission.commitRequest().send().wait(ws);
   });
+  } catch (...) {
+    discardUploads();
+    throw;
+  }
   madeViaServer(tasks);
   if (parent != 0) {
     for (auto& t : tasks) {
@@ -444,20 +550,14 @@ std::vector<ObjectInfo> SessionImpl::objectInfos(const std::vector<uint64_t>& id
 namespace {
 constexpr uint64_t MAX_CONSTANT_BYTES = 48 << 20;
 
+// A small file, or one whose size is not known ahead (a pipe).
 std::string readLocalFile(const std::string& path) {
   FILE* file = fopen(path.c_str(), "rb");
   if (file == nullptr) throw Error("cannot read '" + path + "': " + strerror(errno));
   std::string data;
   char buffer[65536];
   size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), file)) > 0) {
-    data.append(buffer, n);
-    if (data.size() > MAX_CONSTANT_BYTES) {
-      fclose(file);
-      throw Error("'" + path + "' is larger than the limit of " + std::to_string(MAX_CONSTANT_BYTES) +
-                  " bytes for a constant (read it on a governor with load instead)");
-    }
-  }
+  while ((n = fread(buffer, 1, sizeof(buffer), file)) > 0) data.append(buffer, n);
   bool failed = ferror(file);
   fclose(file);
   if (failed) throw Error("cannot read '" + path + "'");
@@ -490,8 +590,21 @@ DataObject Session::blob(std::string data, std::string label) {
   return DataObject(impl.get(), object.n);
 }
 
-DataObject Session::fileBlob(const std::string& path) {
-  return blob(readLocalFile(path), std::filesystem::path(path).filename().string());
+DataObject Session::fileBlob(const std::string& path, std::string label) {
+  if (label.empty()) label = std::filesystem::path(path).filename().string();
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<uint64_t>(st.st_size) > client::INLINE_CONSTANT_BYTES) {
+    // Read at the submit, in pieces, straight to a governor.
+    impl->checkOpen();
+    auto& object = impl->newObject();
+    object.constant = true;
+    object.path = std::filesystem::absolute(path).string();
+    object.fileSize = static_cast<uint64_t>(st.st_size);
+    object.label = std::move(label);
+    return DataObject(impl.get(), object.n);
+  }
+  return blob(readLocalFile(path), std::move(label));
 }
 
 DataObject Session::directory(const std::string& path) {

@@ -499,7 +499,8 @@ void bindSession(py::module_& m) {
             return handle(self, object);
           },
           py::arg("data"), py::arg("label") = "", py::arg("content_type") = "",
-          "A constant blob (bytes; a str is encoded as UTF-8), uploaded with the next submit (48 MiB at most).")
+          "A constant blob (bytes; a str is encoded as UTF-8), uploaded with the next submit (any size: over 1 MiB "
+          "straight to a governor, never through the server).")
       .def(
           "pickled",
           [](Box self, py::object value, std::string label) {
@@ -514,7 +515,8 @@ void bindSession(py::module_& m) {
           "taking it get the value back.")
       .def(
           "file", [](Box self, const std::string& path) { return handle(self, self->live().fileBlob(path)); },
-          py::arg("path"), Release(), "A local file uploaded as a constant blob (48 MiB at most; bigger: load()).")
+          py::arg("path"), Release(), "A local file uploaded as a constant blob (any size: a big one is read at the submit, in pieces, "
+          "straight to a governor).")
       .def(
           "directory", [](Box self, const std::string& path) { return handle(self, self->live().directory(path)); },
           py::arg("path"), Release(), "A local directory uploaded as a dir constant (as a tar, 48 MiB at most).")

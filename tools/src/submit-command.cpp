@@ -71,7 +71,9 @@ std::optional<int> submitAndWait(Session& session, Task& task) {
 DataObject upload(Session& session, const std::string& file) {
   std::error_code error;
   if (std::filesystem::is_directory(file, error)) return session.directory(file);
-  return session.blob(readFile(file), file);
+  // Any size: a big file is read at the submit, in pieces, straight to a
+  // governor.
+  return session.fileBlob(file, file);
 }
 
 // What --call, --actor and --method share: no program's options, one

@@ -89,10 +89,36 @@ kj::Promise<void> DataServiceImpl::heldCalls(HeldCallsContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> DataServiceImpl::upload(UploadContext context) {
+  auto params = context.getParams();
+  KJ_IF_MAYBE(uploads, env.uploads) {
+    context.getResults().setSink(
+        uploads->begin(Id::from(params.getObject()), params.getSize(), params.getIncarnation()));
+    return kj::READY_NOW;
+  }
+  return SQUALL_EXCEPTION(FAILED, "governor ", env.governorName, " takes no uploads");
+}
+
+kj::Promise<void> DataServiceImpl::discardUploads(DiscardUploadsContext context) {
+  KJ_IF_MAYBE(uploads, env.uploads) {
+    std::vector<Id> ids;
+    for (auto id : context.getParams().getObjects()) ids.push_back(Id::from(id));
+    uploads->discard(kj::arrayPtr(ids.data(), ids.size()));
+  }
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> DataServiceImpl::read(ReadContext context) {
   auto params = context.getParams();
   Id id = Id::from(params.getId());
   uint64_t offset = params.getOffset();
+  KJ_IF_MAYBE(uploads, env.uploads) {
+    // A finished upload whose claim has not come yet: the server names
+    // this governor as its place only once the submit was applied, and
+    // the reader (another governor, a client) may be faster than the
+    // claim sent on the control connection. The claim then finds it held.
+    if (env.store.find(id) == nullptr) uploads->claim(kj::arrayPtr(&id, 1));
+  }
   KJ_IF_MAYBE(reader, env.store.openReader(id)) {
     auto meta = (*reader)->info();
     if ((*reader)->isStreamed() && offset != 0) {

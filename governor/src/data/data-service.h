@@ -5,6 +5,7 @@
 #pragma once
 
 #include "object-store.h"
+#include "uploads.h"
 #include "uv-bridge.h"
 
 #include <kj/async-io.h>
@@ -58,6 +59,8 @@ struct DataServiceEnv {
   kj::Maybe<LiveStreams&> streams = nullptr;
   // Actor calls sent here directly; without it callActor refuses them.
   kj::Maybe<DirectCallPort&> directCalls = nullptr;
+  // Big constants uploaded by clients; without it upload refuses them.
+  kj::Maybe<UploadTable&> uploads = nullptr;
 };
 
 // One per accepted connection. open() checks the protocol version and the
@@ -81,12 +84,17 @@ class DataServiceImpl final : public wire::DataService::Server {
   // send for flow control; the next chunk is read while one is in flight.
   // An id the store does not hold fails at once, unless the read is `live`:
   // then it is a live stream's (see LiveStreams::serve) and the caller
-  // becomes one of its readers.
+  // becomes one of its readers. A finished upload not claimed yet is
+  // claimed first (its reader outran the server's claim).
   kj::Promise<void> read(ReadContext context) override;
   // Hands the call to DataServiceEnv::directCalls; answers when it ends.
   kj::Promise<void> callActor(CallActorContext context) override;
   // Asks DataServiceEnv::directCalls (none held without it).
   kj::Promise<void> heldCalls(HeldCallsContext context) override;
+  // Hands out an UploadTable sink (docs/decisions.md, constants that skip
+  // the server).
+  kj::Promise<void> upload(UploadContext context) override;
+  kj::Promise<void> discardUploads(DiscardUploadsContext context) override;
 
  private:
   DataServiceEnv& env;

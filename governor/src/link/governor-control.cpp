@@ -15,6 +15,17 @@ kj::Promise<void> GovernorControlImpl::assign(AssignContext context) {
   return kj::READY_NOW;
 }
 
+kj::Promise<void> GovernorControlImpl::claimUploads(ClaimUploadsContext context) {
+  std::vector<Id> ids;
+  for (auto id : context.getParams().getObjects()) ids.push_back(Id::from(id));
+  std::vector<Id> missing = ids;
+  KJ_IF_MAYBE(table, uploads) { missing = table->claim(kj::arrayPtr(ids.data(), ids.size())); }
+  if (!missing.empty()) logger.warn("event=claim-missing count={} first={}", missing.size(), kj::str(missing[0]).cStr());
+  auto list = context.getResults().initMissing(missing.size());
+  for (uint i = 0; i < list.size(); i++) missing[i].to(list[i]);
+  return kj::READY_NOW;
+}
+
 kj::Promise<void> GovernorControlImpl::removeObjects(RemoveObjectsContext context) {
   auto objects = context.getParams().getObjects();
   logger.debug("event=remove-objects count={}", objects.size());

@@ -6,6 +6,7 @@
 #include "object-store.h"
 #include "result-batcher.h"
 #include "task-queue.h"
+#include "uploads.h"
 
 #include <spdlog/logger.h>
 #include <squall/wire/service.capnp.h>
@@ -15,8 +16,8 @@ namespace squall {
 class GovernorControlImpl final : public wire::GovernorControl::Server {
  public:
   GovernorControlImpl(ObjectStore& store, TaskQueue& queue, ResultBatcher& batcher,
-                      spdlog::logger& logger)
-      : store(store), queue(queue), batcher(batcher), logger(logger) {}
+                      spdlog::logger& logger, kj::Maybe<UploadTable&> uploads = nullptr)
+      : store(store), queue(queue), batcher(batcher), logger(logger), uploads(uploads) {}
 
   // Stores the constants first, so tasks of the same call find them.
   kj::Promise<void> assign(AssignContext context) override;
@@ -26,12 +27,15 @@ class GovernorControlImpl final : public wire::GovernorControl::Server {
   kj::Promise<void> resultsDurable(ResultsDurableContext context) override;
   kj::Promise<void> ping(PingContext context) override;
   kj::Promise<void> prefetch(PrefetchContext context) override;
+  // Uploads named by an applied submit become store objects.
+  kj::Promise<void> claimUploads(ClaimUploadsContext context) override;
 
  private:
   ObjectStore& store;
   TaskQueue& queue;
   ResultBatcher& batcher;
   spdlog::logger& logger;
+  kj::Maybe<UploadTable&> uploads;
 };
 
 }  // namespace squall

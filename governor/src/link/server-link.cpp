@@ -63,6 +63,7 @@ kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again
     kj::Promise<void> ready = kj::READY_NOW;
     if (serverIncarnation != 0 && incarnation != serverIncarnation) ready = startOver(incarnation);
     serverIncarnation = incarnation;
+    KJ_IF_MAYBE(uploads, options.uploads) { uploads->setIncarnation(incarnation); }
     return ready.then([this, &connection, again]() { return sendRegistration(connection, again); });
   });
 }
@@ -126,7 +127,7 @@ kj::Promise<uint32_t> ServerLink::sendRegistration(RpcClient& connection, bool a
   auto directList = info.initDirect(direct.size());
   for (size_t i = 0; i < direct.size(); i++) direct[i].to(directList[i]);
   info.setIncarnation(serverIncarnation);
-  request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger));
+  request.setControl(kj::heap<GovernorControlImpl>(store, queue, batcher, logger, options.uploads));
   upstream = nullptr;
   return request.send().then([this, seceded = kj::mv(seceded)](auto response) {
     upstream = response.getUpstream();
@@ -155,6 +156,7 @@ kj::Promise<void> ServerLink::startOver(uint64_t incarnation) {
   batcher.abandon(tasks);
   for (auto id : tasks) queue.cancel(id);
   for (auto id : objects) store.remove(id);
+  KJ_IF_MAYBE(uploads, options.uploads) { uploads->clear(); }
   // Registered only once they have gone: the new server may give their ids
   // out again, and a task of the same id arriving here meanwhile would be
   // taken for a duplicate. Bounded: a child that will not die holds up no

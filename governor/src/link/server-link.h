@@ -39,6 +39,10 @@ struct ServerLinkOptions {
   // Actor calls clients sent here directly, told at each registration
   // (GovernorInfo.direct).
   kj::Maybe<const DirectCalls&> direct = nullptr;
+  // Uploads of big constants: told the server's incarnation at each
+  // registration, emptied when the governor starts over, claimed by the
+  // server (GovernorControl.claimUploads).
+  kj::Maybe<UploadTable&> uploads = nullptr;
 };
 
 class ServerLink {

@@ -75,6 +75,10 @@ struct ObjectNode {
   bool constant = false;
   std::string label;
   std::string contentType;
+  // A constant whose bytes the client uploaded to this governor (by name):
+  // not `constant` (the server never has its bytes), held there like a
+  // task's output, with no task to make it again if that copy is lost.
+  std::string uploadedTo;
   // A constant's bytes; freed when the object is removed.
   std::vector<kj::byte> data;
   TaskNode* producer = nullptr;

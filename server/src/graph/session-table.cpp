@@ -811,6 +811,15 @@ bool SessionTable::remake(Session& session, ObjectNode& lost, kj::StringPtr gove
     stack.pop_back();
     if (object->state == ObjectNode::State::UNFINISHED) continue;  // already on its way
     auto* producer = object->producer;
+    if (producer == nullptr && !object->uploadedTo.empty()) {
+      // A constant uploaded to a governor has no lineage: its bytes were
+      // only there.
+      fail(session, kj::str("constant ", object->id.n, " (", object->size, " bytes, uploaded to governor ",
+                            object->uploadedTo.c_str(), ") was lost with governor ", governor,
+                            " and cannot be made again: submit it again")
+                        .cStr());
+      return false;
+    }
     if (object->kind == wire::ObjectKind::STREAM || producer == nullptr || producer->group != nullptr) {
       fail(session, kj::str("object ", object->id.n, " was lost with governor ", governor,
                             " and cannot be made again: its task ",

@@ -181,7 +181,8 @@ size_t PendingSubmit::admit(wire::Submission::AddParams::Reader chunk) {
   tasks += chunk.getTasks().size();
   objects += chunk.getObjects().size();
   for (auto object : chunk.getObjects()) {
-    if (object.getIsConstant()) declaredConstants[object.getId().getN()] = true;
+    if (object.getIsConstant() && !object.hasPlacedOn()) declaredConstants[object.getId().getN()] = true;
+    if (object.hasPlacedOn()) placed.emplace_back(object.getId().getN(), object.getPlacedOn().cStr());
   }
   return size;
 }
@@ -329,6 +330,12 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
       SQUALL_REQUIRE(object.getKind() != wire::ObjectKind::STREAM || !object.getIsConstant(),
                      "object ", object.getId().getN(),
                      " is a constant and a stream; a stream is made by a running program");
+      if (object.hasPlacedOn()) {
+        SQUALL_REQUIRE(object.getIsConstant() && object.getKind() == wire::ObjectKind::BLOB &&
+                           object.getData().size() == 0 && !appended.count(object.getId().getN()),
+                       "object ", object.getId().getN(),
+                       " is placed on a governor: it must be a blob constant whose bytes are not sent");
+      }
       newObjects.emplace(object.getId().getN(), object);
     }
     for (auto task : chunk.getTasks()) {
@@ -792,7 +799,14 @@ std::vector<TaskNode*> PendingSubmit::commit(Session& target, ClusterCapacity ca
     object.keep = spec.getKeep();
     object.label = spec.getLabel().cStr();
     object.contentType = spec.getContentType().cStr();
-    if (spec.getIsConstant()) {
+    if (spec.hasPlacedOn()) {
+      // Its bytes skipped the server: held where they were uploaded, like
+      // a task's output (the applier gives it that place).
+      object.uploadedTo = spec.getPlacedOn().cStr();
+      object.state = ObjectNode::State::FINISHED;
+      object.size = spec.getPlacedSize();
+      object.hash = spec.getPlacedHash();
+    } else if (spec.getIsConstant()) {
       object.constant = true;
       object.state = ObjectNode::State::FINISHED;
       auto inlineData = spec.getData();

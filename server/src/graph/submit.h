@@ -81,6 +81,10 @@ class PendingSubmit {
   // actor's others ended (SessionTable::actorEnded).
   const std::vector<ActorNode*>& endedActorsCalled() const { return endedCalled; }
 
+  // Constants uploaded to a governor (ObjectSpec.placedOn): (n, governor
+  // name), in the order added.
+  const std::vector<std::pair<uint64_t, std::string>>& placedObjects() const { return placed; }
+
   uint64_t taskCount() const { return tasks; }
   uint64_t objectCount() const { return objects; }
 
@@ -99,6 +103,7 @@ class PendingSubmit {
   // Constants' extra bytes from appendData, by object n.
   std::unordered_map<uint64_t, std::vector<kj::byte>> appended;
   std::unordered_map<uint64_t, bool> declaredConstants;
+  std::vector<std::pair<uint64_t, std::string>> placed;
 
   // The task's sizes against the limits (attributes, paths, arguments...).
   void checkBounds(kj::StringPtr label, wire::TaskSpec::Reader task) const;

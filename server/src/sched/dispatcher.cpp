@@ -300,6 +300,32 @@ void Dispatcher::flush(GovernorState& governor, const Cut& cut) {
   }
 }
 
+void Dispatcher::claimUploads(GovernorState& governor, uint64_t session, std::vector<Id> objects) {
+  auto req = governor.control.claimUploadsRequest();
+  auto list = req.initObjects(objects.size());
+  for (uint i = 0; i < list.size(); i++) objects[i].to(list[i]);
+  GovernorId gid = governor.id;
+  rpcs.add(req.send().then([this, gid, session](capnp::Response<wire::GovernorControl::ClaimUploadsResults> response) {
+    if (response.getMissing().size() == 0) return;
+    KJ_IF_MAYBE(target, sessions.find(session)) {
+      auto first = Id::from(response.getMissing()[0]);
+      logger.warn("event=upload-missing session={} object={} governor={} count={}", session, first.n, gid,
+                  response.getMissing().size());
+      for (auto wireId : response.getMissing()) {
+        auto it = target->objects.find(Id::from(wireId).n);
+        if (it == target->objects.end()) continue;
+        auto& where = it->second.locations;
+        where.erase(std::remove(where.begin(), where.end(), gid), where.end());
+      }
+      sessions.fail(*target, kj::str("constant ", first.n, " is not held by governor ", gid,
+                                     ", where it was uploaded (it started over, or the upload waited longer than "
+                                     "its --upload-ttl for the submit); submit it again")
+                                 .cStr());
+      kick();
+    }
+  }));
+}
+
 void Dispatcher::sendPrefetch(const PrefetchOrder& order) {
   KJ_IF_MAYBE(governor, governors.find(order.to)) {
     auto req = governor->control.prefetchRequest();

@@ -65,6 +65,12 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   // are gone (what is still needed is made again).
   void expectedGone(const std::map<std::string, GovernorId>& missing);
 
+  // A submit naming uploads to `governor` (ObjectSpec.placedOn) was
+  // applied: it is told to make them objects of its store, before any
+  // assignment that reads them (calls on its capability arrive in order).
+  // One it does not hold is lost (SessionTable::fail names it).
+  void claimUploads(GovernorState& governor, uint64_t session, std::vector<Id> objects);
+
   size_t readyCount() const { return scheduler.readyCount(); }
   const Scheduler& placement() const { return scheduler; }
   uint64_t passes() const { return passCount; }

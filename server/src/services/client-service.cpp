@@ -197,6 +197,30 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     return kj::READY_NOW;
   }
 
+  // Governors in turn, so that big constants spread over the cluster (the
+  // governor itself refuses one its disk cannot hold).
+  // TODO(perf): prefer governors with the most free store once they report it.
+  kj::Promise<void> placeData(PlaceDataContext call) override {
+    auto params = call.getParams();
+    auto& session = openSession(sessionOf(params));
+    SQUALL_REQUIRE(session.state == Session::State::OPEN, "session ", session.id, " has failed: ",
+                   session.failureMessage);
+    auto sizes = params.getSizes();
+    SQUALL_REQUIRE(sizes.size() <= context.limits.submitObjects, "placeData: ", sizes.size(),
+                   " constants, more than a submit may have (", context.limits.submitObjects, ")");
+    std::vector<const GovernorState*> governors;
+    for (auto& [gid, g] : context.governors.all()) governors.push_back(&g);
+    SQUALL_REQUIRE(!governors.empty(), "no governor is connected to hold constants of session ", session.id);
+    auto places = call.getResults().initPlaces(sizes.size());
+    for (uint i = 0; i < sizes.size(); i++) {
+      auto* governor = governors[context.nextPlace++ % governors.size()];
+      places[i].setGovernor(governor->name);
+      places[i].setAddress(governor->dataAddress);
+    }
+    context.logger.debug("event=place-data session={} constants={}", session.id, sizes.size());
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> recordDirect(RecordDirectContext call) override {
     auto params = call.getParams();
     openSession(sessionOf(params));

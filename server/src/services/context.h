@@ -34,6 +34,8 @@ struct ServerContext {
   // `governorTimeout` is given up (0: never; no timer: no heartbeats).
   kj::Timer* timer = nullptr;
   kj::Duration governorTimeout = 0 * kj::SECONDS;
+  // ClientService.placeData's turn: uploads go to the governors in turn.
+  uint64_t nextPlace = 0;
 };
 
 }  // namespace squall

@@ -76,6 +76,7 @@ class SubmissionImpl final : public wire::Submission::Server {
     auto* log = context.sessions.sessionLog();
     if (log == nullptr) {
       KJ_DEFER(pending.drop());
+      checkPlaced();
       apply(answer);
       return kj::READY_NOW;
     }
@@ -86,6 +87,7 @@ class SubmissionImpl final : public wire::Submission::Server {
     // written is taken back). Refused or applied, the chunks go.
     KJ_ON_SCOPE_FAILURE(pending.drop());
     pending.commit(context.sessions.get(session), capacity(), false);
+    checkPlaced();
     std::vector<std::pair<uint64_t, std::vector<uint8_t>>> constants;
     for (auto& [n, bytes] : pending.appendedData()) constants.emplace_back(n, std::vector<uint8_t>(bytes.begin(), bytes.end()));
     auto running = context.running;
@@ -144,6 +146,44 @@ class SubmissionImpl final : public wire::Submission::Server {
     return capacity;
   }
 
+  // The governor a constant was uploaded to (ObjectSpec.placedOn), by name.
+  GovernorState* placedOn(const std::string& name) {
+    for (auto& [gid, governor] : context.governors.all()) {
+      if (governor.name == name) return &governor;
+    }
+    return nullptr;
+  }
+
+  // Uploaded constants must be on governors connected now.
+  void checkPlaced() {
+    for (auto& [n, name] : pending.placedObjects()) {
+      SQUALL_REQUIRE(placedOn(name) != nullptr, "constant ", n, " was uploaded to governor ", name,
+                     ", which is not connected now; upload it again");
+    }
+  }
+
+  // Uploaded constants, applied: held where they were uploaded, claimed
+  // there before the dispatcher sends anything that reads them.
+  void claimPlaced(Session& target) {
+    std::map<GovernorId, std::vector<Id>> claims;
+    for (auto& [n, name] : pending.placedObjects()) {
+      auto& object = target.objects.at(n);
+      auto* governor = placedOn(name);
+      if (governor == nullptr) {
+        // Gone while the submit was written: like a task output lost with it.
+        context.sessions.fail(target, kj::str("constant ", n, " was lost with governor ", name.c_str(),
+                                              ", where it was uploaded, before its submit was applied")
+                                          .cStr());
+        continue;
+      }
+      object.locations.push_back(governor->id);
+      claims[governor->id].push_back(object.id);
+    }
+    for (auto& [gid, ids] : claims) {
+      context.dispatcher.claimUploads(KJ_ASSERT_NONNULL(context.governors.find(gid)), session, kj::mv(ids));
+    }
+  }
+
   // The direct calls of this record, applied: running on their governor.
   void placeDirect(Session& target, std::vector<TaskNode*>& ready) {
     context.sessions.stats().actorCallsDirect += direct->tasks.size();
@@ -180,6 +220,7 @@ class SubmissionImpl final : public wire::Submission::Server {
     auto& target = context.sessions.get(session);
     auto ready = pending.commit(target, capacity());
     if (direct) placeDirect(target, ready);
+    claimPlaced(target);
     // Calls on an actor that had ended (run directly before it did, or
     // allowed to fail) end as the calls it left did (cancelled when it was
     // killed), failing no session.

@@ -370,11 +370,15 @@ class Session {
 
   uint64_t id() const;
 
-  // A constant blob, uploaded with the next submit.
+  // A constant blob, uploaded with the next submit: up to 1 MiB inside the
+  // submit, bigger ones of any size straight to a governor the server
+  // chooses (their bytes never go through the server).
   DataObject blob(std::string data, std::string label = "");
-  // A local file / directory (as a tar) uploaded as a constant (48 MiB at
-  // most; bigger data is read on a governor with load/loadDir).
-  DataObject fileBlob(const std::string& path);
+  // A local file uploaded as a constant blob, any size: a big one is read
+  // at the submit, in pieces, never held whole (`label` empty: its name).
+  DataObject fileBlob(const std::string& path, std::string label = "");
+  // A local directory uploaded as a dir constant (a tar, through the
+  // server: 48 MiB at most; bigger data is read on a governor with loadDir).
   DataObject directory(const std::string& path);
   // Output 0 = the inputs' bytes, concatenated in order.
   Task concat(const std::vector<DataObject>& inputs);

@@ -1,0 +1,194 @@
+// Uploads of big constants into the store. Loop thread only; each chunk is
+// hashed and written by one pool job, the jobs chained so they run in order.
+#include "uploads.h"
+
+#include <fcntl.h>
+#include <squall/proto/errors.h>
+#include <sys/statvfs.h>
+#include <xxhash.h>
+
+namespace squall {
+
+namespace {
+
+// The running hash of one upload. Pool jobs take turns (each waits for the
+// one before), so it is never used by two threads at once.
+struct UploadHash final : public kj::AtomicRefcounted {
+  UploadHash() {
+    state = XXH3_createState();
+    KJ_ASSERT(state != nullptr);
+    XXH3_64bits_reset(state);
+  }
+  ~UploadHash() noexcept(false) { XXH3_freeState(state); }
+  XXH3_state_t* state;
+};
+
+uint64_t freeBytes(kj::StringPtr dir) {
+  struct statvfs fs;
+  KJ_SYSCALL(::statvfs(dir.cStr(), &fs), dir);
+  return static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+}
+
+}  // namespace
+
+// One upload's receiving end. Its temp file is removed unless the upload
+// finished (handed to the table); the client dropping it mid-way (or the
+// connection breaking) ends the upload with nothing kept.
+class UploadTable::Sink final : public wire::UploadSink::Server {
+ public:
+  Sink(UploadTable& table, Id id, uint64_t size)
+      : table(table), id(id), size(size), temp(table.store.newTempPath()),
+        fd(kj::atomicRefcounted<SharedFd>(openOrThrow(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644))),
+        hash(kj::atomicRefcounted<UploadHash>()) {}
+
+  ~Sink() noexcept(false) {
+    if (temp.size() == 0) return;
+    table.logger.info("event=upload-abandoned object={} received={} size={}", kj::str(id).cStr(), received, size);
+    table.store.removeLater(kj::mv(temp));
+    table.ended(id);
+  }
+
+  kj::Promise<void> write(WriteContext context) override {
+    KJ_IF_MAYBE(e, failure) { return kj::cp(*e); }
+    auto chunk = context.getParams().getChunk();
+    if (received + chunk.size() > size) {
+      return SQUALL_EXCEPTION(FAILED, "the upload of object ", id, " to governor ", table.governorName,
+                              " is longer than the ", size, " bytes announced");
+    }
+    auto bytes = kj::heapArray<const kj::byte>(chunk);
+    context.releaseParams();
+    uint64_t offset = received;
+    received += bytes.size();
+    auto job = [this, bytes = kj::mv(bytes), offset]() mutable {
+      return table.bridge.runOnPool<void>(
+          [fd = kj::atomicAddRef(*fd), hash = kj::atomicAddRef(*hash), bytes = kj::mv(bytes), offset]() {
+            XXH3_64bits_update(hash->state, bytes.begin(), bytes.size());
+            pwriteAll(fd->fd, bytes, offset);
+          });
+    };
+    tail = tail.addBranch()
+               .then(kj::mv(job))
+               .catch_([this](kj::Exception&& e) -> kj::Promise<void> {
+                 if (failure == nullptr) failure = kj::cp(e);
+                 return kj::mv(e);
+               })
+               .fork();
+    return tail.addBranch();
+  }
+
+  kj::Promise<void> finish(FinishContext context) override {
+    uint64_t expected = context.getParams().getHash();
+    return tail.addBranch().then([this, expected]() {
+      uint64_t got = XXH3_64bits_digest(hash->state);
+      // A failed check keeps nothing, at once.
+      KJ_ON_SCOPE_FAILURE({
+        fd = nullptr;
+        table.store.removeLater(kj::mv(temp));
+        table.ended(id);
+      });
+      SQUALL_REQUIRE(received == size, "the upload of object ", id, " to governor ", table.governorName,
+                     " ended after ", received, " of the ", size, " bytes announced");
+      SQUALL_REQUIRE(got == expected, "the upload of object ", id, " to governor ", table.governorName,
+                     " arrived with another hash than the client's (", got, " != ", expected, ")");
+      fd = nullptr;
+      table.done(id, kj::mv(temp), HashedSize{size, got});
+    });
+  }
+
+ private:
+  UploadTable& table;
+  Id id;
+  uint64_t size;
+  uint64_t received = 0;
+  // Empty once handed to the table.
+  kj::String temp;
+  kj::Own<const SharedFd> fd;
+  kj::Own<UploadHash> hash;
+  kj::ForkedPromise<void> tail = kj::Promise<void>(kj::READY_NOW).fork();
+  kj::Maybe<kj::Exception> failure;
+};
+
+UploadTable::UploadTable(UvBridge& bridge, ObjectStore& store, kj::Timer& timer, spdlog::logger& logger,
+                         kj::String governorName, kj::Duration ttl)
+    : bridge(bridge), store(store), timer(timer), logger(logger), governorName(kj::mv(governorName)),
+      ttl(ttl), expiries(*this) {}
+
+UploadTable::~UploadTable() noexcept(false) {}
+
+void UploadTable::taskFailed(kj::Exception&& exception) {
+  logger.warn("event=upload-expiry-failed error=\"{}\"", exception.getDescription().cStr());
+}
+
+wire::UploadSink::Client UploadTable::begin(Id id, uint64_t size, uint64_t incarnation) {
+  SQUALL_REQUIRE(serverIncarnation != 0 && incarnation == serverIncarnation, "governor ", governorName,
+                 " takes no uploads of server incarnation ", kj::hex(incarnation),
+                 serverIncarnation == 0 ? kj::str(" (it is not registered)")
+                                        : kj::str(" (its server's is ", kj::hex(serverIncarnation), ")"));
+  SQUALL_REQUIRE(store.find(id) == nullptr && store.whenArrived(id) == nullptr && writing.count(id) == 0,
+                 "object ", id, " is held or being uploaded on governor ", governorName, " already");
+  uint64_t reserved = 0;
+  for (auto& [other, bytes] : writing) reserved += bytes;
+  uint64_t free = freeBytes(store.directory());
+  SQUALL_REQUIRE(reserved + size <= free, "governor ", governorName, " cannot hold object ", id, " of ", size,
+                 " bytes: its store has ", free, " bytes free and ", reserved,
+                 " bytes of other uploads under way");
+  auto old = finished.find(id);
+  if (old != finished.end()) {
+    store.removeLater(kj::mv(old->second.path));
+    finished.erase(old);
+  }
+  auto sink = kj::heap<Sink>(*this, id, size);
+  writing[id] = size;
+  logger.debug("event=upload-start object={} size={}", kj::str(id).cStr(), size);
+  return kj::mv(sink);
+}
+
+void UploadTable::ended(Id id) { writing.erase(id); }
+
+void UploadTable::done(Id id, kj::String path, HashedSize hashed) {
+  writing.erase(id);
+  uint64_t generation = ++generations;
+  finished[id] = Finished{kj::mv(path), hashed, generation};
+  logger.info("event=upload-done object={} size={} hash={:016x}", kj::str(id).cStr(), hashed.size, hashed.hash);
+  expiries.add(timer.afterDelay(ttl).then([this, id, generation]() {
+    auto it = finished.find(id);
+    if (it == finished.end() || it->second.generation != generation) return;
+    logger.info("event=upload-expired object={} size={} reason=\"no submit claimed it\"", kj::str(id).cStr(),
+                it->second.hashed.size);
+    store.removeLater(kj::mv(it->second.path));
+    finished.erase(it);
+  }));
+}
+
+std::vector<Id> UploadTable::claim(kj::ArrayPtr<const Id> ids) {
+  std::vector<Id> missing;
+  for (auto id : ids) {
+    auto it = finished.find(id);
+    if (it == finished.end()) {
+      // Claimed before (a claim sent again) is no loss.
+      if (store.find(id) == nullptr) missing.push_back(id);
+      continue;
+    }
+    store.adoptFile(id, wire::ObjectKind::BLOB, kj::mv(it->second.path), it->second.hashed);
+    finished.erase(it);
+    logger.debug("event=upload-claimed object={}", kj::str(id).cStr());
+  }
+  return missing;
+}
+
+void UploadTable::discard(kj::ArrayPtr<const Id> ids) {
+  for (auto id : ids) {
+    auto it = finished.find(id);
+    if (it == finished.end()) continue;
+    logger.info("event=upload-discarded object={}", kj::str(id).cStr());
+    store.removeLater(kj::mv(it->second.path));
+    finished.erase(it);
+  }
+}
+
+void UploadTable::clear() {
+  for (auto& [id, upload] : finished) store.removeLater(kj::mv(upload.path));
+  finished.clear();
+}
+
+}  // namespace squall
