@@ -578,8 +578,12 @@ TEST(RecoveryTest, AFullLogRefusesTheSubmitClearlyAndTheServerCarriesOn) {
   cluster.start();
   Client client(cluster.serverAddress());
   auto session = client.newSession("full");
-  // 4 MiB of constants cannot be recorded in a 1 MiB log.
-  session.concat({session.blob(std::string(4 << 20, 'f'))});
+  // 4 MiB of small constants (those travel with the submit; bigger ones
+  // go to a governor, and only their place is logged) cannot be recorded
+  // in a 1 MiB log.
+  std::vector<DataObject> parts;
+  for (int i = 0; i < 8; i++) parts.push_back(session.blob(std::string(512 << 10, char('a' + i))));
+  session.concat(parts);
   try {
     session.submit();
     ADD_FAILURE() << "a submit the log cannot hold was accepted";
