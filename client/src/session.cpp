@@ -1,7 +1,8 @@
 // A session (see client.h): SessionImpl's calls to the server (submit,
-// wait, the task and object infos; fetch is in fetch.cpp) and the Session class's
-// methods, which build objects and tasks for the next submit. Thread: the
-// one that created the Client.
+// wait, the task and object infos) and the Session class's methods, which
+// build objects and tasks for the next submit. Fetching is in fetch.cpp,
+// uploads of big constants in upload.cpp, actors' calls in actor.cpp.
+// Thread: the one that created the Client.
 #include "client-impl.h"
 
 #include <capnp/message.h>
@@ -145,96 +146,6 @@ void fillObject(wire::ObjectSpec::Builder out, const LocalObject& o, uint64_t se
     return;
   }
   if (o.constant && withData) out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(o.data.data()), o.data.size()));
-}
-
-void SessionImpl::uploadConstants() {
-  std::vector<LocalObject*> big;
-  for (auto& o : objects) {
-    if (o.constant && o.kind == ObjectKind::BLOB && o.placedOn.empty() && o.size() > INLINE_CONSTANT_BYTES) {
-      big.push_back(&o);
-    }
-  }
-  if (big.empty()) return;
-  auto places = client.retrying([&]() {
-    auto req = client.svc().placeDataRequest();
-    name(req);
-    auto sizes = req.initSizes(big.size());
-    for (size_t i = 0; i < big.size(); i++) sizes.set(i, big[i]->size());
-    auto response = req.send().wait(client.waitScope());
-    std::vector<std::pair<std::string, std::string>> out;
-    for (auto place : response.getPlaces()) out.emplace_back(place.getGovernor().cStr(), place.getAddress().cStr());
-    return out;
-  });
-  if (places.size() != big.size()) throw Error("the server placed " + std::to_string(places.size()) + " of " +
-                                               std::to_string(big.size()) + " constants");
-  for (size_t i = 0; i < big.size(); i++) upload(*big[i], places[i].first, places[i].second);
-}
-
-void SessionImpl::upload(LocalObject& o, const std::string& governor, const std::string& address) {
-  uint64_t size = o.size();
-  auto fail = [&](const std::string& why) {
-    return Error("cannot upload constant " + std::to_string(o.n) + " (" + std::to_string(size) +
-                 " bytes) to governor " + governor + " at " + address + ": " + why);
-  };
-  FILE* file = nullptr;
-  if (!o.path.empty()) {
-    file = fopen(o.path.c_str(), "rb");
-    if (file == nullptr) throw Error("cannot read '" + o.path + "': " + strerror(errno));
-  }
-  KJ_DEFER(if (file != nullptr) fclose(file));
-  XXH3_state_t* hash = XXH3_createState();
-  KJ_ASSERT(hash != nullptr);
-  KJ_DEFER(XXH3_freeState(hash));
-  XXH3_64bits_reset(hash);
-  try {
-    auto& ws = client.waitScope();
-    auto req = client.dataService(address).uploadRequest();
-    setId(req.initObject(), id, o.n);
-    req.setSize(size);
-    req.setIncarnation(incarnation);
-    auto sink = req.send().getSink();
-    auto buffer = file != nullptr ? kj::heapArray<kj::byte>(UPLOAD_CHUNK_BYTES) : kj::Array<kj::byte>();
-    for (uint64_t offset = 0; offset < size; offset += UPLOAD_CHUNK_BYTES) {
-      size_t len = std::min<uint64_t>(UPLOAD_CHUNK_BYTES, size - offset);
-      const kj::byte* bytes = reinterpret_cast<const kj::byte*>(o.data.data()) + offset;
-      if (file != nullptr) {
-        if (fread(buffer.begin(), 1, len, file) != len) {
-          throw fail("'" + o.path + "' is shorter than the " + std::to_string(size) + " bytes it had");
-        }
-        bytes = buffer.begin();
-      }
-      XXH3_64bits_update(hash, bytes, len);
-      auto write = sink.writeRequest(capnp::MessageSize{len / sizeof(capnp::word) + 16, 0});
-      write.setChunk(kj::arrayPtr(bytes, len));
-      // Resolves once the stream's window has room: a few chunks in flight.
-      write.send().wait(ws);
-    }
-    auto finish = sink.finishRequest();
-    finish.setHash(XXH3_64bits_digest(hash));
-    finish.send().wait(ws);
-  } catch (const kj::Exception& e) {
-    throw fail(client.describe(e));
-  }
-  o.placedOn = governor;
-  o.placedAddress = address;
-  o.placedHash = XXH3_64bits_digest(hash);
-}
-
-void SessionImpl::discardUploads() {
-  std::map<std::string, std::vector<uint64_t>> byAddress;
-  for (auto& o : objects) {
-    if (!o.placedOn.empty()) byAddress[o.placedAddress].push_back(o.n);
-  }
-  for (auto& [address, ns] : byAddress) {
-    try {
-      auto req = client.dataService(address).discardUploadsRequest();
-      auto list = req.initObjects(ns.size());
-      for (size_t i = 0; i < ns.size(); i++) setId(list[i], id, ns[i]);
-      req.send().wait(client.waitScope());
-    } catch (const kj::Exception&) {
-      // Gone: its uploads went with it, or go once their time runs out.
-    }
-  }
 }
 
 namespace {
@@ -665,112 +576,6 @@ Actor Session::actor(const std::string& type, const std::vector<DataObject>& inp
 }
 
 Actor Session::actorHandle(uint64_t actorTask) { return Actor(impl.get(), actorTask); }
-
-Actor Session::getActor(const std::string& name) {
-  impl->checkOpen();
-  uint64_t session = 0, n = 0;
-  std::string type;
-  impl->client.retrying([&]() {
-    auto req = impl->client.svc().findActorRequest();
-    req.setName(name);
-    auto found = req.send().wait(impl->client.waitScope());
-    session = found.getSession();
-    n = found.getActor();
-    type = found.getType();
-  });
-  client::SessionImpl* owner = impl.get();
-  if (session != impl->id) {
-    // Its calls are tasks of its own session, through a handle on it.
-    auto& handle = impl->foreign[session];
-    if (handle == nullptr) {
-      // Named by the incarnation that answered findActor: this handle's.
-      handle = std::make_unique<client::SessionImpl>(impl->client, session, impl->incarnation);
-      handle->owned = false;
-      handle->foreignHandle = true;
-      handle->nextN = 0;
-      handle->blockEnd = 0;
-    }
-    owner = handle.get();
-  }
-  owner->actorTypes[n] = type;
-  return Actor(owner, n);
-}
-
-Actor& Actor::named(std::string name) {
-  session->pendingTask(n).actorName = std::move(name);
-  return *this;
-}
-
-Task Actor::call(const std::string& method, const std::vector<DataObject>& inputs, std::string config,
-                 const std::vector<ObjectKind>& outputs) {
-  if (method.empty() || method.find('.') != std::string::npos || method.find('/') != std::string::npos) {
-    throw Error("actor call: '" + method + "' is not a method name");
-  }
-  for (auto& input : inputs) {
-    if (input.session != session) {
-      throw Error("actor call: object " + std::to_string(input.id()) + " is of another session than actor " +
-                  std::to_string(n) + " (a named actor of another session reads objects of its own: pass bytes "
-                  "as the call's config)");
-    }
-  }
-  auto known = session->actorTypes.find(n);
-  std::string type = known != session->actorTypes.end() ? known->second : "actor " + std::to_string(n);
-  auto& task = session->newTask(client::LocalTask::Type::ACTOR_CALL, outputs);
-  task.actor = n;
-  task.function = method;
-  task.callConfig = std::move(config);
-  task.name = type + "." + method;
-  // A call on another session's actor must not fail that session (which
-  // would end the actor for everyone): it may fail, and its caller hears
-  // of it from wait() and fetch() as usual.
-  task.allowFailure = session->foreignHandle;
-  for (auto& input : inputs) task.inputs.push_back({input.id(), "", ""});
-  return Task(session, task.n);
-}
-
-Task Actor::task() const { return Task(session, n); }
-
-Actor& Actor::maxRestarts(uint32_t count) {
-  session->pendingTask(n).maxRestarts = count;
-  return *this;
-}
-
-Actor& Actor::maxCallRetries(uint32_t count) {
-  session->pendingTask(n).maxCallRetries = count;
-  return *this;
-}
-
-Actor& Actor::resource(const std::string& name, double amount) {
-  task().resource(name, amount);
-  return *this;
-}
-
-Actor& Actor::resource(const std::string& name, const std::string& amount) {
-  task().resource(name, amount);
-  return *this;
-}
-
-uint64_t Actor::sessionId() const { return session->id; }
-
-Actor& Actor::cpus(uint32_t count) {
-  task().cpus(count);
-  return *this;
-}
-
-void Actor::kill() {
-  // Its next calls go through the server, which says it has ended.
-  session->actorPlaces.erase(n);
-  session->checkOpen();
-  if (session->taskIndex.count(n) != 0) {
-    throw Error("actor " + std::to_string(n) + " is not submitted yet: kill it after submit (or leave it out)");
-  }
-  session->client.retrying([&]() {
-    auto req = session->client.svc().killActorRequest();
-    session->name(req);
-    req.setActor(n);
-    req.send().wait(session->client.waitScope());
-  });
-}
 
 Task Session::sleep(std::chrono::milliseconds duration, std::optional<DataObject> input) {
   if (input) impl->checkInput(*input, input->session);
