@@ -352,9 +352,4 @@ def _unpickle_ref(session_id, object_id):
     return ObjectRef(context, context.session.object(object_id))
 
 
-def error_value(name, error, traceback_text):
-    """A task's exception as the value its outputs hold."""
-    return TaskErrorValue.of(name, error, traceback_text)
-
-
 __all__ = ["ActorLife", "Capture", "Context", "ObjectRef"]
