@@ -3,6 +3,7 @@
 // governors and the client reconnect on their own. Every task's program
 // appends its id to a file, so the test counts executions.
 #include "command-output.h"
+#include "sanitizers.h"
 
 #include <gtest/gtest.h>
 #include <optional>
@@ -26,6 +27,11 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint64_t MODULUS = 1000003;
+// The ladders' widths (10 levels each): 10,000 tasks in the plain tree,
+// 3,000 under a sanitizer (each program start there costs several times
+// more, and the paths are the same).
+constexpr int FULL_WIDTH = plainOrSanitized(1000, 300);
+constexpr int SMALL_WIDTH = plainOrSanitized(300, 100);
 
 ClusterOptions recoveryCluster() {
   ClusterOptions options;
@@ -245,21 +251,22 @@ void runThroughGovernorCrashes(unsigned seed, int width, int levels, int kills) 
 }
 
 TEST(RecoveryTest, ServerKilledDuringA10000TaskRunLosesNothingAndRunsNothingTwice) {
-  // One full-size run, then smaller ones with other kill moments (CI time).
-  runThroughServerCrashes(1, 1000, 10, 3);
+  // One full-size run, then smaller ones with other kill moments (CI time;
+  // smaller again under the sanitizers, which run it twice more).
+  runThroughServerCrashes(1, FULL_WIDTH, 10, 3);
   for (unsigned seed : {2u, 3u}) {
     if (HasFailure()) return;
     SCOPED_TRACE("seed " + std::to_string(seed));
-    runThroughServerCrashes(seed, 300, 10, 3);
+    runThroughServerCrashes(seed, SMALL_WIDTH, 10, 3);
   }
 }
 
 TEST(RecoveryTest, GovernorsKilledDuringA10000TaskRunLoseNothingAndRedoOnlyWhatWasLost) {
-  runThroughGovernorCrashes(1, 1000, 10, 2);
+  runThroughGovernorCrashes(1, FULL_WIDTH, 10, 2);
   for (unsigned seed : {2u, 3u}) {
     if (HasFailure()) return;
     SCOPED_TRACE("seed " + std::to_string(seed));
-    runThroughGovernorCrashes(seed, 300, 10, 2);
+    runThroughGovernorCrashes(seed, SMALL_WIDTH, 10, 2);
   }
 }
 

@@ -106,6 +106,51 @@ TEST(UploadTest, AHundredMegabyteConstantSkipsTheServerAndComesBackEqual) {
   }
 }
 
+TEST(UploadTest, AConstantOfPiecesIsUploadedAtOnceAndItsPiecesMayChangeAfter) {
+  LocalCluster cluster(uploadCluster(1));
+  cluster.start();
+  Client client(cluster.serverAddress(), "upload-token");
+  auto session = client.newSession("pieces");
+  // Three pieces, one not a multiple of the upload's chunk size, joined in
+  // order; a small one is copied at once.
+  std::vector<std::string> pieces = {pattern(9u << 20, 1), pattern(5, 2), pattern(3u << 20, 3)};
+  std::string whole = pieces[0] + pieces[1] + pieces[2];
+  auto big = session.blob(std::vector<std::string_view>(pieces.begin(), pieces.end()), "big");
+  std::string small = "sm", all = "all";
+  auto tiny = session.blob(std::vector<std::string_view>{small, all}, "tiny");
+  // Uploaded before blob() returned: the governor holds it (unclaimed).
+  ASSERT_EQ(storeFiles(cluster, 0).size(), 1u);
+  for (auto& piece : pieces) std::fill(piece.begin(), piece.end(), 'x');
+  small = "XX";
+  big.keep();
+  tiny.keep();
+  auto length = session.execute(Program::shell("wc -c < in").input(big, "in").stdoutOutput());
+  length.output().keep();
+  session.submit();
+  EXPECT_TRUE(big.fetch() == whole) << "the governor holds other bytes";
+  EXPECT_EQ(tiny.fetch(), "small");
+  EXPECT_EQ(std::stoull(length.output().fetch()), whole.size());
+  EXPECT_EQ(big.info().hash, XXH3_64bits(whole.data(), whole.size()));
+}
+
+TEST(UploadTest, AConstantOfPiecesThatCannotBeUploadedIsNotTheSessions) {
+  LocalCluster cluster(uploadCluster(1));
+  cluster.start();
+  Client client(cluster.serverAddress(), "upload-token");
+  auto session = client.newSession("pieces refused");
+  cluster.governor(0).signal(SIGKILL);
+  ASSERT_TRUE(cluster.governor(0).waitExit(std::chrono::steady_clock::now() + 30s));
+  std::string piece(2u << 20, 'p');
+  // No governor to place it on (or the placed one gone): a clear error,
+  // and the session goes on without it.
+  EXPECT_THROW(session.blob(std::vector<std::string_view>{piece}), Error);
+  auto echo = session.execute(Program::shell("echo ok").stdoutOutput());
+  echo.output().keep();
+  cluster.addGovernor();
+  session.submit();
+  EXPECT_EQ(echo.output().fetch(), "ok\n");
+}
+
 TEST(UploadTest, AGovernorKilledDuringAnUploadFailsItClearlyAndKeepsNothing) {
   LocalCluster cluster(uploadCluster(1));
   cluster.start();

@@ -30,7 +30,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${SQUALL_CMAKE_ARGS:-}
+# -g1: line tables only (every backtrace and sanitizer report still names
+# file and line), for a third less build time than -g (docs/testing.md,
+# "Time"); a debugging session wants a Debug tree of its own.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" \
+  ${SQUALL_CMAKE_ARGS:-}
 ninja -C build -j"${SQUALL_JOBS:-2}"
 
 # `import squall` in Debian's python3 (docs/python.md): a .pth file in its

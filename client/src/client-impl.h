@@ -190,11 +190,13 @@ struct LocalObject {
   std::string path;
   uint64_t fileSize = 0;
   // Once uploaded to a governor (SessionImpl::uploadConstants): its name
-  // and data address, and the xxh3-64 of the bytes.
+  // and data address, its size and the xxh3-64 of the bytes (which
+  // `data` no longer needs to hold).
   std::string placedOn;
   std::string placedAddress;
+  uint64_t placedSize = 0;
   uint64_t placedHash = 0;
-  uint64_t size() const { return path.empty() ? data.size() : fileSize; }
+  uint64_t size() const { return !placedOn.empty() ? placedSize : path.empty() ? data.size() : fileSize; }
 };
 
 struct LocalTask {
@@ -397,7 +399,14 @@ struct SessionImpl {
   // carries its place instead of its bytes. Throws Error naming the
   // governor when one fails.
   void uploadConstants();
-  void upload(LocalObject& object, const std::string& governor, const std::string& address);
+  // Uploads `object` to the governor at `address`: its bytes are `parts`,
+  // or (null) its data or file.
+  void upload(LocalObject& object, const std::string& governor, const std::string& address,
+              const std::vector<std::string_view>* parts = nullptr);
+  // Places and uploads a constant of `size` bytes made of `parts` at once.
+  void uploadPieces(LocalObject& object, const std::vector<std::string_view>& parts, uint64_t size);
+  // Where the server places constants of these sizes: (governor, address).
+  std::vector<std::pair<std::string, std::string>> placeData(const std::vector<uint64_t>& sizes);
   // Best effort, after a refused submit: the governors drop its uploads.
   void discardUploads();
   // Where `actor` runs (its address empty when unknown).
@@ -468,7 +477,11 @@ struct SessionImpl {
     LocalObject object;
     object.n = takeId();
     object.kind = kind;
-    kinds[object.n] = kind;
+    return addObject(std::move(object));
+  }
+
+  LocalObject& addObject(LocalObject object) {
+    kinds[object.n] = object.kind;
     objectIndex[object.n] = objects.size();
     objects.push_back(std::move(object));
     return objects.back();

@@ -141,7 +141,7 @@ void fillObject(wire::ObjectSpec::Builder out, const LocalObject& o, uint64_t se
   out.setIsConstant(o.constant);
   if (!o.placedOn.empty()) {
     out.setPlacedOn(o.placedOn);
-    out.setPlacedSize(o.size());
+    out.setPlacedSize(o.placedSize);
     out.setPlacedHash(o.placedHash);
     return;
   }
@@ -499,6 +499,25 @@ DataObject Session::blob(std::string data, std::string label) {
   object.data = std::move(data);
   object.label = std::move(label);
   return DataObject(impl.get(), object.n);
+}
+
+DataObject Session::blob(const std::vector<std::string_view>& parts, std::string label) {
+  uint64_t size = 0;
+  for (auto part : parts) size += part.size();
+  if (size <= client::INLINE_CONSTANT_BYTES) {
+    std::string data;
+    data.reserve(size);
+    for (auto part : parts) data.append(part);
+    return blob(std::move(data), std::move(label));
+  }
+  impl->checkOpen();
+  // The session's only once uploaded: a failed upload leaves nothing.
+  client::LocalObject object;
+  object.n = impl->takeId();
+  object.constant = true;
+  object.label = std::move(label);
+  impl->uploadPieces(object, parts, size);
+  return DataObject(impl.get(), impl->addObject(std::move(object)).n);
 }
 
 DataObject Session::fileBlob(const std::string& path, std::string label) {

@@ -22,23 +22,37 @@ void SessionImpl::uploadConstants() {
     }
   }
   if (big.empty()) return;
+  std::vector<uint64_t> sizes;
+  for (auto* o : big) sizes.push_back(o->size());
+  auto places = placeData(sizes);
+  for (size_t i = 0; i < big.size(); i++) upload(*big[i], places[i].first, places[i].second);
+}
+
+std::vector<std::pair<std::string, std::string>> SessionImpl::placeData(const std::vector<uint64_t>& sizes) {
   auto places = client.retrying([&]() {
     auto req = client.svc().placeDataRequest();
     name(req);
-    auto sizes = req.initSizes(big.size());
-    for (size_t i = 0; i < big.size(); i++) sizes.set(i, big[i]->size());
+    auto list = req.initSizes(sizes.size());
+    for (size_t i = 0; i < sizes.size(); i++) list.set(i, sizes[i]);
     auto response = req.send().wait(client.waitScope());
     std::vector<std::pair<std::string, std::string>> out;
     for (auto place : response.getPlaces()) out.emplace_back(place.getGovernor().cStr(), place.getAddress().cStr());
     return out;
   });
-  if (places.size() != big.size()) throw Error("the server placed " + std::to_string(places.size()) + " of " +
-                                               std::to_string(big.size()) + " constants");
-  for (size_t i = 0; i < big.size(); i++) upload(*big[i], places[i].first, places[i].second);
+  if (places.size() != sizes.size()) throw Error("the server placed " + std::to_string(places.size()) + " of " +
+                                                 std::to_string(sizes.size()) + " constants");
+  return places;
 }
 
-void SessionImpl::upload(LocalObject& o, const std::string& governor, const std::string& address) {
-  uint64_t size = o.size();
+void SessionImpl::uploadPieces(LocalObject& o, const std::vector<std::string_view>& parts, uint64_t size) {
+  auto places = placeData({size});
+  o.placedSize = size;
+  upload(o, places[0].first, places[0].second, &parts);
+}
+
+void SessionImpl::upload(LocalObject& o, const std::string& governor, const std::string& address,
+                         const std::vector<std::string_view>* parts) {
+  uint64_t size = parts != nullptr ? o.placedSize : o.size();
   auto fail = [&](const std::string& why) {
     return Error("cannot upload constant " + std::to_string(o.n) + " (" + std::to_string(size) +
                  " bytes) to governor " + governor + " at " + address + ": " + why);
@@ -60,21 +74,30 @@ void SessionImpl::upload(LocalObject& o, const std::string& governor, const std:
     req.setSize(size);
     req.setIncarnation(incarnation);
     auto sink = req.send().getSink();
-    auto buffer = file != nullptr ? kj::heapArray<kj::byte>(UPLOAD_CHUNK_BYTES) : kj::Array<kj::byte>();
-    for (uint64_t offset = 0; offset < size; offset += UPLOAD_CHUNK_BYTES) {
-      size_t len = std::min<uint64_t>(UPLOAD_CHUNK_BYTES, size - offset);
-      const kj::byte* bytes = reinterpret_cast<const kj::byte*>(o.data.data()) + offset;
-      if (file != nullptr) {
-        if (fread(buffer.begin(), 1, len, file) != len) {
-          throw fail("'" + o.path + "' is shorter than the " + std::to_string(size) + " bytes it had");
-        }
-        bytes = buffer.begin();
-      }
+    auto send = [&](const kj::byte* bytes, size_t len) {
       XXH3_64bits_update(hash, bytes, len);
       auto write = sink.writeRequest(capnp::MessageSize{len / sizeof(capnp::word) + 16, 0});
       write.setChunk(kj::arrayPtr(bytes, len));
       // Resolves once the stream's window has room: a few chunks in flight.
       write.send().wait(ws);
+    };
+    if (file != nullptr) {
+      auto buffer = kj::heapArray<kj::byte>(UPLOAD_CHUNK_BYTES);
+      for (uint64_t offset = 0; offset < size; offset += UPLOAD_CHUNK_BYTES) {
+        size_t len = std::min<uint64_t>(UPLOAD_CHUNK_BYTES, size - offset);
+        if (fread(buffer.begin(), 1, len, file) != len) {
+          throw fail("'" + o.path + "' is shorter than the " + std::to_string(size) + " bytes it had");
+        }
+        send(buffer.begin(), len);
+      }
+    } else {
+      std::vector<std::string_view> whole{o.data};
+      for (auto part : parts != nullptr ? *parts : whole) {
+        for (size_t offset = 0; offset < part.size(); offset += UPLOAD_CHUNK_BYTES) {
+          send(reinterpret_cast<const kj::byte*>(part.data()) + offset,
+               std::min<size_t>(UPLOAD_CHUNK_BYTES, part.size() - offset));
+        }
+      }
     }
     auto finish = sink.finishRequest();
     finish.setHash(XXH3_64bits_digest(hash));
@@ -84,6 +107,7 @@ void SessionImpl::upload(LocalObject& o, const std::string& governor, const std:
   }
   o.placedOn = governor;
   o.placedAddress = address;
+  o.placedSize = size;
   o.placedHash = XXH3_64bits_digest(hash);
 }
 

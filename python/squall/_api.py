@@ -13,13 +13,13 @@ session (squall._worker.nested_session). _refs.py has the objects.
 import atexit
 import math
 import os
-import pickle
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import cloudpickle
 
+from . import _objects
 from . import _refs
 from . import _squall
 from . import _worker
@@ -181,8 +181,9 @@ def put(value: Any) -> ObjectRef:
         raise TypeError("put: an ObjectRef cannot be put (pass the ref itself)")
     ctx = context()
     ctx.check_thread()
-    data = cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    obj = ctx.session.blob(data, content_type="pickle")
+    # Big arrays out of band: read from their own memory at the submit
+    # (squall._objects).
+    obj = ctx.session.blob(_objects.dumps(value), content_type="pickle")
     obj.keep()
     ref = ObjectRef(ctx, obj)
     ctx.task_built()

@@ -14,10 +14,10 @@ Everything here runs on the thread that made the context, but for
 ObjectRef.__del__, which only appends to a list.
 """
 
-import pickle
 import threading
 import time
 
+from . import _objects
 from . import _squall
 from . import exceptions
 from ._worker import TaskErrorValue
@@ -202,11 +202,12 @@ class Context:
         values, fetched together; raises the first one's error (its task's
         exception, or why it was never made)."""
         try:
-            data = self.session.fetch_all([r._object for r in refs])
+            data = self.session.fetch_all([r._object for r in refs], views=True)
         except _squall.TaskFailed as failure:
             ref = next((r for r in refs if r._task is not None and r._task.id == failure.task), refs[0])
             raise self._system_error(ref, failure) from None
-        values = [pickle.loads(d) for d in data]
+        # A big array is a read-only view of the fetched bytes (Ray's too).
+        values = [_objects.loads(d) for d in data]
         for value in values:
             if isinstance(value, TaskErrorValue):
                 raise value.as_error()

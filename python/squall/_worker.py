@@ -28,6 +28,8 @@ import traceback
 
 import cloudpickle
 
+from . import _objects
+
 # The payload's first two fields (remote.py writes the same).
 MAGIC = "squall.remote"
 FORMAT = 2
@@ -118,14 +120,16 @@ def _function(key, pickled, what="function"):
     return function
 
 
-def _decode(codec, view, index):
+def _decode(codec, view, index, path):
     """An input as the function gets it: a dir as a pathlib.Path, a pickled
-    object as its value, anything else as bytes."""
+    object as its value (its big arrays read-only views of a mapping of the
+    store's file at `path`, which they keep; copies when the input came in
+    the call), anything else as bytes."""
     if isinstance(view, tuple):
         return pathlib.Path(view[1])
     if codec == "pickle":
         try:
-            return pickle.loads(view)
+            return _objects.loads(view, path) if path else _objects.loads_copied(view)
         except Exception as e:
             raise CallFailed(f"input {index} (content type 'pickle') cannot be unpickled: "
                              f"{type(e).__name__}: {e}") from None
@@ -141,7 +145,7 @@ def _encode(codec, value, index, name):
         raise CallFailed(f"{name} returned {type(value).__name__} for output {index}, which is "
                          "declared 'bytes': return bytes or str")
     try:
-        return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        return _objects.dumps(value)
     except Exception as e:
         raise CallFailed(f"{name} returned a value for output {index} that cannot be pickled: "
                          f"{type(e).__name__}: {e}") from None
@@ -164,7 +168,7 @@ def _payload(config, fields, what):
     try:
         if not config:
             raise ValueError("the call has no config")
-        payload = pickle.loads(config)
+        payload = _objects.loads(config)
         magic, version = payload[0], payload[1]
     except Exception as e:
         raise CallFailed(f"the call's config is no {what} ({type(e).__name__}: {e})") from None
@@ -183,8 +187,10 @@ def _check_counts(input_codecs, inputs, output_codecs, output_count):
         raise CallFailed(f"the call declares {len(input_codecs)} inputs, the task has {len(inputs)}")
 
 
-def _values(input_codecs, inputs):
-    return [_decode(codec, view, i) for i, (codec, view) in enumerate(zip(input_codecs, inputs))]
+def _values(input_codecs, inputs, paths):
+    paths = paths or [None] * len(inputs)
+    return [_decode(codec, view, i, path)
+            for i, (codec, view, path) in enumerate(zip(input_codecs, inputs, paths))]
 
 
 def _release(inputs):
@@ -271,15 +277,16 @@ def ray_call():
     return _RayCall.depth > 0
 
 
-def run(config, inputs, output_count):
-    """Runs one call of a function; returns the outputs' bytes, one per
-    output."""
+def run(config, inputs, output_count, paths=None):
+    """Runs one call of a function; returns the outputs, one per output:
+    bytes, or a list of parts (squall._objects.dumps). paths: each input's
+    store file, or None (it came in the call)."""
     try:
         payload = _payload(config, CALL_FIELDS, "@squall.remote call")
         _, _, name, key, pickled, args, kwargs, input_codecs, output_codecs, options = payload
         _check_counts(input_codecs, inputs, output_codecs, output_count)
         function = _function(key, pickled)
-        values = _values(input_codecs, inputs)
+        values = _values(input_codecs, inputs, paths)
     finally:
         _release(inputs)
     if options is not None:
@@ -291,7 +298,7 @@ def run(config, inputs, output_count):
 actor_id = None
 
 
-def construct(config, inputs):
+def construct(config, inputs, paths=None):
     """Makes an actor's instance: its class called on the constructor's
     arguments. The executor keeps it for call_method()."""
     global actor_id
@@ -300,7 +307,7 @@ def construct(config, inputs):
         _, _, _, key, pickled, args, kwargs, input_codecs, output_codecs, options = payload
         _check_counts(input_codecs, inputs, output_codecs, 0)
         cls = _function(key, pickled, "actor's class")
-        values = _values(input_codecs, inputs)
+        values = _values(input_codecs, inputs, paths)
     finally:
         _release(inputs)
     if executor() is not None:
@@ -329,7 +336,7 @@ def _sync(bound):
     return run_coroutine
 
 
-def call_method(instance, config, inputs, output_count):
+def call_method(instance, config, inputs, output_count, paths=None):
     """Runs one method call on an actor's instance; returns the outputs'
     bytes, one per output."""
     try:
@@ -342,7 +349,7 @@ def call_method(instance, config, inputs, output_count):
             bound = _sync(getattr(instance, method))
         except AttributeError:
             raise CallFailed(f"{name}: the actor ({type(instance).__qualname__}) has no method {method!r}") from None
-        values = _values(input_codecs, inputs)
+        values = _values(input_codecs, inputs, paths)
     finally:
         _release(inputs)
     if options is not None:

@@ -46,6 +46,7 @@ import pickle
 
 import cloudpickle
 
+from . import _objects
 from . import _squall
 from . import _worker
 from ._worker import FORMAT, MAGIC
@@ -204,29 +205,34 @@ def _pack(name, args, kwargs, session, layout, context=None):
     capture = context.capture() if context is not None else None
 
     def pickled(value):
+        """The value's parts (squall._objects): big buffers out of band."""
         if capture is None:
-            return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            return _objects.dumps(value)
         with capture:
-            return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            return _objects.dumps(value)
 
     def dump():
         return pickled(layout(plain_args, plain_kwargs, codecs))
 
-    config = dump()
-    if len(config) > CONFIG_LIMIT:
+    parts = dump()
+    # Big buffers (arrays) and big configs: the big arguments become
+    # constants of their own, their buffers read in place at the submit.
+    if len(parts) > 1 or _objects.size(parts) > CONFIG_LIMIT:
         def constant(entry):
             is_input, value = entry
             if is_input:
                 return entry
             data = pickled(value)
-            if len(data) <= BIG_ARGUMENT:
+            if _objects.size(data) <= BIG_ARGUMENT:
                 return entry
             inputs.append(session.blob(data, content_type="pickle"))
             codecs.append("pickle")
             return (True, len(inputs) - 1)
         plain_args = [constant(a) for a in plain_args]
         plain_kwargs = {k: constant(v) for k, v in plain_kwargs.items()}
-        config = dump()
+        parts = dump()
+    # What is left is small (the worker reads either layout).
+    config = parts[0] if len(parts) == 1 else b"".join(parts)
     if capture is not None:
         inputs.extend(ref._object for ref in capture.refs.values())
         return config, inputs, capture

@@ -95,6 +95,24 @@ struct ActorHandle {
 // @squall.remote's default outputs).
 constexpr const char* PICKLE_CONTENT_TYPE = "pickle";
 
+// The memory of a list of bytes-like Python objects (a constant's parts,
+// Session::blob), exported (so none is resized or freed) while this lives;
+// TypeError for anything else. Made and destroyed with the GIL held.
+struct HeldParts {
+  explicit HeldParts(py::handle list);
+  ~HeldParts();
+  HeldParts(const HeldParts&) = delete;
+  HeldParts& operator=(const HeldParts&) = delete;
+  std::vector<std::string_view> parts;
+  std::vector<Py_buffer> views;
+};
+// Fetched bytes as a read-only Python buffer that owns them (no copy).
+py::object fetchedBuffer(std::string bytes);
+// An object's value: unpickled when its content type is 'pickle'
+// (squall._objects.loads: out-of-band arrays are views of the bytes), the
+// bytes otherwise.
+py::object valueOf(const std::string& contentType, std::string bytes);
+
 // The session's handle for `value`: a DataObject, or a Task with exactly one
 // output (its output); anything else raises TypeError naming `what`.
 ObjectHandle toObject(py::handle value, const char* what);
@@ -122,6 +140,7 @@ void bindProgram(py::module_& m);
 void bindActor(py::module_& m);
 void bindSession(py::module_& m);
 void bindCluster(py::module_& m);
+void bindBuffers(py::module_& m);
 
 }  // namespace python
 }  // namespace squall

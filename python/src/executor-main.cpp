@@ -18,7 +18,11 @@
 #include <pybind11/embed.h>
 #include <squall/tasklib/tasklib.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
 #include <filesystem>
 #include <stdexcept>
 #include <string>
@@ -63,6 +67,21 @@ py::list inputsOf(squall::Call& call) {
   return inputs;
 }
 
+// Each input's store file (a blob mapped from one), or None: the worker
+// maps it again itself for values that keep views of it (squall._objects).
+py::list pathsOf(squall::Call& call) {
+  py::list paths;
+  for (size_t i = 0; i < call.inputCount(); i++) {
+    auto& input = call.input(i);
+    if (input.kind() == squall::DataKind::BLOB && !input.path().empty()) {
+      paths.append(input.path());
+    } else {
+      paths.append(py::none());
+    }
+  }
+  return paths;
+}
+
 py::bytes configOf(squall::Call& call) {
   auto config = call.config();
   return py::bytes(config.data(), config.size());
@@ -94,21 +113,61 @@ py::object runWorker(py::module_& worker, Run run) {
   }
 }
 
-// Writes the outputs' bytes the worker returned, one per output.
-void writeOutputs(squall::Call& call, py::handle outputs) {
-  for (size_t i = 0; i < call.outputCount(); i++) {
-    py::bytes bytes = outputs[py::int_(i)];
+// An output bigger than this, given in parts, is written straight into its
+// file (one copy, from the value's memory); a smaller one rides in the
+// call's answer.
+constexpr size_t OUTPUT_FILE_BYTES = 1 << 20;
+
+// Writes one output the worker returned: bytes, or a list of bytes-like
+// parts (an out-of-band pickle: squall._objects.dumps).
+void writeOutput(squall::Output& output, py::handle value) {
+  if (py::isinstance<py::bytes>(value)) {
     char* data = nullptr;
     Py_ssize_t size = 0;
-    PyBytes_AsStringAndSize(bytes.ptr(), &data, &size);
-    call.output(i).write(std::string_view(data, static_cast<size_t>(size)));
+    PyBytes_AsStringAndSize(value.ptr(), &data, &size);
+    output.write(std::string_view(data, static_cast<size_t>(size)));
+    return;
   }
+  std::vector<py::buffer_info> parts;
+  size_t total = 0;
+  for (auto part : value) {
+    parts.push_back(py::reinterpret_borrow<py::buffer>(part).request());
+    total += static_cast<size_t>(parts.back().size * parts.back().itemsize);
+  }
+  auto bytesOf = [](const py::buffer_info& part) {
+    return std::string_view(static_cast<const char*>(part.ptr), static_cast<size_t>(part.size * part.itemsize));
+  };
+  if (total <= OUTPUT_FILE_BYTES) {
+    for (auto& part : parts) output.write(bytesOf(part));
+    return;
+  }
+  const std::string& path = output.file();
+  int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open output " + output.name() + ": " + strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  for (auto& part : parts) {
+    auto bytes = bytesOf(part);
+    while (!bytes.empty()) {
+      ssize_t n = ::write(fd, bytes.data(), bytes.size());
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw std::runtime_error("cannot write output " + output.name() + ": " + strerror(errno));
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+  }
+}
+
+// Writes the outputs the worker returned, one per output.
+void writeOutputs(squall::Call& call, py::handle outputs) {
+  for (size_t i = 0; i < call.outputCount(); i++) writeOutput(call.output(i), outputs[py::int_(i)]);
 }
 
 void runCall(py::module_& worker, squall::Call& call) {
   Running running(call);
   auto outputs =
-      runWorker(worker, [&]() { return worker.attr("run")(configOf(call), inputsOf(call), call.outputCount()); });
+      runWorker(worker, [&]() { return worker.attr("run")(configOf(call), inputsOf(call), call.outputCount(), pathsOf(call)); });
   writeOutputs(call, outputs);
 }
 
@@ -120,14 +179,15 @@ class PythonActor {
  public:
   explicit PythonActor(squall::Call& init) : worker(py::module_::import("squall._worker")) {
     Running running(init);
-    instance = runWorker(worker, [&]() { return worker.attr("construct")(configOf(init), inputsOf(init)); });
+    instance = runWorker(worker, [&]() { return worker.attr("construct")(configOf(init), inputsOf(init), pathsOf(init)); });
   }
 
   // call-N: the method the config names, on the instance; N outputs.
   void call(squall::Call& call) {
     Running running(call);
     auto outputs = runWorker(worker, [&]() {
-      return worker.attr("call_method")(instance, configOf(call), inputsOf(call), call.outputCount());
+      return worker.attr("call_method")(instance, configOf(call), inputsOf(call), call.outputCount(),
+                                        pathsOf(call));
     });
     writeOutputs(call, outputs);
   }

@@ -426,4 +426,5 @@ PYBIND11_MODULE(_squall, m) {
   bindActor(m);
   bindSession(m);
   bindCluster(m);
+  bindBuffers(m);
 }

@@ -50,7 +50,22 @@ WaitTimeout waitTimeout(std::optional<double> seconds) {
 ObjectHandle handle(const std::shared_ptr<SessionBox>& box, DataObject object) { return ObjectHandle{box, object}; }
 TaskHandle handle(const std::shared_ptr<SessionBox>& box, Task task) { return TaskHandle{box, task}; }
 
-py::object loads(const std::string& bytes) { return py::module_::import("pickle").attr("loads")(py::bytes(bytes)); }
+// Session::blob of parts: a big one is uploaded now, without the GIL.
+DataObject partsBlob(const std::shared_ptr<SessionBox>& box, py::handle list, std::string label) {
+  auto& session = box->live();
+  HeldParts held(list);
+  py::gil_scoped_release release;
+  return session.blob(held.parts, std::move(label));
+}
+
+// A new constant's handle, with its content type (if any) set and known.
+ObjectHandle typed(const std::shared_ptr<SessionBox>& box, DataObject object, const std::string& contentType) {
+  if (!contentType.empty()) {
+    object.contentType(contentType);
+    box->contentTypes[object.id()] = contentType;
+  }
+  return handle(box, object);
+}
 
 // A Program with the session its inputs belong to (the C++ Program holds
 // object ids only): execute() refuses it in another session.
@@ -307,11 +322,10 @@ void bindObjects(py::module_& m) {
               py::gil_scoped_release release;
               data = object.fetch();
             }
-            if (type == PICKLE_CONTENT_TYPE) return loads(data);
-            return py::bytes(data);
+            return valueOf(type, std::move(data));
           },
-          "fetch(), unpickled when the content type is 'pickle' (Session.pickled, @remote results); "
-          "bytes otherwise.")
+          "fetch(), unpickled when the content type is 'pickle' (Session.pickled, @remote results; a big "
+          "array in it is a read-only view of the fetched bytes); bytes otherwise.")
       .def(
           "wait", [](ObjectHandle& o) { o.live().wait(); }, Release(), "Blocks until the object is finished.")
       .def(
@@ -491,28 +505,28 @@ void bindSession(py::module_& m) {
       .def(
           "blob",
           [](Box self, std::string data, std::string label, const std::string& contentType) {
-            auto object = self->live().blob(std::move(data), std::move(label));
-            if (!contentType.empty()) {
-              object.contentType(contentType);
-              self->contentTypes[object.id()] = contentType;
-            }
-            return handle(self, object);
+            return typed(self, self->live().blob(std::move(data), std::move(label)), contentType);
           },
           py::arg("data"), py::arg("label") = "", py::arg("content_type") = "",
           "A constant blob (bytes; a str is encoded as UTF-8), uploaded with the next submit (any size: over 1 MiB "
           "straight to a governor, never through the server).")
       .def(
+          "blob",
+          [](Box self, py::list parts, std::string label, const std::string& contentType) {
+            return typed(self, partsBlob(self, parts, std::move(label)), contentType);
+          },
+          py::arg("parts"), py::arg("label") = "", py::arg("content_type") = "",
+          "A constant blob made of a list of bytes-like parts, in order: over 1 MiB uploaded straight from their "
+          "memory to a governor before it returns (never joined), copied otherwise; they may change after.")
+      .def(
           "pickled",
           [](Box self, py::object value, std::string label) {
-            auto data = py::module_::import("cloudpickle").attr("dumps")(value).cast<std::string>();
-            auto object = self->live().blob(std::move(data), std::move(label));
-            object.contentType(PICKLE_CONTENT_TYPE);
-            self->contentTypes[object.id()] = PICKLE_CONTENT_TYPE;
-            return handle(self, object);
+            auto parts = py::module_::import("squall._objects").attr("dumps")(value);
+            return typed(self, partsBlob(self, parts, std::move(label)), PICKLE_CONTENT_TYPE);
           },
           py::arg("value"), py::arg("label") = "",
-          "A constant holding value pickled (cloudpickle), content type 'pickle': value() and @remote functions "
-          "taking it get the value back.")
+          "A constant holding value pickled (cloudpickle; big arrays out of band, read without a copy), content "
+          "type 'pickle': value() and @remote functions taking it get the value back.")
       .def(
           "file", [](Box self, const std::string& path) { return handle(self, self->live().fileBlob(path)); },
           py::arg("path"), Release(), "A local file uploaded as a constant blob (any size: a big one is read at the submit, in pieces, "
@@ -755,7 +769,7 @@ void bindSession(py::module_& m) {
           Release(), "ObjectInfos by id.")
       .def(
           "fetch_all",
-          [](SessionBox& s, py::handle objects) {
+          [](SessionBox& s, py::handle objects, bool views) {
             auto list = objectsOf(objects, "fetch_all");
             std::vector<std::string> values;
             {
@@ -763,12 +777,13 @@ void bindSession(py::module_& m) {
               values = s.live().fetchAll(list);
             }
             py::list out;
-            for (auto& value : values) out.append(py::bytes(value));
+            for (auto& value : values) out.append(views ? fetchedBuffer(std::move(value)) : py::bytes(value));
             return out;
           },
-          py::arg("objects"),
+          py::arg("objects"), py::arg("views") = false,
           "The bytes of each object, in order, waiting for them: as many fetch() calls with every request in "
-          "flight at once. Raises the TaskFailed of the first that will not be made.")
+          "flight at once. Raises the TaskFailed of the first that will not be made. views: read-only buffers "
+          "that own the bytes (no copy; memoryview() of each) instead of bytes.")
       .def("__enter__",
            [](py::object self) {
              self.cast<SessionBox&>().live();

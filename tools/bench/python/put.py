@@ -1,15 +1,23 @@
 #!/usr/bin/python3
-"""Put -> task -> small result, squall beside Dask (issue 39's first table).
+"""Big values between a driver and tasks, squall beside Dask (issue 39's table).
 
-A float64 array of ones of each size is made in the driver, put
-(squall: `session.pickled(x)`, a constant; Dask: `client.scatter(x)`), read
-by one task that returns `x.sum()`, and the result brought back. Prints
-`metric value` lines: MB/s of the array's bytes over the whole round trip
-(best of --reps). squall runs on a squall.LocalCluster of one governor x 1
-cpu, Dask (when `import distributed` works) on a distributed.LocalCluster of
-one worker process x 1 thread.
+For each size, a float64 array of ones made in the driver:
 
-    tools/bench/python/put.py [--sizes 8,256] [--reps 3] [--no-dask]   (sizes in MB)
+- put -> task -> result: squall `session.pickled(x)` (and Ray's `put`)
+  read by one task that returns `x.sum()`; Dask `client.scatter(x)` and
+  `submit(sum)`;
+- task returns -> get: a task returns `np.ones(n)`, the driver gets it
+  (squall `value()` and Ray's `get`; Dask `result()`);
+
+with the machine's own limits in the same run: `np.copyto` into an array
+written once before (warm) and into a fresh one. Prints `metric value`
+lines: MB/s of the array's bytes over the whole round trip (best of
+--reps), and each squall figure as a ratio to Dask's and to the warm copy.
+squall runs on a squall.LocalCluster of one governor x 1 cpu, Dask (when
+`import distributed` works) on a distributed.LocalCluster of one worker
+process x 1 thread.
+
+    tools/bench/python/put.py [--sizes 8,256,2048] [--reps 3] [--no-dask]   (sizes in MB)
 """
 import argparse
 import sys
@@ -24,7 +32,30 @@ def total(x):
     return float(x.sum())
 
 
-def squall_mb_per_s(client, n):
+@squall.remote
+def ones(n):
+    return np.ones(n)
+
+
+def best(reps, run):
+    return max(run() for _ in range(reps))
+
+
+def rate(n, seconds):
+    return n / 1e6 / seconds
+
+
+def copy_mb_per_s(n, warm):
+    x = np.ones(n // 8)
+    y = np.empty_like(x)
+    if warm:
+        np.copyto(y, x)
+    start = time.perf_counter()
+    np.copyto(y, x)
+    return rate(n, time.perf_counter() - start)
+
+
+def squall_put(client, n):
     x = np.ones(n // 8)
     with client.new_session("bench-put") as session:
         start = time.perf_counter()
@@ -32,40 +63,99 @@ def squall_mb_per_s(client, n):
         result.output.keep()
         session.submit()
         assert result.output.value() == n // 8
-        return n / 1e6 / (time.perf_counter() - start)
+        return rate(n, time.perf_counter() - start)
 
 
-def dask_mb_per_s(client, n):
+def squall_get(client, n):
+    with client.new_session("bench-get") as session:
+        start = time.perf_counter()
+        made = ones(n // 8)
+        made.output.keep()
+        session.submit()
+        assert made.output.value().shape == (n // 8,)
+        return rate(n, time.perf_counter() - start)
+
+
+def ray_put(n):
+    x = np.ones(n // 8)
+    start = time.perf_counter()
+    assert squall.get(total.remote(squall.put(x))) == n // 8
+    return rate(n, time.perf_counter() - start)
+
+
+def ray_get(n):
+    start = time.perf_counter()
+    assert squall.get(ones.remote(n // 8)).shape == (n // 8,)
+    return rate(n, time.perf_counter() - start)
+
+
+def dask_put(client, n):
     x = np.ones(n // 8)
     start = time.perf_counter()
     future = client.submit(lambda a: float(a.sum()), client.scatter(x))
     assert future.result() == n // 8
-    return n / 1e6 / (time.perf_counter() - start)
+    return rate(n, time.perf_counter() - start)
+
+
+def dask_get(client, n):
+    start = time.perf_counter()
+    future = client.submit(np.ones, n // 8, pure=False)
+    assert future.result().shape == (n // 8,)
+    return rate(n, time.perf_counter() - start)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="8,256", help="MB, comma-separated")
+    parser.add_argument("--sizes", default="8,256,2048", help="MB, comma-separated")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-dask", action="store_true")
     args = parser.parse_args()
     sizes = [int(float(s) * 1e6) for s in args.sizes.split(",")]
-    with squall.LocalCluster(governors=1, cpus=1) as cluster, squall.Client(cluster.address) as client:
-        for n in sizes:
-            print(f"squall_put_task_result_mb_per_s_{n // 1000000}mb "
-                  f"{max(squall_mb_per_s(client, n) for _ in range(args.reps)):.1f}", flush=True)
-    if args.no_dask:
-        return
-    try:
-        from distributed import Client as DaskClient, LocalCluster as DaskCluster
-    except ImportError:
-        print("dask: not installed (import distributed failed), skipped", file=sys.stderr)
-        return
-    with DaskCluster(n_workers=1, threads_per_worker=1, processes=True,
-                     dashboard_address=None) as cluster, DaskClient(cluster) as client:
-        for n in sizes:
-            print(f"dask_put_task_result_mb_per_s_{n // 1000000}mb "
-                  f"{max(dask_mb_per_s(client, n) for _ in range(args.reps)):.1f}", flush=True)
+    figures = {}
+
+    def say(metric, value):
+        figures[metric] = value
+        print(f"{metric} {value:.1f}", flush=True)
+
+    for n in sizes:
+        mb = n // 1000000
+        say(f"copy_warm_mb_per_s_{mb}mb", best(args.reps, lambda: copy_mb_per_s(n, True)))
+        say(f"copy_fresh_mb_per_s_{mb}mb", best(args.reps, lambda: copy_mb_per_s(n, False)))
+    with squall.LocalCluster(governors=1, cpus=1) as cluster:
+        with squall.Client(cluster.address) as client:
+            for n in sizes:
+                mb = n // 1000000
+                say(f"squall_put_task_result_mb_per_s_{mb}mb", best(args.reps, lambda: squall_put(client, n)))
+                say(f"squall_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: squall_get(client, n)))
+        squall.init(address=cluster.address)
+        try:
+            for n in sizes:
+                mb = n // 1000000
+                say(f"ray_model_put_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: ray_put(n)))
+                say(f"ray_model_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: ray_get(n)))
+        finally:
+            squall.shutdown()
+    if not args.no_dask:
+        try:
+            from distributed import Client as DaskClient, LocalCluster as DaskCluster
+        except ImportError:
+            print("dask: not installed (import distributed failed), skipped", file=sys.stderr)
+        else:
+            with DaskCluster(n_workers=1, threads_per_worker=1, processes=True,
+                             dashboard_address=None) as cluster, DaskClient(cluster) as client:
+                for n in sizes:
+                    mb = n // 1000000
+                    say(f"dask_put_task_result_mb_per_s_{mb}mb", best(args.reps, lambda: dask_put(client, n)))
+                    say(f"dask_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: dask_get(client, n)))
+    for n in sizes:
+        mb = n // 1000000
+        warm = figures[f"copy_warm_mb_per_s_{mb}mb"]
+        for what in ("put_task_result", "task_get"):
+            ours = figures[f"squall_{what}_mb_per_s_{mb}mb"]
+            print(f"ratio_squall_{what}_to_warm_copy_{mb}mb {ours / warm:.3f}")
+            dask = figures.get(f"dask_{what}_mb_per_s_{mb}mb")
+            if dask:
+                print(f"ratio_squall_{what}_to_dask_{mb}mb {ours / dask:.2f}")
 
 
 if __name__ == "__main__":

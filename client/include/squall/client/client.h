@@ -374,6 +374,11 @@ class Session {
   // submit, bigger ones of any size straight to a governor the server
   // chooses (their bytes never go through the server).
   DataObject blob(std::string data, std::string label = "");
+  // A constant made of pieces of memory, in order (Python's out-of-band
+  // pickles: an array's own memory): up to 1 MiB copied; a bigger one
+  // uploaded to a governor before this returns, read straight from the
+  // pieces, never joined. The pieces may change once it returns.
+  DataObject blob(const std::vector<std::string_view>& parts, std::string label = "");
   // A local file uploaded as a constant blob, any size: a big one is read
   // at the submit, in pieces, never held whole (`label` empty: its name).
   DataObject fileBlob(const std::string& path, std::string label = "");
