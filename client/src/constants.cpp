@@ -1,12 +1,16 @@
-// Big constants straight to a governor (see client.h: Session::blob,
-// fileBlob; docs/decisions.md, "Big constants skip the server"): before a
-// submit, the server places them (placeData) and each is streamed to its
+// Constants (see client.h: Session::blob, fileBlob, directory) and the
+// upload of big ones straight to a governor (docs/decisions.md, "Big
+// constants skip the server"): before a submit (a blob of parts: at once),
+// the server places them (placeData) and each is streamed to its
 // governor's data service in chunks, hashed as it goes; a refused submit
 // discards them. Thread: the one that created the Client.
 #include "client-impl.h"
+#include "tar.h"
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <sys/stat.h>
 #include <map>
 #include <squall/proto/errors.h>
 #include <xxhash.h>
@@ -129,4 +133,80 @@ void SessionImpl::discardUploads() {
 }
 
 }  // namespace client
+
+// ------------------------------------------------------------ Session
+
+namespace {
+constexpr uint64_t MAX_CONSTANT_BYTES = 48 << 20;
+
+// A small file, or one whose size is not known ahead (a pipe).
+std::string readLocalFile(const std::string& path) {
+  FILE* file = fopen(path.c_str(), "rb");
+  if (file == nullptr) throw Error("cannot read '" + path + "': " + strerror(errno));
+  std::string data;
+  char buffer[65536];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), file)) > 0) data.append(buffer, n);
+  bool failed = ferror(file);
+  fclose(file);
+  if (failed) throw Error("cannot read '" + path + "'");
+  return data;
+}
+}  // namespace
+
+DataObject Session::blob(std::string data, std::string label) {
+  impl->checkOpen();
+  auto& object = impl->newObject();
+  object.constant = true;
+  object.data = std::move(data);
+  object.label = std::move(label);
+  return DataObject(impl.get(), object.n);
+}
+
+DataObject Session::blob(const std::vector<std::string_view>& parts, std::string label) {
+  uint64_t size = 0;
+  for (auto part : parts) size += part.size();
+  if (size <= client::INLINE_CONSTANT_BYTES) {
+    std::string data;
+    data.reserve(size);
+    for (auto part : parts) data.append(part);
+    return blob(std::move(data), std::move(label));
+  }
+  impl->checkOpen();
+  // The session's only once uploaded: a failed upload leaves nothing.
+  client::LocalObject object;
+  object.n = impl->takeId();
+  object.constant = true;
+  object.label = std::move(label);
+  impl->uploadPieces(object, parts, size);
+  return DataObject(impl.get(), impl->addObject(std::move(object)).n);
+}
+
+DataObject Session::fileBlob(const std::string& path, std::string label) {
+  if (label.empty()) label = std::filesystem::path(path).filename().string();
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+      static_cast<uint64_t>(st.st_size) > client::INLINE_CONSTANT_BYTES) {
+    // Read at the submit, in pieces, straight to a governor.
+    impl->checkOpen();
+    auto& object = impl->newObject();
+    object.constant = true;
+    object.path = std::filesystem::absolute(path).string();
+    object.fileSize = static_cast<uint64_t>(st.st_size);
+    object.label = std::move(label);
+    return DataObject(impl.get(), object.n);
+  }
+  return blob(readLocalFile(path), std::move(label));
+}
+
+DataObject Session::directory(const std::string& path) {
+  impl->checkOpen();
+  auto tar = client::tarDirectory(path, MAX_CONSTANT_BYTES);
+  auto& object = impl->newObject(ObjectKind::DIR);
+  object.constant = true;
+  object.data = std::move(tar);
+  object.label = std::filesystem::path(path).lexically_normal().filename().string();
+  return DataObject(impl.get(), object.n);
+}
+
 }  // namespace squall
