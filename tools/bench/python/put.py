@@ -8,6 +8,8 @@ For each size, a float64 array of ones made in the driver:
   `submit(sum)`;
 - task returns -> get: a task returns `np.ones(n)`, the driver gets it
   (squall `value()` and Ray's `get`; Dask `result()`);
+- a task on an array already put (8 KB and each size) that reads one
+  element: its round trip in ms, which a copy of the argument would grow;
 
 with the machine's own limits in the same run: `np.copyto` into an array
 written once before (warm) and into a fresh one. Prints `metric value`
@@ -35,6 +37,11 @@ def total(x):
 @squall.remote
 def ones(n):
     return np.ones(n)
+
+
+@squall.remote
+def first(x):
+    return float(x[0])
 
 
 def best(reps, run):
@@ -89,6 +96,16 @@ def ray_get(n):
     return rate(n, time.perf_counter() - start)
 
 
+def ray_task_on_put_ms(n):
+    """A task that reads one element of an array already put: its round
+    trip, which a copy of the argument would make grow with the size."""
+    ref = squall.put(np.ones(max(n // 8, 1)))
+    squall.get(first.remote(ref))  # the executor warm
+    start = time.perf_counter()
+    assert squall.get(first.remote(ref)) == 1.0
+    return -1000 * (time.perf_counter() - start)  # best = the least
+
+
 def dask_put(client, n):
     x = np.ones(n // 8)
     start = time.perf_counter()
@@ -133,6 +150,8 @@ def main():
                 mb = n // 1000000
                 say(f"ray_model_put_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: ray_put(n)))
                 say(f"ray_model_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: ray_get(n)))
+            for n in [8000] + sizes:
+                say(f"ray_model_task_on_put_ms_{n}b", -best(args.reps, lambda: ray_task_on_put_ms(n)))
         finally:
             squall.shutdown()
     if not args.no_dask:
