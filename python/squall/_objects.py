@@ -93,12 +93,13 @@ def loads(data, path=None):
 
 
 def loads_copied(data):
-    """As loads, each buffer copied: for bytes that go away after the call
-    (an executor's input carried in the call itself)."""
+    """As loads, each buffer copied (read-only, as loads gives them): for
+    bytes that go away after the call (an executor's input carried in the
+    call itself)."""
     view = memoryview(data)
     if view.nbytes < _HEAD.size or bytes(view[:4]) != MAGIC:
         return pickle.loads(view)
-    return _loads_framed(view, bytearray)
+    return _loads_framed(view, bytes)
 
 
 def _loads_framed(view, take):

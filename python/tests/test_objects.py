@@ -50,7 +50,7 @@ def test_big_buffers_go_out_of_band_aligned_and_come_back_as_read_only_views():
     assert not got["a"].flags.writeable
     assert np.shares_memory(got["a"], np.frombuffer(data, dtype=np.uint8))
     copied = _objects.loads_copied(memoryview(data))
-    assert np.array_equal(copied["a"], a)
+    assert np.array_equal(copied["a"], a) and not copied["a"].flags.writeable
     assert not np.shares_memory(copied["a"], np.frombuffer(data, dtype=np.uint8))
 
 
