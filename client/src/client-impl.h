@@ -399,9 +399,9 @@ struct SessionImpl {
   // carries its place instead of its bytes. Throws Error naming the
   // governor when one fails.
   void uploadConstants();
-  // Uploads `object` to the governor at `address`: its bytes are `parts`,
-  // or (null) its data or file.
-  void upload(LocalObject& object, const std::string& governor, const std::string& address,
+  // Uploads `object` (`size` bytes) to the governor at `address`: its
+  // bytes are `parts`, or (null) its data or file.
+  void upload(LocalObject& object, const std::string& governor, const std::string& address, uint64_t size,
               const std::vector<std::string_view>* parts = nullptr);
   // Places and uploads a constant of `size` bytes made of `parts` at once.
   void uploadPieces(LocalObject& object, const std::vector<std::string_view>& parts, uint64_t size);

@@ -29,7 +29,7 @@ void SessionImpl::uploadConstants() {
   std::vector<uint64_t> sizes;
   for (auto* o : big) sizes.push_back(o->size());
   auto places = placeData(sizes);
-  for (size_t i = 0; i < big.size(); i++) upload(*big[i], places[i].first, places[i].second);
+  for (size_t i = 0; i < big.size(); i++) upload(*big[i], places[i].first, places[i].second, sizes[i]);
 }
 
 std::vector<std::pair<std::string, std::string>> SessionImpl::placeData(const std::vector<uint64_t>& sizes) {
@@ -50,13 +50,11 @@ std::vector<std::pair<std::string, std::string>> SessionImpl::placeData(const st
 
 void SessionImpl::uploadPieces(LocalObject& o, const std::vector<std::string_view>& parts, uint64_t size) {
   auto places = placeData({size});
-  o.placedSize = size;
-  upload(o, places[0].first, places[0].second, &parts);
+  upload(o, places[0].first, places[0].second, size, &parts);
 }
 
-void SessionImpl::upload(LocalObject& o, const std::string& governor, const std::string& address,
+void SessionImpl::upload(LocalObject& o, const std::string& governor, const std::string& address, uint64_t size,
                          const std::vector<std::string_view>* parts) {
-  uint64_t size = parts != nullptr ? o.placedSize : o.size();
   auto fail = [&](const std::string& why) {
     return Error("cannot upload constant " + std::to_string(o.n) + " (" + std::to_string(size) +
                  " bytes) to governor " + governor + " at " + address + ": " + why);

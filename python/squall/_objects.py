@@ -72,10 +72,6 @@ def size(parts):
     return sum(memoryview(p).nbytes for p in parts)
 
 
-def is_out_of_band(data):
-    return bytes(memoryview(data)[:4]) == MAGIC
-
-
 def loads(data, path=None):
     """The value in an object's bytes. An out-of-band pickle's buffers are
     views of `data` (read-only when it is), or, given `path` (the store's
@@ -84,7 +80,7 @@ def loads(data, path=None):
     outlive the value (bytes do; memory that goes away first needs
     loads_copied)."""
     view = memoryview(data)
-    if view.nbytes < _HEAD.size or bytes(view[:4]) != MAGIC:
+    if not _is_framed(view):
         return pickle.loads(view)
     if path is not None:
         with open(path, "rb") as f:
@@ -97,9 +93,13 @@ def loads_copied(data):
     bytes that go away after the call (an executor's input carried in the
     call itself)."""
     view = memoryview(data)
-    if view.nbytes < _HEAD.size or bytes(view[:4]) != MAGIC:
+    if not _is_framed(view):
         return pickle.loads(view)
     return _loads_framed(view, bytes)
+
+
+def _is_framed(view):
+    return view.nbytes >= _HEAD.size and bytes(view[:4]) == MAGIC
 
 
 def _loads_framed(view, take):
