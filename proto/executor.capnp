@@ -92,8 +92,9 @@ struct MethodCall {
   context @6 :CallContext;
 }
 
-# The answer to a MethodCall, in the order the calls came: what call()
-# answers, or, when `failed`, the method's error (what it threw).
+# The answer to a MethodCall, in the order the calls came (for an actor
+# that allows concurrent calls: as they end): what call() answers, or,
+# when `failed`, the method's error (what it threw).
 struct MethodAnswer {
   serial @0 :UInt64;
   outputs @1 :List(CallOutput);
@@ -128,9 +129,13 @@ interface Executor {
   # takes the type's methods, as "Type.method", run on that instance. A
   # process holds at most one actor, for its whole life (the governor gives
   # each actor a process of its own). A constructor that throws fails the
-  # call with its message.
+  # call with its message. `concurrency`: how many of its method calls may
+  # be under way at once (0 or 1: one after another, each answered before
+  # the next starts); above 1 they start in the order they came and their
+  # answers come as they end, in any order (tasklib's
+  # Call::allowConcurrentCalls).
   construct @2 (type :Text, config :Data, inputs :List(CallInput), context :CallContext)
-      -> (runUs :UInt64);
+      -> (runUs :UInt64, concurrency :UInt32);
 
   # The governor's side for this process's calls; sent once, before the
   # first call.
@@ -151,6 +156,9 @@ interface Executor {
   # answer is written before the next method starts, so a process that
   # dies in a method takes no answer but that one's (the governor reads
   # the answers written before it died, then the end of the channel).
+  # An actor whose constructor allowed concurrent calls (construct's
+  # `concurrency`) starts them in order but may have that many under way,
+  # answering each as it ends.
   # Cheaper than call() per call: no question, Return and Finish, no
   # promise on either side (docs/benchmarks.md).
   openCalls @5 (channel :PipeEnd);

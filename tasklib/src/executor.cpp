@@ -4,8 +4,12 @@
 // the process's one thread.
 #include <squall/tasklib/tasklib.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
+#include <optional>
+#include <thread>
+#include <unordered_map>
 #include <squall/client/shared-loop.h>
 
 #include <capnp/rpc-twoparty.h>
@@ -184,6 +188,9 @@ Call::~Call() {
 
 Session& Call::session() {
   if (session_ == nullptr) {
+    if (host_ != nullptr && std::this_thread::get_id() != thread_) {
+      throw std::logic_error("session(): on the executor's thread only (not from a detached call's own thread)");
+    }
     if (host_ == nullptr || sessionId_ == 0) {
       throw std::logic_error("this call has no session: its governor did not say which task it runs for");
     }
@@ -199,6 +206,22 @@ std::pair<void*, void*> Call::eventLoop() const {
 
 void Call::waiting(bool waiting) {
   if (host_ != nullptr) host_->waiting(sessionId_, taskId_, waiting);
+}
+
+void Call::allowConcurrentCalls(uint32_t n) {
+  if (!constructor_) throw std::logic_error("allowConcurrentCalls(): only in an actor's constructor");
+  concurrency_ = n > 1 ? n : 1;
+}
+
+std::shared_ptr<CallEnd> Call::detach() {
+  if (!detachable_ || host_ == nullptr) {
+    throw std::logic_error(
+        "detach(): only in a method of an actor whose constructor allowed concurrent calls "
+        "(Call::allowConcurrentCalls), while the method runs");
+  }
+  if (detached_) throw std::logic_error("detach(): this call was detached already");
+  detached_ = true;
+  return host_->detach(*this);
 }
 
 const Input& Call::input(size_t i) const {
@@ -391,6 +414,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     }
     KJ_IF_MAYBE(h, held) { SQUALL_FAIL("this process already holds actor ", h->type); }
     auto call = kj::heap<Call>();
+    call->constructor_ = true;
     Pipes pipes;
     setUpInputs(*call, params.getConfig(), params.getInputs(), pipes);
     setUpContext(*call, params.getContext());
@@ -411,7 +435,10 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
         KJ_ASSERT(h->construct == attempt, "another construct took this one's place");
         h->instance = kj::mv(instance);
       }
-      context.getResults().setRunUs(sinceUs(began));
+      concurrency = init.concurrency_;
+      auto results = context.getResults();
+      results.setRunUs(sinceUs(began));
+      results.setConcurrency(concurrency);
     };
     return kj::evalNow([&]() { return whenPipesArrive(kj::mv(call), kj::mv(pipes), kj::mv(body)); })
         .catch_([this, attempt](kj::Exception&& e) {
@@ -547,7 +574,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
             // Its end is its answer, written by the call itself.
             topLevel
                 .later(context.getSession(), context.getTask(),
-                       [this, &ch, reader = kj::mv(reader)]() mutable { runMethodCall(ch, *reader); }, true)
+                       [this, &ch, reader = kj::mv(reader)]() mutable { runMethodCall(ch, kj::mv(reader)); }, true)
                 .detach([](kj::Exception&&) {});
             return readCalls(ch);
           }
@@ -556,14 +583,16 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   }
 
   // Runs one MethodCall and writes its answer at once (before anything
-  // else runs: what a crash in the next method must not take).
-  void runMethodCall(Channel& ch, capnp::MessageReader& message) {
+  // else runs: what a crash in the next method must not take), unless the
+  // method detached it (an actor allowing concurrent calls): then its
+  // answer goes once its CallEnd says so.
+  void runMethodCall(Channel& ch, kj::Own<capnp::MessageReader> message) {
     uint64_t serial = 0;
     kj::Own<Call> call;
     std::string outputDir;
     uint64_t runUs = 0;
     auto failure = kj::runCatchingExceptions([&]() {
-      auto params = message.getRoot<wire::MethodCall>();
+      auto params = message->getRoot<wire::MethodCall>();
       serial = params.getSerial();
       Pipes pipes;
       auto prepared = prepare(params.getFunction(), params.getConfig(), params.getInputs(), params.getOutputKinds(),
@@ -571,24 +600,142 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
       SQUALL_REQUIRE(pipes.ends.size() == 0, "a method call over the calls channel carries no live streams");
       call = kj::mv(prepared.call);
       outputDir = kj::mv(prepared.outputDir);
+      call->detachable_ = concurrency > 1;
+      runningSerial = serial;
+      runningBegan = std::chrono::steady_clock::now();
+      KJ_DEFER(call->detachable_ = false);
       runUs = runBody(prepared.body, *call);
     });
-    capnp::MallocMessageBuilder answer(call.get() != nullptr ? answerSize(*call).wordCount + 8 : 64);
+    kj::Maybe<std::string> error;
+    KJ_IF_MAYBE(e, failure) { error = std::string(userMessage(*e).cStr()); }
+    if (call.get() != nullptr && call->detached_) {
+      auto& detached = detachedCalls->bySerial[serial];
+      detached.message = kj::mv(message);
+      detached.call = kj::mv(call);
+      detached.outputDir = kj::mv(outputDir);
+      detached.returned = true;
+      if (error != nullptr) {
+        // It threw after it detached: the call fails now; the Call stays
+        // until its CallEnd ends (another thread may still hold it).
+        detached.answered = true;
+        writeAnswer(ch, serial, nullptr, "", runUs, kj::mv(error));
+      }
+      if (detached.ended) detachedEnded(serial);
+      return;
+    }
+    writeAnswer(ch, serial, call.get(), outputDir, runUs, kj::mv(error));
+  }
+
+  // Writes a MethodAnswer: `call`'s outputs, or `error`.
+  void writeAnswer(Channel& ch, uint64_t serial, Call* call, const std::string& outputDir, uint64_t runUs,
+                   kj::Maybe<std::string> error) {
+    capnp::MallocMessageBuilder answer(call != nullptr && error == nullptr ? answerSize(*call).wordCount + 8 : 64);
     auto root = answer.initRoot<wire::MethodAnswer>();
     root.setSerial(serial);
     root.setRunUs(runUs);
-    if (failure == nullptr) {
-      failure = kj::runCatchingExceptions(
-          [&]() { fillOutputs(*call, root.initOutputs(call->outputs_.size()), outputDir); });
+    if (error == nullptr) {
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions(
+                         [&]() { fillOutputs(*call, root.initOutputs(call->outputs_.size()), outputDir); })) {
+        error = std::string(userMessage(*e).cStr());
+      }
     }
-    KJ_IF_MAYBE(e, failure) {
+    KJ_IF_MAYBE(e, error) {
       root.disownOutputs();
       root.setFailed(true);
-      root.setError(userMessage(*e));
+      root.setError(capnp::Text::Reader(e->c_str(), e->size()));
     }
     // Throws DISCONNECTED when the governor went: the process has nothing
     // left to do then.
     ch.messages.writeNow(answer.getSegmentsForOutput());
+  }
+
+  // ---- calls handed over (Call::detach)
+
+  // A detached call until it ends; touched on the executor's thread only.
+  struct Detached {
+    // What the Call's inputs point into, and the Call (once its method
+    // returned).
+    kj::Own<capnp::MessageReader> message;
+    kj::Own<Call> call;
+    std::string outputDir;
+    std::chrono::steady_clock::time_point began;
+    bool returned = false;
+    // Its CallEnd ended it (with `error`, or none); its answer went.
+    bool ended = false;
+    kj::Maybe<std::string> error;
+    bool answered = false;
+  };
+  struct DetachedCalls {
+    explicit DetachedCalls(ExecutorService& service) : service(service) {}
+    ExecutorService& service;
+    std::unordered_map<uint64_t, Detached> bySerial;
+  };
+  // Held weakly by the CallEnds, which may outlive this service.
+  std::shared_ptr<DetachedCalls> detachedCalls = std::make_shared<DetachedCalls>(*this);
+  // The construct's allowConcurrentCalls; the method call running now.
+  uint32_t concurrency = 1;
+  uint64_t runningSerial = 0;
+  std::chrono::steady_clock::time_point runningBegan;
+
+  // A CallEnd that ends its call on the executor's thread (kj::Executor).
+  class LoopCallEnd final : public CallEnd {
+   public:
+    LoopCallEnd(std::weak_ptr<DetachedCalls> calls, uint64_t serial)
+        : calls(kj::mv(calls)), serial(serial), loop(kj::getCurrentThreadExecutor().addRef()),
+          loopThread(std::this_thread::get_id()) {}
+    // One dropped without an end would leave its call waiting for ever.
+    ~LoopCallEnd() noexcept override {
+      if (!ended) end(std::string("the method detached its call and dropped it without finish() or fail()"));
+    }
+    void finish() override { end(nullptr); }
+    void fail(std::string error) override { end(kj::mv(error)); }
+
+   private:
+    void end(kj::Maybe<std::string> error) {
+      if (ended.exchange(true)) return;
+      auto onLoop = [this, &error]() {
+        if (auto live = calls.lock()) live->service.ended(serial, kj::mv(error));
+      };
+      if (std::this_thread::get_id() == loopThread) return onLoop();
+      // The loop has gone (the executor is stopping): so has the governor.
+      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { loop->executeSync(onLoop); })) { (void)e; }
+    }
+    std::weak_ptr<DetachedCalls> calls;
+    uint64_t serial;
+    kj::Own<const kj::Executor> loop;
+    std::thread::id loopThread;
+    std::atomic<bool> ended{false};
+  };
+
+  // Call::Host: the method running now hands its call over.
+  std::shared_ptr<CallEnd> detach(Call&) override {
+    detachedCalls->bySerial[runningSerial].began = runningBegan;
+    return std::make_shared<LoopCallEnd>(detachedCalls, runningSerial);
+  }
+
+  // A CallEnd ended the call of `serial` (on this thread).
+  void ended(uint64_t serial, kj::Maybe<std::string> error) {
+    auto it = detachedCalls->bySerial.find(serial);
+    if (it == detachedCalls->bySerial.end()) return;
+    it->second.ended = true;
+    it->second.error = kj::mv(error);
+    if (it->second.returned) detachedEnded(serial);
+  }
+
+  // Answers (unless done already) and forgets a detached call whose
+  // method returned and whose CallEnd ended it.
+  void detachedEnded(uint64_t serial) {
+    auto it = detachedCalls->bySerial.find(serial);
+    auto detached = kj::mv(it->second);
+    detachedCalls->bySerial.erase(it);
+    if (detached.answered || channel.get() == nullptr) return;
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                  writeAnswer(*channel, serial, detached.call.get(), detached.outputDir, sinceUs(detached.began),
+                              kj::mv(detached.error));
+                })) {
+      // The governor went: this process goes with it.
+      (void)e;
+    }
   }
 
   const Executor::MethodEntry& findMethod(std::string_view type, std::string_view name) {
@@ -660,6 +807,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     call.sessionId_ = context.getSession();
     call.taskId_ = context.getTask();
     call.host_ = this;
+    call.thread_ = std::this_thread::get_id();
   }
 
   // Call::Host.

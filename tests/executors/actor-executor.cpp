@@ -1,10 +1,15 @@
 // The executor the actor end-to-end tests run (tests/actor-test.cpp), as
 // "stats": a Counter actor type whose methods add, report, crash (also
 // leaving a child behind), spin and
-// meet another actor, and a Broken type whose constructor throws.
+// meet another actor; a Gate type whose calls run concurrently; and a
+// Broken type whose constructor throws.
 #include <squall/tasklib/tasklib.h>
 
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
 #include <cstdlib>
 #include <fcntl.h>
 #include <filesystem>
@@ -13,6 +18,7 @@
 #include <string>
 #include <thread>
 #include <unistd.h>
+#include <vector>
 
 namespace {
 
@@ -105,12 +111,98 @@ class Counter {
     if (!waitForFile(config.substr(space + 1))) throw std::runtime_error("the other actor never came");
     call.output(0).write("met");
   }
+  // Tries to detach its call, which a Counter may not (it allows no
+  // concurrent calls): the call fails saying so.
+  void detach(squall::Call& call) { call.detach()->finish(); }
   // Throws, leaving the total as it was.
   void fail(squall::Call& call) { throw std::runtime_error("asked to fail: " + std::string(call.config())); }
 
  private:
   long long total = 0;
   std::string history;
+};
+
+// An actor whose calls may be under way at once (its config: how many),
+// each detached to a thread of its own. "hold" waits until its group of
+// holds (the config's number, in the order they came) are under way
+// together (or 30 s), then ends saying that number; "peak": the most calls ever under way at once; "gate" waits
+// until "open" runs; "failLater" fails its call from its thread; "crash"
+// ends the process.
+class Gate {
+ public:
+  explicit Gate(squall::Call& init) {
+    std::string config(init.config());
+    init.allowConcurrentCalls(static_cast<uint32_t>(std::stoul(config.empty() ? "1" : config)));
+  }
+  ~Gate() {
+    for (auto& t : threads) t.join();
+  }
+
+  void hold(squall::Call& call) {
+    size_t together = std::stoul(std::string(call.config()));
+    size_t group;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      group = entered++ / together;
+    }
+    later(call, [this, together, group](squall::Call& c) {
+      // Its group is complete once every member entered: they were all
+      // under way then, none having ended.
+      std::unique_lock<std::mutex> lock(mutex);
+      bool met = changed.wait_for(lock, std::chrono::seconds(30), [&]() { return entered >= (group + 1) * together; });
+      c.output(0).write(met ? std::to_string(together) : "timed out");
+    });
+  }
+  void peak(squall::Call& call) {
+    std::lock_guard<std::mutex> lock(mutex);
+    call.output(0).write(std::to_string(most));
+  }
+  void gate(squall::Call& call) {
+    later(call, [this](squall::Call& c) {
+      std::unique_lock<std::mutex> lock(mutex);
+      bool opened = changed.wait_for(lock, std::chrono::seconds(30), [&]() { return open; });
+      c.output(0).write(opened ? "passed" : "never opened");
+    });
+  }
+  void opening(squall::Call& call) {
+    std::lock_guard<std::mutex> lock(mutex);
+    open = true;
+    changed.notify_all();
+    call.output(0).write("opened");
+  }
+  void failLater(squall::Call& call) {
+    auto end = call.detach();
+    threads.emplace_back([end, why = std::string(call.config())]() { end->fail("failed later: " + why); });
+  }
+  void crash(squall::Call&) { abort(); }
+
+ private:
+  // Runs `work` on a thread of its own, counted as under way meanwhile.
+  void later(squall::Call& call, std::function<void(squall::Call&)> work) {
+    auto end = call.detach();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      active++;
+      most = std::max(most, active);
+      changed.notify_all();
+    }
+    threads.emplace_back([this, &call, end, work = std::move(work)]() {
+      work(call);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        active--;
+      }
+      end->finish();
+    });
+  }
+
+  std::mutex mutex;
+  std::condition_variable changed;
+  size_t active = 0;
+  size_t most = 0;
+  size_t entered = 0;
+  bool open = false;
+  std::vector<std::thread> threads;
 };
 
 struct Broken {
@@ -133,7 +225,15 @@ int main(int argc, char** argv) {
       .method("crashLeavingAChild", &Counter::crashLeavingAChild)
       .method("spin", &Counter::spin)
       .method("meet", &Counter::meet)
-      .method("fail", &Counter::fail);
+      .method("fail", &Counter::fail)
+      .method("detach", &Counter::detach);
+  ex.actor<Gate>("Gate")
+      .method("hold", &Gate::hold)
+      .method("peak", &Gate::peak)
+      .method("gate", &Gate::gate)
+      .method("open", &Gate::opening)
+      .method("failLater", &Gate::failLater)
+      .method("crash", &Gate::crash);
   ex.actor<Broken>("Broken").method("get", &Broken::get);
   // A plain function beside the actor types.
   ex.add("double", [](squall::Call& call) {

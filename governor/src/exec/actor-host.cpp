@@ -64,6 +64,10 @@ struct ActorHosts::Actor {
   kj::String type;
   uint32_t maxRestarts = 0;
   uint32_t maxCallRetries = 0;
+  // How many calls its process may have under way at once (its
+  // constructor says): above 1, they are answered as they end, and every
+  // call sent and not answered may be running.
+  uint32_t concurrency = 1;
   enum class State { ASSIGNED, STARTING, ALIVE, ENDED };
   State state = State::ASSIGNED;
   // Calls in their turn order: the sent ones first.
@@ -249,12 +253,13 @@ void ActorHosts::start(Actor& actor) {
   setCallContext(request.initContext(), task);
   setStoredCallInputs(env, task, request.initInputs(task.getInputs().size()));
   tasks.add(request.send().then(
-      [this, id, generation](auto) {
+      [this, id, generation](auto response) {
         KJ_IF_MAYBE(a, find(id)) {
           if (a->generation != generation || a->state != Actor::State::STARTING) return;
           a->state = Actor::State::ALIVE;
-          logger.info("event=actor-started actor={} task={} pid={}", a->name.cStr(), kj::str(id).cStr(),
-                      a->process->child->pid());
+          a->concurrency = kj::max(1u, response.getConcurrency());
+          logger.info("event=actor-started actor={} task={} pid={} concurrency={}", a->name.cStr(),
+                      kj::str(id).cStr(), a->process->child->pid(), a->concurrency);
           pump(*a);
         }
       },
@@ -277,6 +282,8 @@ void ActorHosts::pump(Actor& actor) {
   if (actor.state != Actor::State::ALIVE || actor.channel.get() == nullptr) return;
   auto& channel = *actor.channel;
   size_t inFlight = 0;
+  // A concurrent actor starts every call it receives: its limit is its own.
+  size_t mostInFlight = actor.concurrency > 1 ? actor.concurrency : MAX_IN_FLIGHT;
   for (auto& entry : actor.calls) {
     auto& call = *entry;
     if (call.sent) {
@@ -284,7 +291,7 @@ void ActorHosts::pump(Actor& actor) {
       continue;
     }
     // A call whose inputs are not here yet holds back those behind it.
-    if (call.build == nullptr || inFlight >= MAX_IN_FLIGHT) break;
+    if (call.build == nullptr || inFlight >= mostInFlight) break;
     auto built = KJ_ASSERT_NONNULL(call.build)();
     call.serial = ++channel.sent;
     built.message->getRoot<wire::MethodCall>().setSerial(call.serial);
@@ -338,12 +345,22 @@ void ActorHosts::closeChannel(Actor& actor) {
 
 void ActorHosts::answered(Actor& actor, kj::Own<capnp::MessageReader> message) {
   kj::Maybe<kj::String> broken;
-  Call* call = actor.calls.empty() ? nullptr : actor.calls.front().get();
+  // The first call sent, or for a concurrent actor any sent one (they are
+  // at the front).
+  size_t index = 0;
+  Call* call = nullptr;
   uint64_t serial = 0;
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { serial = message->getRoot<wire::MethodAnswer>().getSerial(); })) {
     broken = kj::str("its answer could not be read: ", e->getDescription());
-  } else if (call == nullptr || !call->sent || call->serial != serial) {
-    broken = kj::str("it answered call ", serial, " out of turn");
+  } else {
+    size_t looked = actor.concurrency > 1 ? actor.calls.size() : kj::min(actor.calls.size(), size_t(1));
+    for (; index < looked && actor.calls[index]->sent; index++) {
+      if (actor.calls[index]->serial == serial) {
+        call = actor.calls[index].get();
+        break;
+      }
+    }
+    if (call == nullptr) broken = kj::str("it answered call ", serial, " out of turn");
   }
   KJ_IF_MAYBE(why, broken) {
     // The protocol is broken: the process goes, and died() decides.
@@ -353,7 +370,7 @@ void ActorHosts::answered(Actor& actor, kj::Own<capnp::MessageReader> message) {
     channelEnded(actor, *why);
     return;
   }
-  auto own = actor.remove(0);
+  auto own = actor.remove(index);
   actor.callsDone++;
   if (!call->abandoned) {
     KJ_IF_MAYBE(f, call->fulfiller) {
@@ -408,7 +425,8 @@ void ActorHosts::died(Actor& actor) {
   kj::String how = kj::str("lost its connection");
   KJ_IF_MAYBE(exit, process.exit) { how = exitText(*exit); }
   auto reason = kj::str("its process (pid ", process.child->pid(), ") ", how);
-  // The first call sent was running; those behind it never started.
+  // The first call sent was running; those behind it never started. In a
+  // concurrent actor, any call sent may have been running.
   bool first = true;
   for (size_t i = 0; i < actor.calls.size();) {
     auto& call = *actor.calls[i];
@@ -418,12 +436,12 @@ void ActorHosts::died(Actor& actor) {
     call.outDir = nullptr;
     if (call.abandoned) {
       // Its task has ended: it goes (and if it ran, it was why).
-      first = false;
+      first = actor.concurrency > 1;
       actor.remove(i);
       continue;
     }
     if (first) {
-      first = false;
+      first = actor.concurrency > 1;
       if (call.retries < actor.maxCallRetries) {
         call.retries++;
         logger.warn("event=actor-call-retried actor={} call={} retry={} why=\"{}\"", actor.name.cStr(),
@@ -488,7 +506,8 @@ void ActorHosts::abandon(Id actorId, Id callId) {
     }
     // Sent: it stays until answered or lost, and is never sent again.
     call.abandoned = true;
-    if (i == 0 && actor->state == Actor::State::ALIVE && actor->process->exit == nullptr) {
+    if (i == 0 && actor->concurrency == 1 && actor->state == Actor::State::ALIVE &&
+        actor->process->exit == nullptr) {
       // It runs: only stopping the process stops it.
       logger.warn("event=actor-call-abandoned actor={} call={} action=stop-process", actor->name.cStr(),
                   kj::str(callId).cStr());

@@ -10,6 +10,11 @@
 // channel (executor.capnp, openCalls: plain messages, no RPC per call; the
 // executor runs what it receives in order, writing each answer before the
 // next method, so calls are pipelined: see MAX_IN_FLIGHT in the .cpp).
+// An actor whose constructor allowed concurrent calls (Ray's async and
+// threaded actors) gets up to that many at once, answered as they end;
+// when its process dies, every call sent and not answered counts as
+// running (run again while its retries allow, else failed), and a call
+// abandoned while sent is left to end, its answer dropped.
 // When the process
 // dies, the call it was running is run again on the restarted actor while
 // its max_call_retries allow, else fails; the calls behind it run on the restarted actor, in order; the

@@ -37,6 +37,22 @@
 // instance there, then calls its methods as "Counter.add"; plain functions
 // of the same executor go on working beside it.
 //
+// An actor may let several of its calls be under way at once (Ray's async
+// and threaded actors): its constructor calls init.allowConcurrentCalls(n),
+// and each method hands its call over with call.detach(), returns, and
+// ends it later from a thread or an event loop of its own:
+//
+//   void slow(squall::Call& call) {
+//     auto end = call.detach();
+//     std::thread([&call, end]() {
+//       call.output(0).write(work(call.config()));
+//       end->finish();
+//     }).detach();
+//   }
+//
+// Such calls start in the order they came, at most n at once, and are
+// answered as they end.
+//
 // A function may submit tasks of its own (docs/nested.md): call.session()
 // is its task's session, and what it submits there are the task's
 // children (cancelled with it). While it waits for them, its cpus go back
@@ -70,6 +86,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -166,6 +183,17 @@ class Output {
   int fd_ = -1;
 };
 
+// How a call handed over with Call::detach() ends: finish() once its
+// outputs are written, or fail() with the error its task fails with. One
+// of them, once (later ones are ignored), from any thread; the Call stays
+// valid until then. A process that goes first takes the call with it.
+class CallEnd {
+ public:
+  virtual ~CallEnd() = default;
+  virtual void finish() = 0;
+  virtual void fail(std::string error) = 0;
+};
+
 // What a function gets: its inputs, config and outputs.
 class Call {
  public:
@@ -207,6 +235,17 @@ class Call {
   std::pair<void*, void*> eventLoop() const;
   void waiting(bool waiting);
 
+  // In an actor's constructor: up to `n` of the instance's method calls
+  // may be under way at once (default 1: one after another, in the order
+  // they came). Its methods then end their calls through detach().
+  void allowConcurrentCalls(uint32_t n);
+  // In a method of an actor that allows concurrent calls: hands the call
+  // over, so that the method may return at once and the executor take the
+  // next call; the call ends through the CallEnd returned. Throws
+  // std::logic_error anywhere else. session() is not for a detached call's
+  // other threads (it runs on the executor's thread only).
+  std::shared_ptr<CallEnd> detach();
+
   // What the executor gives a call for session(), eventLoop() and
   // waiting() (tasklib's own; null in a Call made by hand).
   class Host {
@@ -214,6 +253,7 @@ class Call {
     virtual Client& processClient(uint64_t session, uint64_t task) = 0;
     virtual std::pair<void*, void*> eventLoop() = 0;
     virtual void waiting(uint64_t session, uint64_t task, bool waiting) = 0;
+    virtual std::shared_ptr<CallEnd> detach(Call& call) = 0;
 
    protected:
     ~Host() = default;
@@ -230,6 +270,14 @@ class Call {
   std::vector<Output> outputs_;
   // The streams' descriptors, closed when the function returns.
   std::vector<int> ownedFds_;
+  // A constructor's allowConcurrentCalls; whether this call may detach
+  // (a method of such an actor), and whether it did.
+  uint32_t concurrency_ = 1;
+  bool constructor_ = false;
+  bool detachable_ = false;
+  bool detached_ = false;
+  // The executor's thread, which alone may make the session.
+  std::thread::id thread_;
 };
 
 using Function = std::function<void(Call&)>;
