@@ -324,7 +324,7 @@ int run(const Flags& flags) {
     }
     DataServiceEnv dataEnv{store, logger, kj::str(token.c_str()), kj::str(name)};
     DataFetcher fetcher(network, bridge, store, kj::str(token.c_str()), logger);
-    // Big constants clients upload here (docs/decisions.md).
+    // Big constants clients upload here (docs/decisions-ray.md).
     UploadTable uploads(bridge, store, timer, logger, kj::str(name),
                         static_cast<int64_t>(flags.uploadTtl * 1000) * kj::MILLISECONDS);
     dataEnv.uploads = uploads;

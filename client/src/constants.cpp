@@ -1,5 +1,5 @@
 // Constants (see client.h: Session::blob, fileBlob, directory) and the
-// upload of big ones straight to a governor (docs/decisions.md, "Big
+// upload of big ones straight to a governor (docs/decisions-ray.md, "Big
 // constants skip the server"): before a submit (a blob of parts: at once),
 // the server places them (placeData) and each is streamed to its
 // governor's data service in chunks, hashed as it goes; a refused submit

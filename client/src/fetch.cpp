@@ -20,7 +20,7 @@ namespace {
 // Makes room for `size` fetched bytes in `text`. Big ones land in memory
 // first touched here; huge pages (THP in "madvise" mode) make those first
 // touches cheap: on the VMs we run on a 4 KiB page costs 16-20 us to
-// fault in, 0.15 GB/s (docs/decisions.md, "Python values without copies").
+// fault in, 0.15 GB/s (docs/decisions-ray.md, "Python values without copies").
 void reserveFor(std::string& text, uint64_t size) {
   constexpr uintptr_t HUGE_PAGE = 2 << 20;
   text.reserve(size);

@@ -21,9 +21,13 @@ but for @remote calls made inside a function (nested_session).
 """
 
 import asyncio
+import concurrent.futures
+import contextvars
+import inspect
 import os
 import pathlib
 import pickle
+import threading
 import traceback
 
 import cloudpickle
@@ -233,48 +237,95 @@ def _outputs(name, result, output_codecs):
     return [_encode(codec, value, i, name) for i, (codec, value) in enumerate(zip(output_codecs, results))]
 
 
-def _ray_result(name, function, args, kwargs, values, output_codecs, options):
-    """A Ray-model call's outputs: its results, or its exception as a value
-    in each (after the retries it may have), or the failed argument's value
-    without running it."""
+def _error_outputs(name, value, output_codecs):
+    return [_encode("pickle", value, i, name) for i in range(len(output_codecs))]
+
+
+class _Attempts:
+    """The tries of one Ray-model call: the first, then one more for each
+    exception of the types asked for (retry_exceptions), up to
+    max_retries."""
+
+    def __init__(self, options):
+        self.retries = options.get("exception_retries", 0)
+        self.retry_on = options.get("retry_exceptions", ())
+
+    def again(self, error):
+        if self.retries > 0 and (self.retry_on is True or isinstance(error, tuple(self.retry_on or ()))):
+            self.retries -= 1
+            return True
+        return False
+
+
+def _failed_input(name, values, output_codecs):
+    """The outputs of a call given a failed argument: its error, passed
+    on without running; None when no argument failed."""
     for value in values:
         if isinstance(value, TaskErrorValue):
-            return [_encode("pickle", value, i, name) for i in range(len(output_codecs))]
-    retries = options.get("exception_retries", 0)
-    retry_on = options.get("retry_exceptions", ())
+            return _error_outputs(name, value, output_codecs)
+    return None
+
+
+def _error_value(name, error):
+    """What a Ray-model call's outputs hold for its exception. Results
+    that do not fit the outputs (CallFailed) are a ValueError of the call."""
+    if isinstance(error, CallFailed):
+        return TaskErrorValue.of(name, ValueError(str(error)), f"ValueError: {error}")
+    return TaskErrorValue.of(name, error, _remote_traceback(error))
+
+
+async def _ray_outputs(name, function, args, kwargs, values, output_codecs, options, awaits):
+    """A Ray-model call's outputs: its results, or its exception as a value
+    in each (after the retries it may have), or the failed argument's value
+    without running it. `awaits`: a method of an async actor, on its event
+    loop, whose coroutine's result is awaited; otherwise this never
+    suspends (_ray_result runs it at once)."""
+    failed = _failed_input(name, values, output_codecs)
+    if failed is not None:
+        return failed
+    attempts = _Attempts(options)
     while True:
         try:
             with _RayCall():
                 result = _invoke(function, args, kwargs, values, raw=True)
+                if awaits and inspect.isawaitable(result):
+                    result = await result
             return _outputs(name, result, output_codecs)
-        except CallFailed as e:
-            # Results that do not fit the outputs: a ValueError of the call.
-            error, text = ValueError(str(e)), f"ValueError: {e}"
         except BaseException as e:
-            if retries > 0 and (retry_on is True or isinstance(e, tuple(retry_on or ()))):
-                retries -= 1
+            if not isinstance(e, CallFailed) and attempts.again(e):
                 continue
-            error, text = e, _remote_traceback(e)
-        value = TaskErrorValue.of(name, error, text)
-        return [_encode("pickle", value, i, name) for i in range(len(output_codecs))]
+            return _error_outputs(name, _error_value(name, e), output_codecs)
+
+
+def _ray_result(name, function, args, kwargs, values, output_codecs, options):
+    """_ray_outputs of a plain function, run to its end at once."""
+    coroutine = _ray_outputs(name, function, args, kwargs, values, output_codecs, options, awaits=False)
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise CallFailed(f"{name}: the call suspended outside an event loop")
+
+
+# Whether a Ray-model call is under way in this thread or coroutine.
+_ray_depth = contextvars.ContextVar("squall_ray_call", default=0)
 
 
 class _RayCall:
     """Marks a Ray-model call running: @remote calls inside it build Ray
     tasks (remote.py asks ray_call())."""
 
-    depth = 0
-
     def __enter__(self):
-        _RayCall.depth += 1
+        self._token = _ray_depth.set(_ray_depth.get() + 1)
 
     def __exit__(self, *exc):
-        _RayCall.depth -= 1
+        _ray_depth.reset(self._token)
 
 
 def ray_call():
-    """Whether a Ray-model call is running in this process now."""
-    return _RayCall.depth > 0
+    """Whether a Ray-model call is running here now."""
+    return _ray_depth.get() > 0
 
 
 def run(config, inputs, output_count, paths=None):
@@ -297,6 +348,24 @@ def run(config, inputs, output_count, paths=None):
 # The actor this process hosts (its task id), for get_runtime_context().
 actor_id = None
 
+# Ray's default max_concurrency of an async actor (a threaded one: 1).
+ASYNC_CONCURRENCY = 1000
+# How many calls of this process's actor may be under way at once, and
+# whether its methods run on an event loop (an async actor).
+_concurrency = 1
+_async_actor = False
+
+
+def _is_async_class(cls):
+    return any(inspect.iscoroutinefunction(getattr(cls, name, None)) for name in dir(cls)
+               if not name.startswith("__"))
+
+
+def actor_concurrency():
+    """How many calls the actor construct() made may have under way at
+    once (squall-python-executor asks once it is made)."""
+    return _concurrency
+
 
 def construct(config, inputs, paths=None):
     """Makes an actor's instance: its class called on the constructor's
@@ -312,10 +381,14 @@ def construct(config, inputs, paths=None):
         _release(inputs)
     if executor() is not None:
         actor_id = call_context()[1]
-    if options is not None:
-        with _RayCall():
-            return _invoke(cls, args, kwargs, values)
-    return _invoke(cls, args, kwargs, values)
+    if options is None:
+        return _invoke(cls, args, kwargs, values)
+    global _concurrency, _async_actor
+    _async_actor = _is_async_class(cls)
+    asked = options.get("max_concurrency")
+    _concurrency = int(asked) if asked else (ASYNC_CONCURRENCY if _async_actor else 1)
+    with _RayCall():
+        return _invoke(cls, args, kwargs, values)
 
 
 # The event loop of an actor's `async def` methods (one per process).
@@ -336,9 +409,9 @@ def _sync(bound):
     return run_coroutine
 
 
-def call_method(instance, config, inputs, output_count, paths=None):
-    """Runs one method call on an actor's instance; returns the outputs'
-    bytes, one per output."""
+def _method_call(instance, config, inputs, output_count, paths):
+    """A method call's parts: (name, bound method, args, kwargs, values,
+    output codecs, options)."""
     try:
         payload = _payload(config, METHOD_FIELDS, "@squall.remote method call")
         _, _, name, method, args, kwargs, input_codecs, output_codecs, options = payload
@@ -346,15 +419,93 @@ def call_method(instance, config, inputs, output_count, paths=None):
         if method == EXIT_METHOD:
             os._exit(1)
         try:
-            bound = _sync(getattr(instance, method))
+            bound = getattr(instance, method)
         except AttributeError:
             raise CallFailed(f"{name}: the actor ({type(instance).__qualname__}) has no method {method!r}") from None
         values = _values(input_codecs, inputs, paths)
     finally:
         _release(inputs)
+    return name, bound, args, kwargs, values, output_codecs, options
+
+
+def call_method(instance, config, inputs, output_count, paths=None):
+    """Runs one method call on an actor's instance; returns the outputs'
+    bytes, one per output."""
+    name, bound, args, kwargs, values, output_codecs, options = _method_call(
+        instance, config, inputs, output_count, paths)
+    bound = _sync(bound)
     if options is not None:
         return _ray_result(name, bound, args, kwargs, values, output_codecs, options)
     return _outputs(name, _invoke(bound, args, kwargs, values), output_codecs)
+
+
+# A concurrent actor's calls run on its event loop (async) or its threads.
+_loop = None
+_pool = None
+# The (session, task) of the concurrent call running in this thread or
+# coroutine (call_context()).
+_concurrent_call = contextvars.ContextVar("squall_concurrent_call", default=None)
+
+
+def _event_loop():
+    global _loop
+    if _loop is None:
+        _loop = asyncio.new_event_loop()
+        threading.Thread(target=_loop.run_forever, name="squall-actor-loop", daemon=True).start()
+    return _loop
+
+
+def _thread_pool():
+    global _pool
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=_concurrency, thread_name_prefix="squall-actor")
+    return _pool
+
+
+def call_method_concurrently(instance, config, inputs, output_count, paths, context, done):
+    """Starts one method call of a concurrent actor (Ray's async and
+    threaded actors: actor_concurrency() > 1) and returns: an async actor's
+    on its event loop, a threaded one's on its pool; done(outputs, None) or
+    done(None, error text) ends it, from the thread it ran on. Calls start in
+    the order they come; the executor lets actor_concurrency() be under way."""
+    call = _method_call(instance, config, inputs, output_count, paths)
+    if _async_actor:
+        asyncio.run_coroutine_threadsafe(_run_on_loop(done, context, call), _event_loop())
+    else:
+        _thread_pool().submit(_run_in_thread, done, context, call)
+
+
+async def _run_on_loop(done, context, call):
+    name, bound, args, kwargs, values, output_codecs, options = call
+    _concurrent_call.set(context)
+    try:
+        if options is not None:
+            outputs = await _ray_outputs(name, bound, args, kwargs, values, output_codecs, options, awaits=True)
+        else:
+            result = _invoke(bound, args, kwargs, values)
+            outputs = _outputs(name, await result if inspect.isawaitable(result) else result, output_codecs)
+    except CallFailed as e:
+        return done(None, str(e))
+    except BaseException as e:
+        return done(None, _remote_traceback(e))
+    done(outputs, None)
+
+
+def _run_in_thread(done, context, call):
+    name, bound, args, kwargs, values, output_codecs, options = call
+    token = _concurrent_call.set(context)
+    try:
+        if options is not None:
+            outputs = _ray_result(name, bound, args, kwargs, values, output_codecs, options)
+        else:
+            outputs = _outputs(name, _invoke(bound, args, kwargs, values), output_codecs)
+    except CallFailed as e:
+        return done(None, str(e))
+    except BaseException as e:
+        return done(None, _remote_traceback(e))
+    finally:
+        _concurrent_call.reset(token)
+    done(outputs, None)
 
 
 # @remote calls made inside a function (docs/nested.md) go into the session
@@ -384,8 +535,13 @@ _executor = False
 
 def call_context():
     """(session, task) of the call running now in this executor, or (0, 0)."""
+    concurrent_call = _concurrent_call.get()
+    if concurrent_call is not None:
+        return concurrent_call
     module = executor()
-    return module.context() if module is not None else (0, 0)
+    if module is None or threading.current_thread() is not threading.main_thread():
+        return (0, 0)
+    return module.context()
 
 
 def nested_session():
@@ -394,6 +550,11 @@ def nested_session():
     global _nested_client, _nested_session
     _squall_executor = executor()
     if _squall_executor is None:
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        if _concurrent_call.get() is not None:
+            raise RuntimeError("squall: .remote() and the other calls of the API are not offered yet inside a "
+                               "method of a concurrent actor (async, or max_concurrency > 1): docs/ray.md")
         return None
     session, task = _squall_executor.context()
     if not session:

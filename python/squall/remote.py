@@ -381,6 +381,8 @@ class ActorClass:
         if taken:
             raise TypeError(f"remote: {cls.__qualname__} has a method {taken[0]!r}, which its actors' handles "
                             "keep for their own: rename it")
+        if max_concurrency is not None and (not isinstance(max_concurrency, int) or max_concurrency < 1):
+            raise ValueError(f"max_concurrency: a whole number of at least 1, not {max_concurrency!r}")
         if lifetime not in (None, "detached", "non_detached"):
             raise ValueError(f"lifetime: 'detached', 'non_detached' or None, not {lifetime!r}")
         self.cls = cls
@@ -408,7 +410,9 @@ class ActorClass:
         if self._pickled is None:
             self._pickled = cloudpickle.dumps(self.cls, protocol=pickle.HIGHEST_PROTOCOL)
             self._key = hashlib.blake2b(self._pickled, digest_size=16).digest()
-        ray = {} if context is not None else None
+        ray = None
+        if context is not None:
+            ray = {"max_concurrency": self._options["max_concurrency"]} if self._options["max_concurrency"] else {}
         packed = _pack(self._name, args, kwargs, session, lambda plain_args, plain_kwargs, codecs: (
             MAGIC, FORMAT, self._name, self._key, self._pickled, plain_args, plain_kwargs, codecs, (), ray), context)
         actor = session.actor(f"{EXECUTOR}/{ACTOR_TYPE}", packed[1], packed[0])

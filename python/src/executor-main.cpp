@@ -12,9 +12,17 @@
 // (squall._worker.call_method). An exception in __init__ fails the actor,
 // one in a method fails that call only, with its traceback.
 //
-// Thread: tasklib calls the functions, constructors and methods on the
-// main thread, which holds the GIL throughout; actors are destroyed there
-// too, when serve() returns, while the interpreter still lives.
+// An actor of Ray's model whose class has `async def` methods, or that was
+// given max_concurrency > 1, allows concurrent calls (tasklib's
+// Call::allowConcurrentCalls): each call is detached and handed to the
+// worker (call_method_concurrently), which runs it on the actor's event
+// loop or thread pool and ends it through a callback.
+//
+// Threads: tasklib calls the functions, constructors and methods on the
+// main thread, which takes the GIL for each (and lets it go while it
+// waits in tasklib's loop, so that a concurrent actor's threads run);
+// actors are destroyed there too, when serve() returns, while the
+// interpreter still lives.
 #include <pybind11/embed.h>
 #include <squall/tasklib/tasklib.h>
 
@@ -177,14 +185,26 @@ void runCall(py::module_& worker, squall::Call& call) {
 // module main() loaded.
 class PythonActor {
  public:
-  explicit PythonActor(squall::Call& init) : worker(py::module_::import("squall._worker")) {
+  explicit PythonActor(squall::Call& init) {
+    py::gil_scoped_acquire gil;
+    worker = py::module_::import("squall._worker");
     Running running(init);
     instance = runWorker(worker, [&]() { return worker.attr("construct")(configOf(init), inputsOf(init), pathsOf(init)); });
+    auto concurrency = worker.attr("actor_concurrency")().cast<uint32_t>();
+    concurrent = concurrency > 1;
+    if (concurrent) init.allowConcurrentCalls(concurrency);
+  }
+  ~PythonActor() {
+    py::gil_scoped_acquire gil;
+    instance.release().dec_ref();
+    worker.release().dec_ref();
   }
 
   // call-N: the method the config names, on the instance; N outputs.
   void call(squall::Call& call) {
+    py::gil_scoped_acquire gil;
     Running running(call);
+    if (concurrent) return callConcurrently(call);
     auto outputs = runWorker(worker, [&]() {
       return worker.attr("call_method")(instance, configOf(call), inputsOf(call), call.outputCount(),
                                         pathsOf(call));
@@ -193,8 +213,41 @@ class PythonActor {
   }
 
  private:
+  // Hands the call to the worker, which ends it through `done` (on one of
+  // its threads, or at once when the call is wrong).
+  void callConcurrently(squall::Call& call) {
+    auto end = call.detach();
+    auto done = py::cpp_function([&call, end](py::object outputs, py::object error) {
+      std::string failure;
+      bool failed = !error.is_none();
+      if (failed) {
+        failure = py::str(error).cast<std::string>();
+      } else {
+        try {
+          writeOutputs(call, outputs);
+        } catch (const std::exception& e) {
+          failed = true;
+          failure = e.what();
+        }
+      }
+      // The executor's thread may be waiting for the GIL.
+      py::gil_scoped_release release;
+      if (failed) {
+        end->fail(failure);
+      } else {
+        end->finish();
+      }
+    });
+    runWorker(worker, [&]() {
+      return worker.attr("call_method_concurrently")(instance, configOf(call), inputsOf(call), call.outputCount(),
+                                                     pathsOf(call), py::make_tuple(call.sessionId(), call.taskId()),
+                                                     done);
+    });
+  }
+
   py::module_ worker;
   py::object instance;
+  bool concurrent = false;
 };
 
 }  // namespace
@@ -234,17 +287,24 @@ int main(int argc, char** argv) {
   auto actor = executor.actor<PythonActor>("Actor");
   for (size_t n = 0; n <= MAX_OUTPUTS; n++) {
     executor.add(
-        "call-" + std::to_string(n), [&worker](squall::Call& call) { runCall(worker, call); }, n);
+        "call-" + std::to_string(n),
+        [&worker](squall::Call& call) {
+          py::gil_scoped_acquire gil;
+          runCall(worker, call);
+        },
+        n);
     actor.method("call-" + std::to_string(n), &PythonActor::call, n);
   }
   // The client @remote calls inside functions made goes before the loop it
   // shares.
   executor.atStop([&worker]() {
+    py::gil_scoped_acquire gil;
     try {
       worker.attr("close_nested")();
     } catch (py::error_already_set& e) {
       fprintf(stderr, "squall-python-executor: closing the nested client: %s\n", e.what());
     }
   });
+  py::gil_scoped_release release;
   return executor.serve(argc, argv);
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -26,6 +27,7 @@
 #include <squall/wire/executor.capnp.h>
 #include <stdexcept>
 #include <csignal>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -609,18 +611,18 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     kj::Maybe<std::string> error;
     KJ_IF_MAYBE(e, failure) { error = std::string(userMessage(*e).cStr()); }
     if (call.get() != nullptr && call->detached_) {
-      auto& detached = detachedCalls->bySerial[serial];
-      detached.message = kj::mv(message);
-      detached.call = kj::mv(call);
-      detached.outputDir = kj::mv(outputDir);
-      detached.returned = true;
+      auto& handed = detached[serial];
+      handed.message = kj::mv(message);
+      handed.call = kj::mv(call);
+      handed.outputDir = kj::mv(outputDir);
+      handed.returned = true;
       if (error != nullptr) {
         // It threw after it detached: the call fails now; the Call stays
         // until its CallEnd ends (another thread may still hold it).
-        detached.answered = true;
+        handed.answered = true;
         writeAnswer(ch, serial, nullptr, "", runUs, kj::mv(error));
       }
-      if (detached.ended) detachedEnded(serial);
+      if (handed.ended) detachedEnded(serial);
       return;
     }
     writeAnswer(ch, serial, call.get(), outputDir, runUs, kj::mv(error));
@@ -665,58 +667,88 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     kj::Maybe<std::string> error;
     bool answered = false;
   };
-  struct DetachedCalls {
-    explicit DetachedCalls(ExecutorService& service) : service(service) {}
-    ExecutorService& service;
-    std::unordered_map<uint64_t, Detached> bySerial;
-  };
-  // Held weakly by the CallEnds, which may outlive this service.
-  std::shared_ptr<DetachedCalls> detachedCalls = std::make_shared<DetachedCalls>(*this);
+  std::unordered_map<uint64_t, Detached> detached;
   // The construct's allowConcurrentCalls; the method call running now.
   uint32_t concurrency = 1;
   uint64_t runningSerial = 0;
   std::chrono::steady_clock::time_point runningBegan;
 
-  // A CallEnd that ends its call on the executor's thread (kj::Executor).
-  class LoopCallEnd final : public CallEnd {
-   public:
-    LoopCallEnd(std::weak_ptr<DetachedCalls> calls, uint64_t serial)
-        : calls(kj::mv(calls)), serial(serial), loop(kj::getCurrentThreadExecutor().addRef()),
-          loopThread(std::this_thread::get_id()) {}
-    // One dropped without an end would leave its call waiting for ever.
-    ~LoopCallEnd() noexcept override {
-      if (!ended) end(std::string("the method detached its call and dropped it without finish() or fail()"));
+  // The ends CallEnds report, from any thread: queued under a lock, told
+  // to this thread's loop through an eventfd. Never blocks the reporter
+  // (it may hold a lock this thread waits for: Python's GIL). Shared with
+  // the CallEnds, which may outlive the service.
+  struct Ends {
+    Ends() : fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+      if (fd.get() < 0) throw std::runtime_error(std::string("eventfd: ") + strerror(errno));
     }
-    void finish() override { end(nullptr); }
-    void fail(std::string error) override { end(kj::mv(error)); }
+    void add(uint64_t serial, kj::Maybe<std::string> error) {
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        queue.emplace_back(serial, kj::mv(error));
+      }
+      uint64_t one = 1;
+      // Fails only when the counter is full, which a read empties.
+      (void)!::write(fd.get(), &one, sizeof one);
+    }
+    std::vector<std::pair<uint64_t, kj::Maybe<std::string>>> take() {
+      std::lock_guard<std::mutex> lock(mutex);
+      return std::exchange(queue, {});
+    }
+    kj::AutoCloseFd fd;
+    std::mutex mutex;
+    std::vector<std::pair<uint64_t, kj::Maybe<std::string>>> queue;
+  };
+  std::shared_ptr<Ends> ends;
+  kj::Own<kj::AsyncInputStream> endsStream;
+  kj::Promise<void> readingEnds = nullptr;
+  uint64_t endsCounter = 0;
+
+  // Reads the eventfd and ends the calls queued, until the service goes.
+  kj::Promise<void> readEnds() {
+    return endsStream->tryRead(&endsCounter, sizeof endsCounter, sizeof endsCounter).then([this](size_t) {
+      for (auto& [serial, error] : ends->take()) ended(serial, kj::mv(error));
+      return readEnds();
+    });
+  }
+
+  class QueuedCallEnd final : public CallEnd {
+   public:
+    QueuedCallEnd(std::shared_ptr<Ends> ends, uint64_t serial) : ends(kj::mv(ends)), serial(serial) {}
+    // One dropped without an end would leave its call waiting for ever.
+    ~QueuedCallEnd() override {
+      if (!done.exchange(true)) ends->add(serial, std::string("the method detached its call and dropped it without finish() or fail()"));
+    }
+    void finish() override {
+      if (!done.exchange(true)) ends->add(serial, nullptr);
+    }
+    void fail(std::string error) override {
+      if (!done.exchange(true)) ends->add(serial, kj::mv(error));
+    }
 
    private:
-    void end(kj::Maybe<std::string> error) {
-      if (ended.exchange(true)) return;
-      auto onLoop = [this, &error]() {
-        if (auto live = calls.lock()) live->service.ended(serial, kj::mv(error));
-      };
-      if (std::this_thread::get_id() == loopThread) return onLoop();
-      // The loop has gone (the executor is stopping): so has the governor.
-      KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { loop->executeSync(onLoop); })) { (void)e; }
-    }
-    std::weak_ptr<DetachedCalls> calls;
+    std::shared_ptr<Ends> ends;
     uint64_t serial;
-    kj::Own<const kj::Executor> loop;
-    std::thread::id loopThread;
-    std::atomic<bool> ended{false};
+    std::atomic<bool> done{false};
   };
 
   // Call::Host: the method running now hands its call over.
   std::shared_ptr<CallEnd> detach(Call&) override {
-    detachedCalls->bySerial[runningSerial].began = runningBegan;
-    return std::make_shared<LoopCallEnd>(detachedCalls, runningSerial);
+    if (ends == nullptr) {
+      ends = std::make_shared<Ends>();
+      endsStream = lowLevel.wrapInputFd(ends->fd.get());
+      readingEnds = readEnds().eagerlyEvaluate([](kj::Exception&& e) {
+        fprintf(stderr, "executor: reading the ends of detached calls failed: %s\n", e.getDescription().cStr());
+        _exit(1);
+      });
+    }
+    detached[runningSerial].began = runningBegan;
+    return std::make_shared<QueuedCallEnd>(ends, runningSerial);
   }
 
-  // A CallEnd ended the call of `serial` (on this thread).
+  // A CallEnd ended the call of `serial`.
   void ended(uint64_t serial, kj::Maybe<std::string> error) {
-    auto it = detachedCalls->bySerial.find(serial);
-    if (it == detachedCalls->bySerial.end()) return;
+    auto it = detached.find(serial);
+    if (it == detached.end()) return;
     it->second.ended = true;
     it->second.error = kj::mv(error);
     if (it->second.returned) detachedEnded(serial);
@@ -725,13 +757,13 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   // Answers (unless done already) and forgets a detached call whose
   // method returned and whose CallEnd ended it.
   void detachedEnded(uint64_t serial) {
-    auto it = detachedCalls->bySerial.find(serial);
-    auto detached = kj::mv(it->second);
-    detachedCalls->bySerial.erase(it);
-    if (detached.answered || channel.get() == nullptr) return;
+    auto it = detached.find(serial);
+    auto call = kj::mv(it->second);
+    detached.erase(it);
+    if (call.answered || channel.get() == nullptr) return;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  writeAnswer(*channel, serial, detached.call.get(), detached.outputDir, sinceUs(detached.began),
-                              kj::mv(detached.error));
+                  writeAnswer(*channel, serial, call.call.get(), call.outputDir, sinceUs(call.began),
+                              kj::mv(call.error));
                 })) {
       // The governor went: this process goes with it.
       (void)e;

@@ -91,7 +91,7 @@ class DataServiceImpl final : public wire::DataService::Server {
   kj::Promise<void> callActor(CallActorContext context) override;
   // Asks DataServiceEnv::directCalls (none held without it).
   kj::Promise<void> heldCalls(HeldCallsContext context) override;
-  // Hands out an UploadTable sink (docs/decisions.md, constants that skip
+  // Hands out an UploadTable sink (docs/decisions-ray.md, constants that skip
   // the server).
   kj::Promise<void> upload(UploadContext context) override;
   kj::Promise<void> discardUploads(DiscardUploadsContext context) override;
