@@ -347,6 +347,10 @@ int run(const Flags& flags) {
     ExecutorPool executors(bridge, timer, *io.lowLevelProvider, logger,
                            executorEnvironment(flags.server, token, resolveTls(flags.tls), name), kj::str(tasksDir),
                            flags.executorPipeline);
+    // What executors print: each call's, kept as its tails and sent to its
+    // session's watchers (docs/ray.md, "Output").
+    TaskOutputs outputs(timer, logger);
+    executors.printTo(outputs);
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { executors.start(kj::mv(decls)).wait(io.waitScope); })) {
       failure = kj::str(userMessage(*e));
       return 1;
@@ -362,7 +366,8 @@ int run(const Flags& flags) {
 
     // Results wait in the batcher while no server connection is up.
     ResultBatcher batcher(timer, logger);
-    TaskQueue queue(env, fetcher, flags.cpus, offeredPools(flags), [&batcher, &direct](TaskOutcome outcome) {
+    TaskQueue queue(env, fetcher, flags.cpus, offeredPools(flags), [&batcher, &direct, &outputs](TaskOutcome outcome) {
+      outputs.finish(outcome);
       direct.ended(outcome);
       batcher.report(kj::mv(outcome));
     });
@@ -416,7 +421,7 @@ int run(const Flags& flags) {
                     ServerLinkOptions{kj::str(flags.server.c_str()), kj::str(token.c_str()), kj::str(name),
                                       kj::str(dataAddress), flags.cpus, executors, seconds(flags.connectTimeout),
                                       seconds(flags.reconnectTimeout), seconds(flags.serverTimeout), direct,
-                                      uploads});
+                                      uploads, outputs});
     auto connected = link.connect(io.waitScope);
     KJ_IF_MAYBE(message, connected.tryGet<kj::String>()) {
       failure = kj::mv(*message);

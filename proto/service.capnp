@@ -155,6 +155,26 @@ interface ClientService {
   # submit then names the governor (ObjectSpec.placedOn). Fails with no
   # governor connected.
   placeData @23 (session :UInt64, sizes :List(UInt64), incarnation :UInt64) -> (places :List(DataPlace));
+  # What the session's functions and actors printed (docs/ray.md,
+  # "Output"), from `since` (0: the oldest the server still holds): the
+  # chunks, the `since` of the next call, and how many chunks before them
+  # the server no longer holds (it keeps a bounded tail of each
+  # session's). With `wait`, waits (up to some seconds) while nothing new
+  # has come.
+  watchOutput @24 (session :UInt64, since :UInt64, wait :Bool, incarnation :UInt64)
+      -> (chunks :List(OutputChunk), next :UInt64, dropped :UInt64);
+}
+
+# A piece of what a task's process printed: whole lines mostly (a partial
+# one when it flushed one, or stopped), of its standard output or error.
+# `label` names the task as its output is prefixed ("square pid=123"),
+# `governor` where it ran (filled by the server).
+struct OutputChunk {
+  task @0 :UInt64;
+  stderr @1 :Bool;
+  label @2 :Text;
+  governor @3 :Text;
+  text @4 :Text;
 }
 
 struct DataPlace {
@@ -440,4 +460,16 @@ interface GovernorUpstream {
   # cpus back (`lent`) so that other tasks run on them meanwhile, or took
   # them again (docs/nested.md).
   lendCpus @2 (task :Id, lent :Bool) -> ();
+  # What tasks' processes printed, for their sessions' watchers
+  # (ClientService.watchOutput); `dropped`: chunks the governor dropped
+  # since its last call, being too far behind.
+  output @3 (chunks :List(TaskOutput), dropped :UInt64) -> ();
+}
+
+# A governor's OutputChunk: its task's full id; the server adds its name.
+struct TaskOutput {
+  task @0 :Id;
+  stderr @1 :Bool;
+  label @2 :Text;
+  text @3 :Text;
 }

@@ -200,6 +200,7 @@ int main(int argc, char** argv) {
   squall::Scheduler scheduler(schedulerOptions);
   squall::Dispatcher dispatcher(sessions, governors, scheduler, io.provider->getTimer(), *logger);
   squall::ServerContext context{sessions, sessionHistory, governors, dispatcher, *logger, secret, {}};
+  context.output.setIsOpen([&sessions](uint64_t id) { return sessions.find(id) != nullptr; });
   context.limits = limits;
   context.timer = &io.provider->getTimer();
   context.governorTimeout = static_cast<int64_t>(governorTimeout * 1000) * kj::MILLISECONDS;

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <set>
 #include <sys/wait.h>
@@ -318,6 +319,60 @@ TEST(TasklibGovernorTest, AnExecutorThatCannotServeStopsTheGovernorSayingWhy) {
   auto [bad, badStatus] = governorOutput("--executor 'no-equals-sign'");
   EXPECT_EQ(badStatus, 1);
   EXPECT_NE(bad.find("bad --executor: 'no-equals-sign' is not NAME=PROGRAM"), std::string::npos) << bad;
+}
+
+}  // namespace
+}  // namespace squall
+
+namespace squall {
+namespace {
+
+// What each task printed, joined in the order it came, by stream.
+struct Printed {
+  std::map<uint64_t, std::string> out, err;
+  std::map<uint64_t, std::string> label;
+  std::set<std::string> governors;
+};
+
+// What a function prints reaches its session's watcher, each line its own
+// task's (the calls ran back to back on the same warm processes), and its
+// result's tails; another session's watcher sees none of it.
+TEST_F(TasklibE2eTest, WhatAFunctionPrintsReachesItsSessionsWatcherAndItsTails) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("printing");
+  auto other = client.newSession("not printing");
+  Printed printed;
+  size_t otherChunks = 0;
+  session.watchOutput([&printed](const std::vector<TaskOutput>& chunks) {
+    for (auto& c : chunks) {
+      (c.isStderr ? printed.err : printed.out)[c.task] += c.text;
+      printed.label[c.task] = c.label;
+      printed.governors.insert(c.governor);
+    }
+  });
+  other.watchOutput([&otherChunks](const std::vector<TaskOutput>& chunks) { otherChunks += chunks.size(); });
+  std::vector<Task> calls;
+  for (int i = 0; i < 12; i++) {
+    calls.push_back(session.call("testfn/say", {}, "line " + std::to_string(i) + "\nagain " + std::to_string(i)));
+    calls.back().name("say-" + std::to_string(i));
+  }
+  session.submit();
+  session.waitAll();
+  session.drainOutput();
+  other.drainOutput();
+  for (int i = 0; i < 12; i++) {
+    uint64_t id = calls[i].id();
+    auto n = std::to_string(i);
+    EXPECT_EQ(printed.out[id], "out: line " + n + "\nout: again " + n + "\npartial") << "task " << i;
+    EXPECT_EQ(printed.err[id], "err: done\n") << "task " << i;
+    EXPECT_EQ(printed.label[id].rfind("say-" + n + " pid=", 0), 0u) << printed.label[id];
+    auto info = session.tasks({id}).at(0);
+    EXPECT_EQ(info.stdoutTail, printed.out[id]);
+    EXPECT_EQ(info.stderrTail, "err: done\n");
+  }
+  EXPECT_FALSE(printed.governors.empty());
+  EXPECT_EQ(printed.governors.count(""), 0u);
+  EXPECT_EQ(otherChunks, 0u);
 }
 
 }  // namespace

@@ -377,6 +377,16 @@ struct SessionImpl {
   };
   DirectErrors directErrors;
   kj::Own<kj::TaskSet> directTasks;
+  // What its tasks print (Session::watchOutput, output.cpp): the sink, the
+  // number of the next chunk it has not had, and the wait for more (a
+  // chain of ClientService.watchOutput calls, while `watchingOutput`).
+  std::function<void(const std::vector<TaskOutput>&)> outputSink;
+  uint64_t outputSince = 0;
+  bool watchingOutput = false;
+  kj::Promise<void> outputWatch = nullptr;
+  kj::Promise<void> watchOutputFrom();
+  // Hands the sink the chunks of a watchOutput answer it has not had.
+  void deliverOutput(wire::ClientService::WatchOutputResults::Reader answer);
   // By data connection (ClientImpl::dataConnection) that broke with direct
   // calls unanswered: resolves once the governor said which it has and
   // each was left to the server (cutOff). Kept for the session's life

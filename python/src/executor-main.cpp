@@ -172,7 +172,28 @@ void writeOutputs(squall::Call& call, py::handle outputs) {
   for (size_t i = 0; i < call.outputCount(); i++) writeOutput(call.output(i), outputs[py::int_(i)]);
 }
 
+// Flushes Python's standard output and error: what a call printed goes
+// before its answer (the governor gives what a process prints to the call
+// it runs until its answer comes).
+void flushPrinted() {
+  for (const char* name : {"stdout", "stderr"}) {
+    PyObject* stream = PySys_GetObject(name);  // borrowed
+    if (stream == nullptr || stream == Py_None) continue;
+    PyObject* done = PyObject_CallMethod(stream, "flush", nullptr);
+    if (done == nullptr) {
+      PyErr_Clear();
+    } else {
+      Py_DECREF(done);
+    }
+  }
+}
+
+struct FlushAtEnd {
+  ~FlushAtEnd() { flushPrinted(); }
+};
+
 void runCall(py::module_& worker, squall::Call& call) {
+  FlushAtEnd flush;
   Running running(call);
   auto outputs =
       runWorker(worker, [&]() { return worker.attr("run")(configOf(call), inputsOf(call), call.outputCount(), pathsOf(call)); });
@@ -203,6 +224,7 @@ class PythonActor {
   // call-N: the method the config names, on the instance; N outputs.
   void call(squall::Call& call) {
     py::gil_scoped_acquire gil;
+    FlushAtEnd flush;
     Running running(call);
     if (concurrent) return callConcurrently(call);
     auto outputs = runWorker(worker, [&]() {
@@ -277,6 +299,12 @@ int main(int argc, char** argv) {
   py::module_ worker;
   try {
     findPackage();
+    // Each line a function prints goes to the governor as it is printed.
+    auto sys = py::module_::import("sys");
+    for (const char* name : {"stdout", "stderr"}) {
+      auto stream = sys.attr(name);
+      if (!stream.is_none() && py::hasattr(stream, "reconfigure")) stream.attr("reconfigure")(py::arg("line_buffering") = true);
+    }
     worker = py::module_::import("squall._worker");
   } catch (py::error_already_set& e) {
     fprintf(stderr, "%s: cannot import squall._worker (is the Python package squall on python3's path?): %s\n",

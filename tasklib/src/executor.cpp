@@ -922,6 +922,9 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     KJ_DEFER({
       for (int fd : call.ownedFds_) close(fd);
       call.ownedFds_.clear();
+      // What it printed goes before its answer: the governor gives the
+      // process's output to the call it runs until the answer comes.
+      fflush(stdout);
     });
     runReporting([&]() {
       try {
@@ -1086,6 +1089,9 @@ int Executor::serveFd(int fd) {
   // A write to a stream whose readers went fails with EPIPE (StreamClosed)
   // instead of killing the process.
   signal(SIGPIPE, SIG_IGN);
+  // Standard output is a pipe the governor reads for the call running
+  // (docs/ray.md, "Output"): each line as it is printed.
+  setvbuf(stdout, nullptr, _IOLBF, 0);
   auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   BufferedMessageStream* transport = nullptr;
   TopLevel topLevel;

@@ -4,6 +4,8 @@
 // and an actor type, Tally, for pipeline files' actors (docs/pipelines.md).
 #include <squall/tasklib/tasklib.h>
 
+#include <cstdio>
+
 #include <atomic>
 #include <cctype>
 #include <cerrno>
@@ -157,6 +159,22 @@ int main(int argc, char** argv) {
       text += call.input(i).label() + "=" + std::string(call.input(i).text()) + "\n";
     }
     call.output(0).write(text + std::string(call.config()));
+  });
+  // Prints "out: LINE" for each line of its config (stdout, as printf
+  // does), "err: done" (stderr), then "partial" with no newline: what the
+  // governor gives its task (docs/ray.md, "Output").
+  ex.add("say", [](squall::Call& call) {
+    std::string config(call.config());
+    size_t at = 0;
+    while (at < config.size()) {
+      size_t end = config.find('\n', at);
+      if (end == std::string::npos) end = config.size();
+      printf("out: %s\n", config.substr(at, end - at).c_str());
+      at = end + 1;
+    }
+    fprintf(stderr, "err: done\n");
+    printf("partial");
+    call.output(0).write("said");
   });
   return ex.serve(argc, argv);
 }

@@ -205,6 +205,9 @@ void ActorHosts::start(Actor& actor) {
     return;
   }
   auto pid = actor.process->child->pid();
+  // What it prints is the actor's, named as its task is (or by its type).
+  auto taskName = assignment.getTask().getName();
+  actor.process->workFor(OutputOwner{actor.id, taskName.size() > 0 ? kj::str(taskName) : kj::str(actor.type)});
   logger.info("event=actor-starting actor={} task={} pid={} restarts={}", actor.name.cStr(),
               kj::str(actor.id).cStr(), pid, actor.restarts);
   Id id = actor.id;

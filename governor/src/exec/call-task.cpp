@@ -265,7 +265,9 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         // A cancel ends the wait at once; the lease, dropped, kills the
         // process if the call runs, or leaves it queued (its answer dropped)
         // if it waits.
-        auto answered = leaseRef.send(kj::mv(request), kj::mv(outDir))
+        // Its output is prefixed with its name (the function's without).
+        auto answered = leaseRef.send(kj::mv(request), kj::mv(outDir),
+                                      task.getName().size() > 0 ? task.getName() : kj::StringPtr(function))
                             .exclusiveJoin(control.whenCancelled().then([]() -> kj::Promise<ExecutorLease::Answer> {
                               return KJ_EXCEPTION(FAILED, "cancelled");
                             }));

@@ -51,6 +51,8 @@ struct ExecutorPool::Slot {
   // Whose call it is; nullptr once nobody waits for its answer.
   ExecutorLease* lease = nullptr;
   kj::Own<StoreTemp> outDir;
+  // Whom its process works for while it runs (what it prints is theirs).
+  OutputOwner owner;
 };
 
 struct ExecutorPool::Worker final : public ExecutorProcess {
@@ -172,12 +174,18 @@ void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
   options.stdinFd = theirs.get();
   options.stdoutFd = STDERR_FILENO;
   options.stderrFd = STDERR_FILENO;
+  KJ_IF_MAYBE(outputs, printed) {
+    process.output = kj::heap<ProcessOutput>(io, *outputs);
+    options.stdoutFd = process.output->childStdout();
+    options.stderrFd = process.output->childStderr();
+  }
   auto started = ChildProcess::spawn(bridge, options);
   KJ_IF_MAYBE(code, started.tryGet<int>()) {
     SQUALL_FAIL("cannot start executor ", process.executor, " (", program, "): ", strerror(-*code));
   }
   process.child = kj::mv(started.get<kj::Own<ChildProcess>>());
   theirs = nullptr;
+  if (process.output.get() != nullptr) process.output->started(process.child->pid());
   // A Unix socket that carries descriptors too: the pipe ends of streams
   // (call-task.cpp). Executors send none back, but capnp 0.9 attaches
   // descriptors to outgoing messages only when the network accepts some.
@@ -378,7 +386,7 @@ kj::Maybe<kj::Own<ExecutorLease>> ExecutorPool::join(kj::StringPtr executor, kj:
 
 kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
                                      capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,
-                                     kj::Own<StoreTemp> outDir) {
+                                     kj::Own<StoreTemp> outDir, kj::StringPtr name) {
   worker.reserved--;
   if (worker.gone()) {
     // It died between the lease and the call: the call never reached it.
@@ -393,6 +401,8 @@ kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
   slot->task = request.getContext().getTask();
   slot->lease = &lease;
   slot->outDir = kj::mv(outDir);
+  slot->owner = OutputOwner{Id{slot->session, slot->task},
+                            name != nullptr && name.size() > 0 ? kj::str(name) : kj::str(worker.executor)};
   lease.slot = slot.get();
   auto& ref = *slot;
   worker.queue.push_back(kj::mv(slot));
@@ -400,6 +410,7 @@ kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
     worker.frontSinceUs = monotonicUs();
     worker.frontSerial = ref.serial;
     lease.started_ = true;
+    worker.workFor(OutputOwner{ref.owner.task, kj::str(ref.owner.name)});
   } else {
     watch(worker);
   }
@@ -424,6 +435,9 @@ void ExecutorPool::watch(Worker& worker) {
 void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception> error,
                             kj::Maybe<capnp::Response<wire::Executor::CallResults>> response) {
   bool wasFront = !worker.queue.empty() && worker.queue.front().get() == &slot;
+  // What it printed before it answered is the answered call's (the next
+  // one's owner is named below).
+  if (wasFront && worker.output.get() != nullptr) worker.output->drain();
   bool disconnected = false;
   KJ_IF_MAYBE(e, error) { disconnected = e->getType() == kj::Exception::Type::DISCONNECTED; }
   KJ_IF_MAYBE(r, response) {
@@ -463,7 +477,10 @@ void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception>
     worker.frontSinceUs = monotonicUs();
     worker.frontSerial = next.serial;
     if (next.lease != nullptr) next.lease->started_ = true;
+    worker.workFor(OutputOwner{next.owner.task, kj::str(next.owner.name)});
     watch(worker);
+  } else if (wasFront) {
+    worker.workFor(nullptr);
   }
   // `own` (an abandoned call's output directory with it) goes now.
   own = nullptr;
@@ -541,12 +558,13 @@ wire::Executor::Client& ExecutorLease::executor() { return worker.cap; }
 ChildProcess& ExecutorLease::process() { return *worker.child; }
 
 kj::Promise<ExecutorLease::Answer> ExecutorLease::send(
-    capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request, kj::Own<StoreTemp> outDir) {
+    capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request, kj::Own<StoreTemp> outDir,
+    kj::StringPtr name) {
   KJ_REQUIRE(!sent, "a lease sends one call");
   sent = true;
   auto paf = kj::newPromiseAndFulfiller<Answer>();
   fulfiller = kj::mv(paf.fulfiller);
-  return pool.send(worker, *this, kj::mv(request), kj::mv(outDir)).then([promise = kj::mv(paf.promise)]() mutable {
+  return pool.send(worker, *this, kj::mv(request), kj::mv(outDir), name).then([promise = kj::mv(paf.promise)]() mutable {
     return kj::mv(promise);
   });
 }

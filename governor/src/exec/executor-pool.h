@@ -4,8 +4,9 @@
 // itself stops the governor with an error naming it); that process stays
 // warm for the first call. Processes speak the protocol of
 // proto/executor.capnp over a socketpair that is their standard input;
-// their standard output and error are the governor's standard error. Loop
-// thread only.
+// their standard output and error are pipes the governor reads for the
+// call each runs (process-output.h), or, without printTo(), the
+// governor's standard error. Loop thread only.
 //
 // A call takes an idle process of its executor, or starts another one, and
 // hands it the resources it was granted (its cpus): the process holds them
@@ -30,6 +31,7 @@
 
 #include "child-process.h"
 #include "object-store.h"
+#include "process-output.h"
 #include "task-env.h"
 #include "uv-bridge.h"
 
@@ -79,6 +81,13 @@ struct ExecutorProcess {
   kj::Maybe<ProcessExit> exit;
   kj::ForkedPromise<void> exited = nullptr;
   kj::Promise<void> watch = nullptr;
+  // Its standard output and error, when the pool reads them (printTo()).
+  kj::Own<ProcessOutput> output;
+
+  // What it prints from now on is `owner`'s (nullptr: nobody's).
+  void workFor(kj::Maybe<OutputOwner> owner) {
+    if (output.get() != nullptr) output->workFor(kj::mv(owner));
+  }
 };
 
 // One pipe or socket end for an executor. capnp attaches getFd()'s
@@ -145,6 +154,9 @@ class ExecutorPool {
   // the executor and why when one cannot start or answer.
   kj::Promise<void> start(kj::Vector<ExecutorDecl> decls);
 
+  // Processes started from now on print to `outputs` (process-output.h).
+  void printTo(TaskOutputs& outputs) { printed = outputs; }
+
   const kj::Vector<Known>& executors() const { return known; }
   kj::Maybe<const Known&> findExecutor(kj::StringPtr name) const;
   kj::Maybe<const Function&> find(kj::StringPtr executor, kj::StringPtr function) const;
@@ -198,6 +210,7 @@ class ExecutorPool {
   kj::Vector<kj::String> env;
   kj::String cwd;
   uint32_t pipeline;
+  kj::Maybe<TaskOutputs&> printed;
   kj::Vector<Known> known;
   // Processes alive (for the log).
   size_t alive = 0;
@@ -229,7 +242,7 @@ class ExecutorPool {
   // Sends `request` on `worker` as the call of `lease`.
   kj::Promise<void> send(Worker& worker, ExecutorLease& lease,
                          capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,
-                         kj::Own<StoreTemp> outDir);
+                         kj::Own<StoreTemp> outDir, kj::StringPtr name);
   void answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception> error,
                 kj::Maybe<capnp::Response<wire::Executor::CallResults>> response);
   // Arms the watchdog of the call now running on `worker` when calls wait
@@ -268,8 +281,9 @@ class ExecutorLease {
   // kept until the call answers, and handed back with the answer. Rejects
   // with the call's exception (the function threw: FAILED; the process
   // went: DISCONNECTED); started() then says whether the function ran.
+  // `name`: the task's, as its output is prefixed.
   kj::Promise<Answer> send(capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,
-                           kj::Own<StoreTemp> outDir);
+                           kj::Own<StoreTemp> outDir, kj::StringPtr name = nullptr);
   // True once the call has reached the front of its process's queue.
   bool started() const { return started_; }
   // Why the process is gone, once it has gone ("exited with status 3",

@@ -37,6 +37,24 @@ ServerLink::ServerLink(kj::Network& network, kj::Timer& timer, ObjectStore& stor
     : network(network), timer(timer), store(store), queue(queue), batcher(batcher), logger(logger),
       options(kj::mv(options)) {
   queue.onLend([this](Id task, bool lent) { sendLend(task, lent); });
+  KJ_IF_MAYBE(outputs, this->options.outputs) {
+    outputs->sendWith([this](kj::ArrayPtr<const TaskOutputs::Chunk> chunks,
+                             uint64_t dropped) -> kj::Maybe<kj::Promise<void>> {
+      KJ_IF_MAYBE(up, upstream) {
+        auto request = up->outputRequest();
+        auto list = request.initChunks(chunks.size());
+        for (uint i = 0; i < chunks.size(); i++) {
+          chunks[i].task.to(list[i].initTask());
+          list[i].setStderr(chunks[i].isStderr);
+          list[i].setLabel(chunks[i].label);
+          list[i].setText(chunks[i].text);
+        }
+        request.setDropped(dropped);
+        return request.send().ignoreResult();
+      }
+      return nullptr;
+    });
+  }
 }
 
 void ServerLink::sendLend(Id task, bool lent) {

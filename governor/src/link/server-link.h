@@ -43,6 +43,9 @@ struct ServerLinkOptions {
   // registration, emptied when the governor starts over, claimed by the
   // server (GovernorControl.claimUploads).
   kj::Maybe<UploadTable&> uploads = nullptr;
+  // What executor processes print, sent upstream while connected
+  // (GovernorUpstream.output).
+  kj::Maybe<TaskOutputs&> outputs = nullptr;
 };
 
 class ServerLink {

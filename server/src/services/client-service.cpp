@@ -20,6 +20,9 @@ namespace squall {
 
 namespace {
 
+// How long a watchOutput waits for output before it answers with none.
+constexpr kj::Duration OUTPUT_WAIT = 10 * kj::SECONDS;
+
 using TaskInfoState = wire::TaskInfo::State;
 // TaskInfo states by TaskNode::State.
 constexpr TaskInfoState TASK_STATES[] = {TaskInfoState::WAITING,  TaskInfoState::READY,
@@ -124,6 +127,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     }
     context.sessions.get(id);
     context.sessions.close(id);
+    context.output.forget(id);
     // Answered once the log has what is kept of it (the history record goes
     // with the next commit), so that a client that saw it close finds it
     // after a restart too. A failing log is the Dispatcher's to report; the
@@ -219,6 +223,22 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     }
     context.logger.debug("event=place-data session={} constants={}", session.id, sizes.size());
     return kj::READY_NOW;
+  }
+
+  // What the session's tasks printed (SessionOutput); a wait of at most
+  // OUTPUT_WAIT when nothing new has come.
+  kj::Promise<void> watchOutput(WatchOutputContext call) override {
+    auto params = call.getParams();
+    uint64_t session = openSession(sessionOf(params)).id;
+    uint64_t since = params.getSince();
+    auto fill = [this, call, session, since]() mutable {
+      context.output.fill(session, since, call.getResults());
+    };
+    if (!params.getWait() || context.timer == nullptr) {
+      fill();
+      return kj::READY_NOW;
+    }
+    return context.output.whenPast(session, since, *context.timer, OUTPUT_WAIT).then(kj::mv(fill));
   }
 
   kj::Promise<void> recordDirect(RecordDirectContext call) override {

@@ -5,6 +5,7 @@
 #include "dispatcher.h"
 #include "governor-pool.h"
 #include "session-history.h"
+#include "session-output.h"
 #include "session-table.h"
 
 #include <kj/timer.h>
@@ -36,6 +37,9 @@ struct ServerContext {
   kj::Duration governorTimeout = 0 * kj::SECONDS;
   // ClientService.placeData's turn: uploads go to the governors in turn.
   uint64_t nextPlace = 0;
+  // What tasks printed, for ClientService.watchOutput (main() tells it
+  // which sessions are open).
+  SessionOutput output;
 };
 
 }  // namespace squall

@@ -65,6 +65,20 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> output(OutputContext call) override {
+    auto& governor = current();
+    auto params = call.getParams();
+    for (auto chunk : params.getChunks()) {
+      auto task = chunk.getTask();
+      context.output.add(task.getSession(), task.getN(), chunk.getStderr(), chunk.getLabel(),
+                         kj::StringPtr(governor.name.c_str(), governor.name.size()), chunk.getText());
+    }
+    if (params.getDropped() > 0) {
+      context.logger.warn("event=task-output-dropped governor={} chunks={}", id, params.getDropped());
+    }
+    return kj::READY_NOW;
+  }
+
   kj::Promise<void> update(UpdateContext call) override {
     current();
     // Actor calls clients sent the governor directly that their sessions

@@ -228,6 +228,17 @@ struct TaskInfo {
   std::vector<ObjectInfo> outputs;
 };
 
+// A piece of what a task's process printed (Session::watchOutput): whole
+// lines mostly, of its standard output or error. `label` names the task
+// ("square pid=123"), `governor` where it ran.
+struct TaskOutput {
+  uint64_t task;
+  bool isStderr;
+  std::string label;
+  std::string governor;
+  std::string text;
+};
+
 struct TaskExplanation {
   std::string summary;               // one line
   std::vector<std::string> details;  // the facts behind it
@@ -469,6 +480,15 @@ class Session {
   // what it waits for (inputs, resources and who holds them, room on the
   // governors, its place in the queue); for one that ended, how.
   TaskExplanation explain(uint64_t task);
+  // What the session's functions and actors (in executors) print, handed
+  // to `sink` as it comes, in order, while this client waits for anything
+  // (it runs no thread of its own): Ray's log_to_driver. From the oldest
+  // the server still holds; once per session (a second sink replaces the
+  // first). A sink that throws loses that batch only.
+  void watchOutput(std::function<void(const std::vector<TaskOutput>&)> sink);
+  // Hands the sink what the server holds and it has not had yet, waiting
+  // for nothing more (before the session closes, say).
+  void drainOutput();
   // Removes everything of the session on the server; later calls throw.
   void close();
   // Leave the session open on the server when this object goes (for

@@ -1,0 +1,212 @@
+#include "process-output.h"
+
+#include <cerrno>
+#include <fcntl.h>
+#include <kj/debug.h>
+#include <unistd.h>
+
+namespace squall {
+
+namespace {
+
+// Keeps the last `most` bytes of `tail` after appending `text`.
+void appendTail(std::string& tail, kj::ArrayPtr<const char> text, size_t most) {
+  if (text.size() >= most) {
+    tail.assign(text.end() - most, text.end());
+    return;
+  }
+  tail.append(text.begin(), text.size());
+  if (tail.size() > most) tail.erase(0, tail.size() - most);
+}
+
+// Writes all of `text` to the governor's standard error, as the process
+// would have.
+void toStderr(kj::ArrayPtr<const char> text) {
+  while (text.size() > 0) {
+    ssize_t n = ::write(STDERR_FILENO, text.begin(), text.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    text = text.slice(static_cast<size_t>(n), text.size());
+  }
+}
+
+}  // namespace
+
+// ------------------------------------------------------------ TaskOutputs
+
+TaskOutputs::TaskOutputs(kj::Timer& timer, spdlog::logger& logger) : timer(timer), logger(logger), tasks(*this) {}
+
+void TaskOutputs::taskFailed(kj::Exception&& e) {
+  logger.warn("event=task-output-failed error=\"{}\"", e.getDescription().cStr());
+}
+
+void TaskOutputs::sendWith(Send send) {
+  sender = kj::mv(send);
+  this->send();
+}
+
+void TaskOutputs::add(const OutputOwner& owner, int pid, bool isStderr, kj::ArrayPtr<const char> text) {
+  if (text.size() == 0) return;
+  auto found = tails.find(owner.task);
+  if (found == tails.end()) {
+    if (tails.size() >= MAX_TAILS) tails.erase(tails.begin());
+    found = tails.emplace(owner.task, Tails{}).first;
+  }
+  appendTail(isStderr ? found->second.err : found->second.out, text, TAIL_BYTES);
+  if (pendingBytes + text.size() > MAX_PENDING_BYTES) {
+    dropped++;
+    droppedUnsent++;
+    return;
+  }
+  pending.push_back(Chunk{owner.task, isStderr, kj::str(owner.name, " pid=", pid), kj::heapString(text)});
+  pendingBytes += text.size();
+  if (inFlight == 0 && !timerSet) {
+    timerSet = true;
+    tasks.add(timer.afterDelay(SEND_AFTER).then([this]() {
+      timerSet = false;
+      send();
+    }));
+  }
+}
+
+void TaskOutputs::finish(TaskOutcome& outcome) {
+  auto found = tails.find(outcome.id);
+  if (found != tails.end()) {
+    if (outcome.stdoutTail.size() == 0) outcome.stdoutTail = kj::str(found->second.out.c_str());
+    if (outcome.stderrTail.size() == 0) outcome.stderrTail = kj::str(found->second.err.c_str());
+    tails.erase(found);
+  }
+  send(true);
+}
+
+void TaskOutputs::send(bool ahead) {
+  if (pending.empty() && droppedUnsent == 0) return;
+  if (inFlight > (ahead ? MAX_IN_FLIGHT - 1 : 0)) return;
+  KJ_IF_MAYBE(s, sender) {
+    auto batch = kj::mv(pending);
+    pending.clear();
+    pendingBytes = 0;
+    uint64_t droppedNow = droppedUnsent;
+    KJ_IF_MAYBE(sent, (*s)(kj::arrayPtr(batch.data(), batch.size()), droppedNow)) {
+      droppedUnsent = 0;
+      inFlight++;
+      tasks.add(sent->attach(kj::mv(batch))
+                    .then(
+                        [this]() {
+                          inFlight--;
+                          send();
+                        },
+                        [this](kj::Exception&& e) {
+                          // The connection went: what it carried is lost
+                          // (output is for watching; the tails stay).
+                          logger.debug("event=task-output-send-failed error=\"{}\"", e.getDescription().cStr());
+                          inFlight--;
+                        }));
+      return;
+    }
+    // No connection: they wait.
+    pending = kj::mv(batch);
+    for (auto& chunk : pending) pendingBytes += chunk.text.size();
+  }
+}
+
+// ------------------------------------------------------------ ProcessOutput
+
+ProcessOutput::ProcessOutput(kj::LowLevelAsyncIoProvider& io, TaskOutputs& outputs) : io(io), outputs(outputs) {
+  open(out, false);
+  open(err, true);
+}
+
+ProcessOutput::~ProcessOutput() noexcept(false) {
+  // What the process printed last is its owner's.
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { workFor(nullptr); })) { (void)e; }
+}
+
+void ProcessOutput::open(Stream& stream, bool isStderr) {
+  int fds[2];
+  KJ_SYSCALL(pipe2(fds, O_CLOEXEC));
+  stream.isStderr = isStderr;
+  stream.ours = kj::AutoCloseFd(fds[0]);
+  stream.childEnd = kj::AutoCloseFd(fds[1]);
+  KJ_SYSCALL(fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK));
+}
+
+void ProcessOutput::started(int childPid) {
+  pid = childPid;
+  for (auto* stream : {&out, &err}) {
+    stream->childEnd = nullptr;
+    stream->in = io.wrapInputFd(stream->ours.get());
+    stream->reading = readOn(*stream).eagerlyEvaluate([](kj::Exception&&) {});
+  }
+}
+
+kj::Promise<void> ProcessOutput::readOn(Stream& stream) {
+  return stream.in->tryRead(stream.buffer, 1, sizeof(stream.buffer)).then([this, &stream](size_t n) -> kj::Promise<void> {
+    if (n == 0) {
+      flushPartial(stream);
+      return kj::READY_NOW;
+    }
+    took(stream, kj::arrayPtr(stream.buffer, n));
+    return readOn(stream);
+  });
+}
+
+void ProcessOutput::drain() {
+  for (auto* stream : {&out, &err}) {
+    if (stream->in.get() == nullptr) continue;
+    for (;;) {
+      ssize_t n = ::read(stream->ours.get(), stream->buffer, sizeof(stream->buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      took(*stream, kj::arrayPtr(stream->buffer, static_cast<size_t>(n)));
+    }
+  }
+}
+
+void ProcessOutput::workFor(kj::Maybe<OutputOwner> next) {
+  drain();
+  flushPartial(out);
+  flushPartial(err);
+  owner = kj::mv(next);
+}
+
+void ProcessOutput::took(Stream& stream, kj::ArrayPtr<const char> bytes) {
+  const char* end = bytes.end();
+  const char* lastNewline = nullptr;
+  for (const char* p = end; p != bytes.begin(); p--) {
+    if (p[-1] == '\n') {
+      lastNewline = p;
+      break;
+    }
+  }
+  if (lastNewline == nullptr) {
+    stream.partial.append(bytes.begin(), bytes.size());
+    if (stream.partial.size() >= TaskOutputs::TAIL_BYTES) flushPartial(stream);
+    return;
+  }
+  if (!stream.partial.empty()) {
+    stream.partial.append(bytes.begin(), static_cast<size_t>(lastNewline - bytes.begin()));
+    give(stream, kj::arrayPtr(stream.partial.data(), stream.partial.size()));
+    stream.partial.clear();
+  } else {
+    give(stream, kj::arrayPtr(bytes.begin(), lastNewline));
+  }
+  stream.partial.assign(lastNewline, end);
+}
+
+void ProcessOutput::flushPartial(Stream& stream) {
+  if (stream.partial.empty()) return;
+  std::string text = std::move(stream.partial);
+  stream.partial.clear();
+  give(stream, kj::arrayPtr(text.data(), text.size()));
+}
+
+void ProcessOutput::give(Stream& stream, kj::ArrayPtr<const char> text) {
+  KJ_IF_MAYBE(o, owner) {
+    outputs.add(*o, pid, stream.isStderr, text);
+  } else {
+    toStderr(text);
+  }
+}
+
+}  // namespace squall
