@@ -13,6 +13,7 @@ session (squall._worker.nested_session). _refs.py has the objects.
 import atexit
 import math
 import os
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -38,7 +39,7 @@ class _Driver:
     """The driver's client, its session and the cluster it may have
     started."""
 
-    def __init__(self, address, *, num_cpus, num_gpus, resources, namespace):
+    def __init__(self, address, *, num_cpus, num_gpus, resources, namespace, log_to_driver=True):
         self.cluster = None
         if address is None:
             address = os.environ.get("SQUALL_SERVER") or os.environ.get("RAY_ADDRESS") or None
@@ -59,11 +60,17 @@ class _Driver:
         namespace = namespace or f"anonymous-{self.session.id}"
         self.context = _refs.Context(self.session, batched=True, namespace=namespace)
         _refs.register(self.context)
+        self.log_to_driver = log_to_driver
+        if log_to_driver:
+            self.session.watch_output(print_task_output)
 
     def close(self):
         context = self.context
         try:
             context.sync()
+            if self.log_to_driver:
+                # What the job's tasks printed last, before its session goes.
+                self.session.drain_output()
             # Named actors outlive a session; Ray's end with their job
             # unless detached.
             for life in list(context.actors.values()):
@@ -77,6 +84,17 @@ class _Driver:
         finally:
             if self.cluster is not None:
                 self.cluster.stop()
+
+
+def print_task_output(chunks) -> None:
+    """Prints what tasks and actors printed, each line prefixed as Ray's
+    log_to_driver does: "(square pid=123, node=governor-0) text", to the
+    driver's standard output or error as the task wrote it."""
+    for _task, is_stderr, label, governor, text in chunks:
+        stream = sys.stderr if is_stderr else sys.stdout
+        prefix = f"({label}, node={governor}) " if governor else f"({label}) "
+        stream.write("".join(prefix + line + "\n" for line in text.splitlines()))
+        stream.flush()
 
 
 def _whole(cpus, default):
@@ -116,7 +134,7 @@ def init(address: Optional[str] = None, *, num_cpus: Optional[float] = None, num
             raise RuntimeError("Maybe you called ray.init twice by accident? squall is initialized already "
                                "in this process (ignore_reinit_error=True to allow it, or shutdown() first)")
         _driver = _Driver(address, num_cpus=num_cpus, num_gpus=num_gpus, resources=resources,
-                          namespace=namespace)
+                          namespace=namespace, log_to_driver=log_to_driver)
         return _driver
 
 

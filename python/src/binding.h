@@ -141,6 +141,7 @@ void bindActor(py::module_& m);
 void bindSession(py::module_& m);
 void bindCluster(py::module_& m);
 void bindBuffers(py::module_& m);
+void bindOutput(py::module_& m);
 
 }  // namespace python
 }  // namespace squall

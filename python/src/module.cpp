@@ -425,6 +425,7 @@ PYBIND11_MODULE(_squall, m) {
   bindProgram(m);
   bindActor(m);
   bindSession(m);
+  bindOutput(m);
   bindCluster(m);
   bindBuffers(m);
 }
