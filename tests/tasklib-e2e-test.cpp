@@ -377,3 +377,34 @@ TEST_F(TasklibE2eTest, WhatAFunctionPrintsReachesItsSessionsWatcherAndItsTails) 
 
 }  // namespace
 }  // namespace squall
+
+namespace squall {
+namespace {
+
+// A function that prints far more than anyone keeps: it is not held back
+// (the governor reads on), its tail is the last 4 KiB, a watcher gets a
+// bounded part, and the governor lives on.
+TEST_F(TasklibE2eTest, AFloodOfOutputIsReadOnAndKeptBounded) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("flood");
+  size_t received = 0;
+  session.watchOutput([&received](const std::vector<TaskOutput>& chunks) {
+    for (auto& c : chunks) received += c.text.size();
+  });
+  auto flood = session.call("testfn/flood", {}, "32");
+  flood.output().keep();
+  session.submit();
+  size_t lines = 32u * (1 << 20) / 64;
+  EXPECT_EQ(flood.output().fetch(), std::to_string(lines));
+  session.drainOutput();
+  auto info = session.tasks({flood.id()}).at(0);
+  ASSERT_EQ(info.stdoutTail.size(), 4096u);
+  char last[65];
+  snprintf(last, sizeof last, "%063zu\n", lines - 1);
+  EXPECT_EQ(info.stdoutTail.substr(4096 - 64), last);
+  EXPECT_GT(received, 0u);
+  EXPECT_LT(received, 32u << 20);
+}
+
+}  // namespace
+}  // namespace squall

@@ -176,5 +176,12 @@ int main(int argc, char** argv) {
     printf("partial");
     call.output(0).write("said");
   });
+  // Prints the config's number of MiB to stdout, in lines of 64 bytes
+  // numbered from 0, as fast as it can.
+  ex.add("flood", [](squall::Call& call) {
+    size_t lines = std::stoul(std::string(call.config())) * (1 << 20) / 64;
+    for (size_t i = 0; i < lines; i++) printf("%063zu\n", i);
+    call.output(0).write(std::to_string(lines));
+  });
   return ex.serve(argc, argv);
 }
