@@ -26,6 +26,11 @@ const executorProtocolVersion :UInt32 = 6;
 struct CallContext {
   session @0 :UInt64;
   task @1 :UInt64;
+  # NAME=VALUE that the call's resources give it (CUDA_VISIBLE_DEVICES,
+  # OMP_NUM_THREADS, SQUALL_RESOURCE_*: docs/resources.md), as a program
+  # task's environment has them: the executor sets them while the call
+  # runs. Empty for an actor's calls (its process has its actor's).
+  env @2 :List(Text);
 }
 
 # The governor's side, handed to each executor process once (Executor.host).

@@ -34,6 +34,8 @@
 #include <filesystem>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace py = pybind11;
 
@@ -192,8 +194,43 @@ struct FlushAtEnd {
   ~FlushAtEnd() { flushPrinted(); }
 };
 
+// The call's resource variables (Call::environment: CUDA_VISIBLE_DEVICES
+// for its GPUs, ...) in os.environ for the call's length: Python copied
+// the environment at start, and tasklib's setenv does not reach that copy.
+class PythonCallEnv {
+ public:
+  explicit PythonCallEnv(const std::vector<std::string>& vars) {
+    if (vars.empty()) return;
+    environ = py::module_::import("os").attr("environ");
+    for (auto& var : vars) {
+      auto eq = var.find('=');
+      if (eq == std::string::npos || eq == 0) continue;
+      auto name = py::str(var.substr(0, eq));
+      saved.emplace_back(name, environ.attr("get")(name));
+      environ[name] = py::str(var.substr(eq + 1));
+    }
+  }
+  ~PythonCallEnv() {
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      try {
+        if (it->second.is_none()) {
+          environ.attr("pop")(it->first, py::none());
+        } else {
+          environ[it->first] = it->second;
+        }
+      } catch (py::error_already_set&) {
+      }
+    }
+  }
+
+ private:
+  py::object environ;
+  std::vector<std::pair<py::str, py::object>> saved;
+};
+
 void runCall(py::module_& worker, squall::Call& call) {
   FlushAtEnd flush;
+  PythonCallEnv environment(call.environment());
   Running running(call);
   auto outputs =
       runWorker(worker, [&]() { return worker.attr("run")(configOf(call), inputsOf(call), call.outputCount(), pathsOf(call)); });

@@ -759,3 +759,23 @@ def test_the_runtime_context_names_the_job_node_and_task(driver):
     assert isinstance(ref, ray.ObjectRef)
     assert isinstance(ref.hex(), str) and isinstance(ref.object_id, int)
     assert ref.session_id == int(job)
+
+
+@ray.remote(num_gpus=1)
+def gpu_ids():
+    return ray.get_gpu_ids()
+
+
+@ray.remote
+def no_gpu_ids():
+    return ray.get_gpu_ids()
+
+
+def test_a_task_given_a_gpu_sees_it_and_one_given_none_sees_none(driver):
+    """Ray: get_gpu_ids() inside a task names the GPUs it was given
+    (CUDA_VISIBLE_DEVICES), none for a task that asked for none, in the
+    same warm processes."""
+    for _ in range(3):
+        ids = ray.get(gpu_ids.remote(), timeout=T)
+        assert len(ids) == 1 and ids[0] in (0, 1)
+        assert ray.get(no_gpu_ids.remote(), timeout=T) == []

@@ -103,8 +103,6 @@ def test_several_outputs_objects_and_dirs_as_arguments(session):
 
 
 def test_options_cpus_resources_and_keep(session):
-    # (A function holds its resources like a program, but tasklib does not
-    # tell its process which items it got: docs/resources.md.)
     @squall.remote(cpus=2, resources={"gpus": 1}, keep=True, name="on-a-gpu")
     def double(x):
         return 2 * x
@@ -122,6 +120,32 @@ def test_options_cpus_resources_and_keep(session):
         squall.remote(outputs="json")(len)
     with pytest.raises(ValueError, match="from 0 to 16"):
         squall.remote(outputs=17)(len)
+
+
+def test_a_call_sees_the_gpus_it_was_given_and_the_next_call_of_its_process_does_not(session):
+    """A warm process serves calls of other grants: each sees its own
+    CUDA_VISIBLE_DEVICES (and OMP_NUM_THREADS), as a program task would,
+    in os.environ and the C environment alike."""
+    @squall.remote(keep=True)
+    def visible():
+        import ctypes
+        libc = ctypes.CDLL(None)
+        libc.getenv.restype = ctypes.c_char_p
+        c_value = libc.getenv(b"CUDA_VISIBLE_DEVICES")
+        return (os.environ.get("CUDA_VISIBLE_DEVICES"), c_value.decode() if c_value is not None else None,
+                os.environ.get("OMP_NUM_THREADS"), os.getpid())
+
+    def one(task):
+        session.submit()
+        return task.output.value()
+
+    # One after the other: the warm processes take turns at both kinds.
+    rounds = [(one(visible.options(resources={"gpus": 1}, cpus=2)()), one(visible())) for _ in range(4)]
+    for (gpu, gpu_c, gpu_threads, _), (none, none_c, threads, _) in rounds:
+        assert gpu in ("0", "1") and gpu_c == gpu
+        assert gpu_threads == "2"
+        assert none == "" and none_c == ""
+        assert threads == "1"
 
 
 def test_a_big_argument_travels_as_a_constant(session):

@@ -108,6 +108,36 @@ const char* kindName(DataKind kind) {
 
 }  // namespace
 
+// Sets a call's NAME=VALUE variables in the process's environment for the
+// length of the call, then puts back what was there.
+class CallEnvironment {
+ public:
+  explicit CallEnvironment(const std::vector<std::string>& vars) {
+    for (auto& var : vars) {
+      auto eq = var.find('=');
+      if (eq == std::string::npos || eq == 0) continue;
+      std::string name = var.substr(0, eq);
+      const char* before = getenv(name.c_str());
+      saved.emplace_back(name, before != nullptr ? std::optional<std::string>(before) : std::nullopt);
+      setenv(name.c_str(), var.c_str() + eq + 1, 1);
+    }
+  }
+  ~CallEnvironment() {
+    for (auto it = saved.rbegin(); it != saved.rend(); ++it) {
+      if (it->second) {
+        setenv(it->first.c_str(), it->second->c_str(), 1);
+      } else {
+        unsetenv(it->first.c_str());
+      }
+    }
+  }
+  CallEnvironment(const CallEnvironment&) = delete;
+  CallEnvironment& operator=(const CallEnvironment&) = delete;
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved;
+};
+
 // ------------------------------------------------------------ Input, Output, Call
 
 std::string_view Input::bytes() const {
@@ -838,6 +868,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   void setUpContext(Call& call, wire::CallContext::Reader context) {
     call.sessionId_ = context.getSession();
     call.taskId_ = context.getTask();
+    for (auto var : context.getEnv()) call.env_.emplace_back(var.cStr(), var.size());
     call.host_ = this;
     call.thread_ = std::this_thread::get_id();
   }
@@ -918,6 +949,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   // The streams' ends close after it: readers see end of file once the
   // RPC system's copies go with the call.
   static uint64_t runBody(kj::Function<void(Call&)>& body, Call& call) {
+    CallEnvironment environment(call.env_);
     auto began = std::chrono::steady_clock::now();
     KJ_DEFER({
       for (int fd : call.ownedFds_) close(fd);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <gtest/gtest.h>
+#include <memory>
 #include <kj/async-io.h>
 #include <kj/io.h>
 #include <squall/proto/errors.h>
@@ -695,6 +696,49 @@ TEST_F(TasklibTest, ActorRegistrationMisuseIsANamedError) {
   // What was refused left nothing behind.
   EXPECT_EQ(ex.actors().size(), 1u);
   EXPECT_EQ(ex.actors().at("Counter").methods.size(), 1u);
+}
+
+}  // namespace
+}  // namespace squall
+
+namespace squall {
+namespace {
+
+// The call's resource variables are the process's environment while it
+// runs (what a library reading CUDA_VISIBLE_DEVICES sees), and go back
+// after: the next call of another grant sees its own, or what was there.
+TEST_F(TasklibTest, ACallsEnvironmentHoldsWhileItRunsAndGoesBackAfter) {
+  setenv("SQUALL_TEST_BEFORE", "kept", 1);
+  unsetenv("SQUALL_TEST_GRANTED");
+  Executor ex("env");
+  ex.add("get", [](Call& call) {
+    std::string out;
+    for (const char* name : {"SQUALL_TEST_GRANTED", "SQUALL_TEST_BEFORE"}) {
+      const char* value = getenv(name);
+      out += std::string(name) + "=" + (value != nullptr ? value : "(unset)") + ";";
+    }
+    out += "env=" + std::to_string(call.environment().size());
+    call.output(0).write(out);
+  });
+  // Set before the executor's thread starts and unset after it ends.
+  auto served = std::make_unique<Served>(ex);
+  auto withEnv = [&](std::vector<std::string> vars) {
+    auto request = served->cap.callRequest();
+    request.setFunction("get");
+    request.initOutputKinds(1).set(0, wire::ObjectKind::BLOB);
+    request.setOutputDir(outputDir());
+    auto env = request.initContext().initEnv(vars.size());
+    for (uint i = 0; i < vars.size(); i++) env.set(i, vars[i]);
+    return text(request.send().wait(served->io.waitScope).getOutputs()[0].getData());
+  };
+  EXPECT_EQ(withEnv({"SQUALL_TEST_GRANTED=0,1", "SQUALL_TEST_BEFORE=changed"}),
+            "SQUALL_TEST_GRANTED=0,1;SQUALL_TEST_BEFORE=changed;env=2");
+  EXPECT_EQ(withEnv({}), "SQUALL_TEST_GRANTED=(unset);SQUALL_TEST_BEFORE=kept;env=0");
+  EXPECT_EQ(withEnv({"SQUALL_TEST_GRANTED="}), "SQUALL_TEST_GRANTED=;SQUALL_TEST_BEFORE=kept;env=1");
+  // Malformed entries are skipped.
+  EXPECT_EQ(withEnv({"=x", "NOEQUALS"}), "SQUALL_TEST_GRANTED=(unset);SQUALL_TEST_BEFORE=kept;env=2");
+  served = nullptr;
+  unsetenv("SQUALL_TEST_BEFORE");
 }
 
 }  // namespace

@@ -225,6 +225,12 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         request.setFunction(task.getConfig().getCall().getFunction());
         request.setConfig(task.getConfig().getCall().getConfig());
         setCallContext(request.initContext(), task);
+        {
+          // A warm process serves calls of other grants: each call says its own.
+          auto& vars = control.resourceEnv();
+          auto env = request.getContext().initEnv(vars.size());
+          for (uint i = 0; i < vars.size(); i++) env.set(i, vars[i]);
+        }
         auto inputs = task.getInputs();
         auto locations = spec.getInputs();
         auto list = request.initInputs(inputs.size());

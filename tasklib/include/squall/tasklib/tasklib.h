@@ -215,6 +215,12 @@ class Call {
   // both when the governor did not say: a test serving without one).
   uint64_t sessionId() const { return sessionId_; }
   uint64_t taskId() const { return taskId_; }
+  // NAME=VALUE that the call's resources give it (CUDA_VISIBLE_DEVICES
+  // for its GPUs, OMP_NUM_THREADS, SQUALL_RESOURCE_*: docs/resources.md):
+  // the process's environment holds them while the function runs, and
+  // goes back after (a warm process serves calls of other grants). Empty
+  // for an actor's methods: its process has its actor's from the start.
+  const std::vector<std::string>& environment() const { return env_; }
   // The task's session, to submit tasks, actors and method calls from the
   // function (docs/nested.md): each task submitted is a child of this one,
   // cancelled when it is cancelled or fails; waitAll() waits for the ones
@@ -263,6 +269,7 @@ class Call {
   friend class ExecutorService;
   uint64_t sessionId_ = 0;
   uint64_t taskId_ = 0;
+  std::vector<std::string> env_;
   Host* host_ = nullptr;
   std::unique_ptr<Session> session_;
   std::vector<Input> inputs_;
