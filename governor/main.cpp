@@ -363,6 +363,8 @@ int run(const Flags& flags) {
     // Actor calls clients send here directly (docs/actors.md).
     DirectCalls direct(store, actors, name, logger);
     dataEnv.directCalls = direct;
+    // A direct call whose function submits tasks is recorded first.
+    executors.recordCallsWith([&direct](Id task) { return direct.record(task); });
 
     // Results wait in the batcher while no server connection is up.
     ResultBatcher batcher(timer, logger);
@@ -422,6 +424,7 @@ int run(const Flags& flags) {
                                       kj::str(dataAddress), flags.cpus, executors, seconds(flags.connectTimeout),
                                       seconds(flags.reconnectTimeout), seconds(flags.serverTimeout), direct,
                                       uploads, outputs});
+    direct.recordWith([&link](wire::Graph::Reader call) { return link.recordDirect(call); });
     auto connected = link.connect(io.waitScope);
     KJ_IF_MAYBE(message, connected.tryGet<kj::String>()) {
       failure = kj::mv(*message);
@@ -468,6 +471,9 @@ int run(const Flags& flags) {
                 })) {
       logger.warn("event=shutdown-timeout error=\"{}\"", e->getDescription().cStr());
     }
+    // Executors' hosts may call in as they go: nothing of what goes first.
+    executors.stopRecordingCalls();
+    direct.stopRecording();
     executors.shutdown().wait(io.waitScope);
     // Connections go before the services they call into.
     link.disconnect();

@@ -44,6 +44,12 @@ interface ExecutorHost {
   # It is done waiting: answered once it holds cpus again (it goes before
   # tasks that have not started).
   rejoin @1 (context :CallContext) -> ();
+  # The function running for the call of `context` is about to submit
+  # tasks of its own: answered once the server has recorded the call (one
+  # a client sent this governor directly, docs/actors.md, is otherwise
+  # recorded only with its result, and the server takes no children of a
+  # task it does not know). At once for any other call.
+  record @2 (context :CallContext) -> ();
 }
 
 # One end of a pipe, travelling as a file descriptor attached to the

@@ -464,6 +464,10 @@ interface GovernorUpstream {
   # (ClientService.watchOutput); `dropped`: chunks the governor dropped
   # since its last call, being too far behind.
   output @3 (chunks :List(TaskOutput), dropped :UInt64) -> ();
+  # A call a client sent this governor directly (DataService.callActor)
+  # whose function submits tasks of its own: recorded now, as it would be
+  # with its result (TaskResult.direct). Fails as that record would.
+  recordDirect @4 (call :Common.Graph) -> ();
 }
 
 # A governor's OutputChunk: its task's full id; the server adds its name.

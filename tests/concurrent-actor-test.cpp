@@ -129,3 +129,28 @@ TEST_F(ConcurrentActorTest, AMethodOfAnActorOfOneCallAtATimeCannotDetach) {
 
 }  // namespace
 }  // namespace squall
+
+namespace squall {
+namespace {
+
+// A method that submits tasks of its own, called directly (made and waited
+// for: the call skips the server, docs/actors.md): the governor has the
+// server record the call first, so its children are taken.
+TEST_F(ConcurrentActorTest, AMethodCalledDirectlySubmitsTasksOfItsOwn) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("direct spawn");
+  auto counter = session.actor("stats/Counter");
+  auto first = counter.call("add", {}, "0");
+  session.submit();
+  first.wait();
+  for (int i = 1; i <= 3; i++) {
+    auto call = counter.call("spawnDouble", {}, std::to_string(i));
+    call.output().keep();
+    session.submitAndWait({call});
+    EXPECT_EQ(call.output().fetch(), std::to_string(2 * i));
+    EXPECT_EQ(session.tasks({call.id()}).at(0).state, "finished");
+  }
+}
+
+}  // namespace
+}  // namespace squall

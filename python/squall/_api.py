@@ -168,25 +168,27 @@ def context():
 
 
 # The context of the Ray-model call running in this process (a worker),
-# by (session, task).
-_nested = None
+# by (session, task), for each thread (a concurrent actor's have their
+# own clients).
+_nested = threading.local()
 
 
 def worker_context(any_call=False):
     """The context of the task whose call runs now in this process: of a
     Ray-model call, or (any_call) of any call (its arguments are being
     read)."""
-    global _nested
     if not any_call and not _worker.ray_call():
         return None
     session = _worker.nested_session()
     if session is None:
         return None
-    if _nested is None or _nested[0] is not session:
+    current = getattr(_nested, "value", None)
+    if current is None or current[0] is not session:
         namespace = _driver.context.namespace if _driver is not None else ""
-        _nested = (session, _refs.Context(session, batched=False, namespace=namespace))
-        _refs.register(_nested[1])
-    return _nested[1]
+        current = (session, _refs.Context(session, batched=False, namespace=namespace))
+        _nested.value = current
+        _refs.register(current[1])
+    return current[1]
 
 
 # ------------------------------------------------------------ objects

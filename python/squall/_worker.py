@@ -442,8 +442,9 @@ def call_method(instance, config, inputs, output_count, paths=None):
 # A concurrent actor's calls run on its event loop (async) or its threads.
 _loop = None
 _pool = None
-# The (session, task) of the concurrent call running in this thread or
-# coroutine (call_context()).
+# The (session, task, record) of the concurrent call running in this thread
+# or coroutine (call_context(); record() has the server record the call
+# before it submits tasks).
 _concurrent_call = contextvars.ContextVar("squall_concurrent_call", default=None)
 
 
@@ -537,7 +538,7 @@ def call_context():
     """(session, task) of the call running now in this executor, or (0, 0)."""
     concurrent_call = _concurrent_call.get()
     if concurrent_call is not None:
-        return concurrent_call
+        return concurrent_call[:2]
     module = executor()
     if module is None or threading.current_thread() is not threading.main_thread():
         return (0, 0)
@@ -552,10 +553,8 @@ def nested_session():
     if _squall_executor is None:
         return None
     if threading.current_thread() is not threading.main_thread():
-        if _concurrent_call.get() is not None:
-            raise RuntimeError("squall: .remote() and the other calls of the API are not offered yet inside a "
-                               "method of a concurrent actor (async, or max_concurrency > 1): docs/ray.md")
-        return None
+        call = _concurrent_call.get()
+        return _thread_session(call) if call is not None else None
     session, task = _squall_executor.context()
     if not session:
         return None
@@ -565,9 +564,38 @@ def nested_session():
     if _nested_client is None:
         _squall._share_thread_loop(*_squall_executor.loop())
         _nested_client = _squall.Client(around_wait=_squall_executor.waiting)
+    # A call its client sent the governor directly is recorded first.
+    _squall_executor.record()
     # One call at a time: an earlier call's session is done with.
     _nested_session = ((session, task), _nested_client.attach_child(session, task))
     return _nested_session[1]
+
+
+# A concurrent actor's threads (its event loop's, its pool's) each reach
+# the server through a client of their own: the process's other client
+# belongs to its main thread and loop. (Their waits keep the actor's
+# resources: it holds no cpus by default.)
+_thread_nested = threading.local()
+# Sessions of calls each thread keeps attached, at most.
+THREAD_SESSIONS = 64
+
+
+def _thread_session(call):
+    """The session of the concurrent call `call` ((session, task)) for
+    this thread's client, made on first use."""
+    local = _thread_nested
+    if getattr(local, "client", None) is None:
+        from . import _squall
+        local.client = _squall.Client()
+        local.sessions = {}
+    session = local.sessions.get(call[:2])
+    if session is None:
+        if len(local.sessions) >= THREAD_SESSIONS:
+            local.sessions.pop(next(iter(local.sessions)))
+        call[2]()
+        session = local.client.attach_child(*call[:2])
+        local.sessions[call[:2]] = session
+    return session
 
 
 def close_nested():

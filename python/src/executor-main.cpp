@@ -298,9 +298,15 @@ class PythonActor {
       }
     });
     runWorker(worker, [&]() {
+      // Its session and task, and how its thread has the server record it
+      // before submitting tasks (Call::recordWithServer).
+      auto record = py::cpp_function([&call]() {
+        py::gil_scoped_release release;
+        call.recordWithServer();
+      });
       return worker.attr("call_method_concurrently")(instance, configOf(call), inputsOf(call), call.outputCount(),
-                                                     pathsOf(call), py::make_tuple(call.sessionId(), call.taskId()),
-                                                     done);
+                                                     pathsOf(call),
+                                                     py::make_tuple(call.sessionId(), call.taskId(), record), done);
     });
   }
 
@@ -326,6 +332,12 @@ PYBIND11_EMBEDDED_MODULE(_squall_executor, m) {
   });
   m.def("waiting", [](bool waiting) {
     if (currentCall != nullptr) currentCall->waiting(waiting);
+  });
+  // Before the call running now submits tasks (Call::recordWithServer).
+  m.def("record", []() {
+    if (currentCall == nullptr) return;
+    py::gil_scoped_release release;
+    currentCall->recordWithServer();
   });
 }
 

@@ -578,6 +578,40 @@ def test_a_threaded_actor_runs_max_concurrency_calls_at_once_and_no_more(driver)
     assert ray.get(holder.peak_seen.remote(), timeout=T) == 3
 
 
+@ray.remote(max_concurrency=2)
+class Caller:
+    def squares(self, xs):
+        # Tasks of its own, from one of its threads.
+        return ray.get([square.remote(x) for x in xs])
+
+
+@ray.remote
+class AsyncCaller:
+    async def squares(self, xs):
+        await asyncio.sleep(0)
+        return ray.get([square.remote(x) for x in xs])
+
+
+@ray.remote
+class SerialCaller:
+    def squares(self, xs):
+        return ray.get([square.remote(x) for x in xs])
+
+
+def test_an_actors_methods_submit_and_get_tasks_of_their_own(driver):
+    """Ray: an actor's method may submit tasks and get their results, one
+    call at a time or concurrently (its calls go to its governor directly:
+    each is recorded with the server before its tasks are submitted)."""
+    serial = SerialCaller.remote()
+    assert ray.get(serial.squares.remote([2, 3]), timeout=T) == [4, 9]
+    assert ray.get([serial.squares.remote([i]) for i in range(3)], timeout=T) == [[0], [1], [4]]
+    caller = Caller.remote()
+    assert ray.get([caller.squares.remote([i, i + 1]) for i in range(4)], timeout=T) == [
+        [i * i, (i + 1) * (i + 1)] for i in range(4)]
+    async_caller = AsyncCaller.remote()
+    assert ray.get(async_caller.squares.remote([3, 4]), timeout=T) == [9, 16]
+
+
 def test_max_concurrency_below_one_is_refused():
     with pytest.raises(ValueError, match="max_concurrency"):
         ThreadedHolder.options(max_concurrency=0)

@@ -2,6 +2,8 @@
 // sources share (internal.h).
 #include "internal.h"
 
+#include <squall/proto/errors.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -191,6 +193,7 @@ Session& Call::session() {
     if (host_ == nullptr || sessionId_ == 0) {
       throw std::logic_error("this call has no session: its governor did not say which task it runs for");
     }
+    recordWithServer();
     session_ = std::make_unique<Session>(host_->processClient(sessionId_, taskId_).attachChild(sessionId_, taskId_));
   }
   return *session_;
@@ -203,6 +206,16 @@ std::pair<void*, void*> Call::eventLoop() const {
 
 void Call::waiting(bool waiting) {
   if (host_ != nullptr) host_->waiting(sessionId_, taskId_, waiting);
+}
+
+void Call::recordWithServer() {
+  if (host_ == nullptr || sessionId_ == 0) return;
+  try {
+    host_->recordCall(sessionId_, taskId_);
+  } catch (const kj::Exception& e) {
+    if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) return;  // a governor from before record
+    throw Error(std::string("cannot record the call with the server: ") + userMessage(e).cStr());
+  }
 }
 
 void Call::allowConcurrentCalls(uint32_t n) {

@@ -130,7 +130,8 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
                   kj::AsyncIoProvider& provider, kj::LowLevelAsyncIoProvider& lowLevel, kj::WaitScope& waitScope,
                   std::unique_ptr<Client>& client)
       : executor(executor), transport(transport), topLevel(topLevel), provider(provider), lowLevel(lowLevel),
-        waitScope(waitScope), client(client) {}
+        waitScope(waitScope), client(client), loopExecutor(kj::getCurrentThreadExecutor()),
+        loopThread(std::this_thread::get_id()) {}
 
   kj::Promise<void> host(HostContext context) override {
     governor = context.getParams().getHost();
@@ -259,6 +260,8 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   kj::LowLevelAsyncIoProvider& lowLevel;
   kj::WaitScope& waitScope;
   std::unique_ptr<Client>& client;
+  const kj::Executor& loopExecutor;
+  std::thread::id loopThread;
   // The governor's side (ExecutorHost), once it said.
   kj::Maybe<wire::ExecutorHost::Client> governor;
   // The session and task of the call whose function made the last session.
@@ -643,6 +646,23 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
 
   // Call::Host.
   std::pair<void*, void*> eventLoop() override { return {&provider, &waitScope}; }
+  void recordCall(uint64_t session, uint64_t task) override {
+    auto send = [this, session, task]() -> kj::Promise<void> {
+      KJ_IF_MAYBE(g, governor) {
+        auto request = g->recordRequest();
+        request.initContext().setSession(session);
+        request.getContext().setTask(task);
+        return request.send().ignoreResult();
+      }
+      return kj::READY_NOW;
+    };
+    if (std::this_thread::get_id() == loopThread) {
+      send().wait(waitScope);
+    } else {
+      // A detached call's thread: the request goes from the loop's thread.
+      loopExecutor.executeSync(kj::mv(send));
+    }
+  }
   void waiting(uint64_t session, uint64_t task, bool waiting) override {
     running = {session, task};
     aroundWait(waiting);

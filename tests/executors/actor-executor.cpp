@@ -111,6 +111,15 @@ class Counter {
     if (!waitForFile(config.substr(space + 1))) throw std::runtime_error("the other actor never came");
     call.output(0).write("met");
   }
+  // Submits "stats/double" of the config's number as a task of its own
+  // (docs/nested.md), waits for it: output 0, its result.
+  void spawnDouble(squall::Call& call) {
+    auto& session = call.session();
+    auto twice = session.call("stats/double", {session.blob(std::string(call.config()))});
+    twice.output().keep();
+    session.submit();
+    call.output(0).write(twice.output().fetch());
+  }
   // Tries to detach its call, which a Counter may not (it allows no
   // concurrent calls): the call fails saying so.
   void detach(squall::Call& call) { call.detach()->finish(); }
@@ -226,7 +235,8 @@ int main(int argc, char** argv) {
       .method("spin", &Counter::spin)
       .method("meet", &Counter::meet)
       .method("fail", &Counter::fail)
-      .method("detach", &Counter::detach);
+      .method("detach", &Counter::detach)
+      .method("spawnDouble", &Counter::spawnDouble);
   ex.actor<Gate>("Gate")
       .method("hold", &Gate::hold)
       .method("peak", &Gate::peak)

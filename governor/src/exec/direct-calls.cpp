@@ -133,6 +133,23 @@ void DirectCalls::ended(TaskOutcome& outcome) {
   call.answer->fulfill(Answer{kj::mv(result), kj::str()});
 }
 
+kj::Promise<void> DirectCalls::record(Id task) {
+  auto it = calls.find(task);
+  if (it == calls.end() || it->second.graph.size() == 0) return kj::READY_NOW;
+  auto& call = it->second;
+  KJ_IF_MAYBE(r, call.recorded) { return r->addBranch(); }
+  KJ_IF_MAYBE(send, sendRecord) {
+    capnp::FlatArrayMessageReader reader(call.graph);
+    KJ_IF_MAYBE(sent, (*send)(reader.getRoot<wire::Graph>())) {
+      logger.debug("event=direct-call-recorded-early task={}", kj::str(task).cStr());
+      call.recorded = sent->fork();
+      return KJ_ASSERT_NONNULL(call.recorded).addBranch();
+    }
+  }
+  return SQUALL_EXCEPTION(DISCONNECTED, "the server cannot be reached to record call ", task,
+                          ", which its client sent governor ", governorName, " directly");
+}
+
 std::vector<Id> DirectCalls::pending() const {
   std::vector<Id> ids;
   for (auto& [id, call] : calls) {

@@ -53,6 +53,15 @@ class DirectCalls final : public DirectCallPort {
 
   size_t count() const { return calls.size(); }
 
+  // Before the function of `task` submits tasks of its own: resolves once
+  // the server has recorded it, when it is a direct call not recorded yet
+  // (at once otherwise); rejects when the record is refused or the server
+  // cannot be reached. Recording goes through `send` (the server link's).
+  using SendRecord = kj::Function<kj::Maybe<kj::Promise<void>>(wire::Graph::Reader)>;
+  void recordWith(SendRecord send) { sendRecord = kj::mv(send); }
+  void stopRecording() { sendRecord = nullptr; }
+  kj::Promise<void> record(Id task);
+
  private:
   struct Call {
     // Its outputs (for pending()).
@@ -62,6 +71,8 @@ class DirectCalls final : public DirectCallPort {
     // Its graph until it ends (then it goes with the outcome).
     kj::Array<capnp::word> graph;
     kj::Own<kj::PromiseFulfiller<Answer>> answer;
+    // Recorded by the server already (record()), or being.
+    kj::Maybe<kj::ForkedPromise<void>> recorded;
   };
   class Forget;
 
@@ -70,6 +81,7 @@ class DirectCalls final : public DirectCallPort {
   kj::StringPtr governorName;
   spdlog::logger& logger;
   kj::Maybe<TaskQueue&> queue;
+  kj::Maybe<SendRecord> sendRecord;
   std::unordered_map<Id, Call, IdHash> calls;
   // The objects of the calls in `calls` (outputs to come, constants):
   // another call may not name them.

@@ -141,7 +141,8 @@ ExecutorPool::Function* ExecutorPool::findFunction(kj::StringPtr executor, kj::S
 // process's cpus back meanwhile (docs/nested.md).
 class ExecutorPool::Host final : public wire::ExecutorHost::Server {
  public:
-  explicit Host(std::shared_ptr<ExecutorProcess*> process) : process(kj::mv(process)) {}
+  Host(std::shared_ptr<ExecutorProcess*> process, std::shared_ptr<kj::Maybe<RecordCall>> recordCall)
+      : process(kj::mv(process)), recordCall(kj::mv(recordCall)) {}
 
   kj::Promise<void> secede(SecedeContext context) override {
     auto c = context.getParams().getContext();
@@ -152,9 +153,16 @@ class ExecutorPool::Host final : public wire::ExecutorHost::Server {
     if (*process == nullptr) return kj::READY_NOW;
     return (*process)->rejoin();
   }
+  kj::Promise<void> record(RecordContext context) override {
+    auto c = context.getParams().getContext();
+    if (*process == nullptr) return kj::READY_NOW;
+    KJ_IF_MAYBE(r, *recordCall) { return (*r)(Id{c.getSession(), c.getTask()}); }
+    return kj::READY_NOW;
+  }
 
  private:
   std::shared_ptr<ExecutorProcess*> process;
+  std::shared_ptr<kj::Maybe<RecordCall>> recordCall;
 };
 
 void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
@@ -194,7 +202,7 @@ void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
   process.cap = process.rpc->bootstrap<wire::Executor>();
   {
     auto host = process.cap.hostRequest();
-    host.setHost(kj::heap<Host>(process.self));
+    host.setHost(kj::heap<Host>(process.self, recordCall));
     // Ahead of every call on the same connection; an executor that went
     // (or speaks another protocol: describe says so) needs no answer.
     calls.add(host.send().ignoreResult().catch_([](kj::Exception&&) {}));

@@ -156,6 +156,11 @@ class ExecutorPool {
 
   // Processes started from now on print to `outputs` (process-output.h).
   void printTo(TaskOutputs& outputs) { printed = outputs; }
+  // What ExecutorHost.record does: resolves once the server has the call
+  // of `task` (DirectCalls::record); at once without it.
+  using RecordCall = kj::Function<kj::Promise<void>(Id task)>;
+  void recordCallsWith(RecordCall record) { *recordCall = kj::mv(record); }
+  void stopRecordingCalls() { *recordCall = nullptr; }
 
   const kj::Vector<Known>& executors() const { return known; }
   kj::Maybe<const Known&> findExecutor(kj::StringPtr name) const;
@@ -211,6 +216,8 @@ class ExecutorPool {
   kj::String cwd;
   uint32_t pipeline;
   kj::Maybe<TaskOutputs&> printed;
+  // Shared with the processes' ExecutorHosts, which may outlive the pool.
+  std::shared_ptr<kj::Maybe<RecordCall>> recordCall = std::make_shared<kj::Maybe<RecordCall>>();
   kj::Vector<Known> known;
   // Processes alive (for the log).
   size_t alive = 0;

@@ -68,6 +68,15 @@ void ServerLink::sendLend(Id task, bool lent) {
   }
 }
 
+kj::Maybe<kj::Promise<void>> ServerLink::recordDirect(wire::Graph::Reader call) {
+  KJ_IF_MAYBE(up, upstream) {
+    auto request = up->recordDirectRequest();
+    request.setCall(call);
+    return request.send().ignoreResult();
+  }
+  return nullptr;
+}
+
 kj::Promise<uint32_t> ServerLink::registerWith(RpcClient& connection, bool again) {
   // The token first, in a message of its own: the server reads a
   // registration (which may be large) only from a connection that has

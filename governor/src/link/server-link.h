@@ -68,6 +68,10 @@ class ServerLink {
   // Drops the connection (before the services it calls into go).
   void disconnect() { server = nullptr; }
 
+  // Records a direct call with the server now (GovernorUpstream.recordDirect);
+  // nullptr when not connected.
+  kj::Maybe<kj::Promise<void>> recordDirect(wire::Graph::Reader call);
+
  private:
   kj::Network& network;
   kj::Timer& timer;

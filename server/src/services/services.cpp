@@ -79,6 +79,18 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
     return kj::READY_NOW;
   }
 
+  kj::Promise<void> recordDirect(RecordDirectContext call) override {
+    current();
+    auto graph = call.getParams().getCall();
+    SQUALL_REQUIRE(graph.getTasks().size() > 0, "recordDirect: the call's graph has no task");
+    auto task = Id::from(graph.getTasks()[0].getId());
+    if (context.sessions.findTask(task) != nullptr) return kj::READY_NOW;
+    auto builder = kj::heapArrayBuilder<const wire::Graph::Reader>(1);
+    builder.add(graph);
+    auto graphs = builder.finish();
+    return recordDirectCalls(context, task.session, graphs, id).attach(kj::mv(graphs));
+  }
+
   kj::Promise<void> update(UpdateContext call) override {
     current();
     // Actor calls clients sent the governor directly that their sessions

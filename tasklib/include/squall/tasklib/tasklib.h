@@ -240,6 +240,13 @@ class Call {
   // wait: give this call's cpus back (true), take them again (false).
   std::pair<void*, void*> eventLoop() const;
   void waiting(bool waiting);
+  // Before the function submits tasks through a session of its own making
+  // (a binding's client): makes sure the server has recorded this call
+  // (one its client sent the governor directly is recorded only with its
+  // result otherwise, and the server takes no children of a task it does
+  // not know). session() does it itself. Any thread; throws squall::Error
+  // when the server refuses or cannot be reached.
+  void recordWithServer();
 
   // In an actor's constructor: up to `n` of the instance's method calls
   // may be under way at once (default 1: one after another, in the order
@@ -260,6 +267,7 @@ class Call {
     virtual std::pair<void*, void*> eventLoop() = 0;
     virtual void waiting(uint64_t session, uint64_t task, bool waiting) = 0;
     virtual std::shared_ptr<CallEnd> detach(Call& call) = 0;
+    virtual void recordCall(uint64_t session, uint64_t task) = 0;
 
    protected:
     ~Host() = default;
