@@ -382,8 +382,9 @@ namespace squall {
 namespace {
 
 // A function that prints far more than anyone keeps: it is not held back
-// (the governor reads on), its tail is the last 4 KiB, a watcher gets a
-// bounded part, and the governor lives on.
+// (the governor reads on), its tail is the last 4 KiB, a watcher gets what
+// it keeps up with (never more than was printed), and the governor lives
+// on.
 TEST_F(TasklibE2eTest, AFloodOfOutputIsReadOnAndKeptBounded) {
   Client client(cluster->serverAddress());
   auto session = client.newSession("flood");
@@ -403,7 +404,41 @@ TEST_F(TasklibE2eTest, AFloodOfOutputIsReadOnAndKeptBounded) {
   snprintf(last, sizeof last, "%063zu\n", lines - 1);
   EXPECT_EQ(info.stdoutTail.substr(4096 - 64), last);
   EXPECT_GT(received, 0u);
-  EXPECT_LT(received, 32u << 20);
+  EXPECT_LE(received, 32u << 20);
+}
+
+}  // namespace
+}  // namespace squall
+
+namespace squall {
+namespace {
+
+// Many short calls at once: they queue behind each other on the warm
+// processes (pipelined, docs/tasklib.md), and still each line is its own
+// task's, in its result's tails and at the watcher.
+TEST_F(TasklibE2eTest, PipelinedCallsEachKeepTheirOwnOutput) {
+  Client client(cluster->serverAddress());
+  auto session = client.newSession("printing at once");
+  std::map<uint64_t, std::string> out;
+  session.watchOutput([&out](const std::vector<TaskOutput>& chunks) {
+    for (auto& c : chunks) {
+      if (!c.isStderr) out[c.task] += c.text;
+    }
+  });
+  for (int round = 0; round < 3; round++) {
+    std::vector<Task> calls;
+    for (int i = 0; i < 150; i++) {
+      calls.push_back(session.call("testfn/say", {}, std::to_string(round) + "-" + std::to_string(i)));
+    }
+    session.submit();
+    session.waitAll();
+    session.drainOutput();
+    for (int i = 0; i < 150; i++) {
+      auto expected = "out: " + std::to_string(round) + "-" + std::to_string(i) + "\npartial";
+      EXPECT_EQ(out[calls[i].id()], expected) << "round " << round << " call " << i;
+      EXPECT_EQ(session.tasks({calls[i].id()}).at(0).stdoutTail, expected) << "round " << round << " call " << i;
+    }
+  }
 }
 
 }  // namespace

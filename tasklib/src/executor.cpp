@@ -43,6 +43,22 @@ namespace {
 // message is 253).
 constexpr uint MAX_PIPES_PER_CALL = 128;
 
+// What the governor gave as SQUALL_OUTPUT_MARK (governor/src/exec/
+// process-output.h): written to standard output and error after each
+// function call received (run, failed or dropped), so that the governor
+// gives what the process printed to the right call. Empty: none.
+std::string outputMark;
+
+void writeMark() {
+  if (outputMark.empty()) return;
+  fflush(stdout);
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    // A full or closed pipe loses its mark: the output then goes to the
+    // call before, which is all that can happen to it.
+    (void)detail::writeFully(fd, outputMark);
+  }
+}
+
 }  // namespace
 
 using namespace detail;
@@ -57,9 +73,12 @@ class TopLevel {
   // `session` and `task`: the call's context (what drop() names).
   // `answersItself`: the body writes its own answer (a call over the calls
   // channel), so no turn of the loop is needed after it to send one.
-  kj::Promise<void> later(uint64_t session, uint64_t task, kj::Function<void()> body, bool answersItself = false) {
+  // `marks`: a function call, whose end (run or dropped) writes the output
+  // mark (writeMark).
+  kj::Promise<void> later(uint64_t session, uint64_t task, kj::Function<void()> body, bool answersItself = false,
+                          bool marks = false) {
     auto paf = kj::newPromiseAndFulfiller<void>();
-    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller), session, task, false, answersItself});
+    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller), session, task, false, answersItself, marks});
     KJ_IF_MAYBE(w, wake) {
       (*w)->fulfill();
       wake = nullptr;
@@ -85,6 +104,7 @@ class TopLevel {
   bool runOne() {
     auto item = kj::mv(queue.front());
     queue.pop_front();
+    KJ_DEFER(if (item.marks) writeMark());
     if (item.dropped) {
       item.done->reject(KJ_EXCEPTION(DISCONNECTED, "taken back by the governor before it ran"));
       return true;
@@ -116,6 +136,7 @@ class TopLevel {
     uint64_t task = 0;
     bool dropped = false;
     bool answersItself = false;
+    bool marks = false;
   };
   std::deque<Item> queue;
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> wake;
@@ -170,16 +191,20 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   kj::Promise<void> call(CallContext context) override {
     auto params = context.getParams();
     Pipes pipes;
-    auto prepared = prepare(params.getFunction(), params.getConfig(), params.getInputs(), params.getOutputKinds(),
-                            params.getOutputDir(), params.getContext(), params.getOutputStreams(), pipes);
-    return whenPipesArrive(kj::mv(prepared.call), kj::mv(pipes),
-                           [this, body = kj::mv(prepared.body), context,
-                            outputDir = kj::mv(prepared.outputDir)](Call& call) mutable {
-                             uint64_t runUs = runBody(body, call);
-                             auto results = context.getResults(answerSize(call));
-                             results.setRunUs(runUs);
-                             fillOutputs(call, results.initOutputs(call.outputs_.size()), outputDir);
-                           });
+    Prepared prepared;
+    // A call refused before it is queued ends here: its mark goes now.
+    KJ_ON_SCOPE_FAILURE(writeMark());
+    prepared = prepare(params.getFunction(), params.getConfig(), params.getInputs(), params.getOutputKinds(),
+                       params.getOutputDir(), params.getContext(), params.getOutputStreams(), pipes);
+    return whenPipesArrive(
+        kj::mv(prepared.call), kj::mv(pipes),
+        [this, body = kj::mv(prepared.body), context, outputDir = kj::mv(prepared.outputDir)](Call& call) mutable {
+          uint64_t runUs = runBody(body, call);
+          auto results = context.getResults(answerSize(call));
+          results.setRunUs(runUs);
+          fillOutputs(call, results.initOutputs(call.outputs_.size()), outputDir);
+        },
+        true);
   }
 
   // The actor's calls channel (executor.capnp, openCalls): its MethodCalls
@@ -705,14 +730,20 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
 
   // Runs `body` on `call` at the top level (TopLevel), once its pipe ends
   // are in it.
-  kj::Promise<void> whenPipesArrive(kj::Own<Call> call, Pipes pipes, kj::Function<void(Call&)> body) {
+  // `marks`: a function call (TopLevel::later): one whose pipe ends never
+  // come writes its mark when it fails (no call waits behind a call with
+  // streams, so none can print in between).
+  kj::Promise<void> whenPipesArrive(kj::Own<Call> call, Pipes pipes, kj::Function<void(Call&)> body,
+                                    bool marks = false) {
     uint64_t session = call->sessionId_, task = call->taskId_;
     if (pipes.ends.size() == 0) {
-      return topLevel.later(session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); });
+      return topLevel.later(
+          session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); }, false, marks);
     }
+    auto queued = std::make_shared<bool>(false);
     return kj::joinPromises(pipes.ends.releaseAsArray())
-        .then([this, session, task, call = kj::mv(call), fds = std::move(pipes.fds),
-               body = kj::mv(body)](kj::Array<kj::Maybe<int>> received) mutable {
+        .then([this, session, task, call = kj::mv(call), fds = std::move(pipes.fds), body = kj::mv(body), marks,
+               queued](kj::Array<kj::Maybe<int>> received) mutable {
           for (uint i = 0; i < received.size(); i++) {
             // The descriptor is the RPC system's until the call's params
             // go: the function gets a copy of its own.
@@ -722,10 +753,13 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
             call->ownedFds_.push_back(fd);
             *fds[i] = fd;
           }
-          return topLevel.later(session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable {
-            body(*call);
-          });
-        });
+          *queued = true;
+          return topLevel.later(
+              session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); }, false, marks);
+        })
+        .attach(kj::defer([queued, marks]() {
+          if (marks && !*queued) writeMark();
+        }));
   }
 
   static uint64_t sinceUs(std::chrono::steady_clock::time_point began) {
@@ -828,8 +862,10 @@ int Executor::serveFd(int fd) {
   // instead of killing the process.
   signal(SIGPIPE, SIG_IGN);
   // Standard output is a pipe the governor reads for the call running
-  // (docs/ray.md, "Output"): each line as it is printed.
+  // (docs/ray.md, "Output"): each line as it is printed, each call's end
+  // marked.
   setvbuf(stdout, nullptr, _IOLBF, 0);
+  if (const char* mark = getenv("SQUALL_OUTPUT_MARK")) outputMark = mark;
   auto stream = io.lowLevelProvider->wrapUnixSocketFd(fd, kj::LowLevelAsyncIoProvider::TAKE_OWNERSHIP);
   BufferedMessageStream* transport = nullptr;
   TopLevel topLevel;

@@ -1,5 +1,7 @@
 #include "executor-pool.h"
 
+#include <random>
+
 #include "task-outcome.h"
 
 #include <cstring>
@@ -51,8 +53,6 @@ struct ExecutorPool::Slot {
   // Whose call it is; nullptr once nobody waits for its answer.
   ExecutorLease* lease = nullptr;
   kj::Own<StoreTemp> outDir;
-  // Whom its process works for while it runs (what it prints is theirs).
-  OutputOwner owner;
 };
 
 struct ExecutorPool::Worker final : public ExecutorProcess {
@@ -111,7 +111,13 @@ void ExecutorPool::ErrorHandler::taskFailed(kj::Exception&& e) {
 ExecutorPool::ExecutorPool(UvBridge& bridge, kj::Timer& timer, kj::LowLevelAsyncIoProvider& io,
                            spdlog::logger& logger, kj::Vector<kj::String> env, kj::String cwd, uint32_t pipeline)
     : bridge(bridge), timer(timer), io(io), logger(logger), env(kj::mv(env)), cwd(kj::mv(cwd)),
-      pipeline(pipeline < 1 ? 1 : pipeline), errors(logger), calls(errors) {}
+      pipeline(pipeline < 1 ? 1 : pipeline), errors(logger), calls(errors) {
+  // Random, so that no output mistakes itself for one by chance.
+  std::random_device random;
+  char hex[33];
+  for (int i = 0; i < 4; i++) snprintf(hex + 8 * i, 9, "%08x", static_cast<unsigned>(random()));
+  outputMark = kj::str("\x1e" "squall-call-end-", hex, "\x1e");
+}
 
 ExecutorPool::~ExecutorPool() noexcept(false) {}
 
@@ -166,7 +172,7 @@ class ExecutorPool::Host final : public wire::ExecutorHost::Server {
 };
 
 void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
-                          const std::vector<std::string>& extraEnv) {
+                          const std::vector<std::string>& extraEnv, bool marked) {
   int fds[2];
   KJ_SYSCALL(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds));
   kj::AutoCloseFd ours(fds[0]);
@@ -183,9 +189,10 @@ void ExecutorPool::launch(ExecutorProcess& process, kj::StringPtr program,
   options.stdoutFd = STDERR_FILENO;
   options.stderrFd = STDERR_FILENO;
   KJ_IF_MAYBE(outputs, printed) {
-    process.output = kj::heap<ProcessOutput>(io, *outputs);
+    process.output = kj::heap<ProcessOutput>(io, *outputs, marked ? outputMark.asPtr() : kj::StringPtr(nullptr));
     options.stdoutFd = process.output->childStdout();
     options.stderrFd = process.output->childStderr();
+    if (marked) options.env.add(kj::str("SQUALL_OUTPUT_MARK=", outputMark));
   }
   auto started = ChildProcess::spawn(bridge, options);
   KJ_IF_MAYBE(code, started.tryGet<int>()) {
@@ -225,14 +232,14 @@ ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr 
   workers.push_back(kj::heap<Worker>(*this, executor));
   auto* worker = workers.back().get();
   KJ_ON_SCOPE_FAILURE(workers.pop_back());
-  launch(*worker, program, {});
+  launch(*worker, program, {}, true);
   return *worker;
 }
 
 kj::Own<ExecutorProcess> ExecutorPool::startProcess(kj::StringPtr executor, const std::vector<std::string>& extraEnv) {
   auto& k = KJ_REQUIRE_NONNULL(findExecutor(executor), "this governor has no executor", executor);
   auto process = kj::heap<ExecutorProcess>(executor);
-  launch(*process, k.program, extraEnv);
+  launch(*process, k.program, extraEnv, false);
   return process;
 }
 
@@ -409,16 +416,16 @@ kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
   slot->task = request.getContext().getTask();
   slot->lease = &lease;
   slot->outDir = kj::mv(outDir);
-  slot->owner = OutputOwner{Id{slot->session, slot->task},
-                            name != nullptr && name.size() > 0 ? kj::str(name) : kj::str(worker.executor)};
   lease.slot = slot.get();
   auto& ref = *slot;
+  // What it prints is its task's, named as the task is.
+  worker.expect(OutputOwner{Id{ref.session, ref.task},
+                            name != nullptr && name.size() > 0 ? kj::str(name) : kj::str(worker.executor)});
   worker.queue.push_back(kj::mv(slot));
   if (worker.queue.size() == 1) {
     worker.frontSinceUs = monotonicUs();
     worker.frontSerial = ref.serial;
     lease.started_ = true;
-    worker.workFor(OutputOwner{ref.owner.task, kj::str(ref.owner.name)});
   } else {
     watch(worker);
   }
@@ -443,9 +450,9 @@ void ExecutorPool::watch(Worker& worker) {
 void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception> error,
                             kj::Maybe<capnp::Response<wire::Executor::CallResults>> response) {
   bool wasFront = !worker.queue.empty() && worker.queue.front().get() == &slot;
-  // What it printed before it answered is the answered call's (the next
-  // one's owner is named below).
-  if (wasFront && worker.output.get() != nullptr) worker.output->drain();
+  // What it printed before it answered is there already: read now, it is
+  // in the call's result (each call's end is marked, process-output.h).
+  if (worker.output.get() != nullptr) worker.output->drain();
   bool disconnected = false;
   KJ_IF_MAYBE(e, error) { disconnected = e->getType() == kj::Exception::Type::DISCONNECTED; }
   KJ_IF_MAYBE(r, response) {
@@ -485,10 +492,7 @@ void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception>
     worker.frontSinceUs = monotonicUs();
     worker.frontSerial = next.serial;
     if (next.lease != nullptr) next.lease->started_ = true;
-    worker.workFor(OutputOwner{next.owner.task, kj::str(next.owner.name)});
     watch(worker);
-  } else if (wasFront) {
-    worker.workFor(nullptr);
   }
   // `own` (an abandoned call's output directory with it) goes now.
   own = nullptr;

@@ -84,9 +84,14 @@ struct ExecutorProcess {
   // Its standard output and error, when the pool reads them (printTo()).
   kj::Own<ProcessOutput> output;
 
-  // What it prints from now on is `owner`'s (nullptr: nobody's).
+  // What it prints from now on is `owner`'s (nullptr: nobody's): an
+  // actor's process.
   void workFor(kj::Maybe<OutputOwner> owner) {
     if (output.get() != nullptr) output->workFor(kj::mv(owner));
+  }
+  // A call was sent to it (a pool process, which marks each call's end).
+  void expect(OutputOwner owner) {
+    if (output.get() != nullptr) output->expect(kj::mv(owner));
   }
 };
 
@@ -216,6 +221,8 @@ class ExecutorPool {
   kj::String cwd;
   uint32_t pipeline;
   kj::Maybe<TaskOutputs&> printed;
+  // What pool processes write after each call (SQUALL_OUTPUT_MARK).
+  kj::String outputMark;
   // Shared with the processes' ExecutorHosts, which may outlive the pool.
   std::shared_ptr<kj::Maybe<RecordCall>> recordCall = std::make_shared<kj::Maybe<RecordCall>>();
   kj::Vector<Known> known;
@@ -245,7 +252,9 @@ class ExecutorPool {
   // A fresh process of `executor` running `program`; throws naming it.
   Worker& spawn(kj::StringPtr executor, kj::StringPtr program);
   // Starts `program` as `process`, with `extraEnv` besides the pool's.
-  void launch(ExecutorProcess& process, kj::StringPtr program, const std::vector<std::string>& extraEnv);
+  // `marked`: a pool process, which marks each call's end in its output.
+  void launch(ExecutorProcess& process, kj::StringPtr program, const std::vector<std::string>& extraEnv,
+              bool marked);
   // Sends `request` on `worker` as the call of `lease`.
   kj::Promise<void> send(Worker& worker, ExecutorLease& lease,
                          capnp::Request<wire::Executor::CallParams, wire::Executor::CallResults> request,

@@ -1,5 +1,6 @@
 #include "process-output.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <fcntl.h>
 #include <kj/debug.h>
@@ -112,14 +113,21 @@ void TaskOutputs::send(bool ahead) {
 
 // ------------------------------------------------------------ ProcessOutput
 
-ProcessOutput::ProcessOutput(kj::LowLevelAsyncIoProvider& io, TaskOutputs& outputs) : io(io), outputs(outputs) {
+ProcessOutput::ProcessOutput(kj::LowLevelAsyncIoProvider& io, TaskOutputs& outputs, kj::StringPtr mark)
+    : io(io), outputs(outputs), mark(mark == nullptr ? "" : mark.cStr()) {
   open(out, false);
   open(err, true);
 }
 
 ProcessOutput::~ProcessOutput() noexcept(false) {
   // What the process printed last is its owner's.
-  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { workFor(nullptr); })) { (void)e; }
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                drain();
+                flushPartial(out);
+                flushPartial(err);
+              })) {
+    (void)e;
+  }
 }
 
 void ProcessOutput::open(Stream& stream, bool isStderr) {
@@ -170,39 +178,55 @@ void ProcessOutput::workFor(kj::Maybe<OutputOwner> next) {
   owner = kj::mv(next);
 }
 
+void ProcessOutput::expect(OutputOwner next) { owners.push_back(kj::mv(next)); }
+
+kj::Maybe<const OutputOwner&> ProcessOutput::ownerOf(const Stream& stream) const {
+  if (mark.empty()) {
+    KJ_IF_MAYBE(o, owner) { return *o; }
+    return nullptr;
+  }
+  uint64_t at = stream.marks - dropped;
+  if (stream.marks < dropped || at >= owners.size()) return nullptr;
+  return owners[at];
+}
+
 void ProcessOutput::took(Stream& stream, kj::ArrayPtr<const char> bytes) {
-  const char* end = bytes.end();
-  const char* lastNewline = nullptr;
-  for (const char* p = end; p != bytes.begin(); p--) {
-    if (p[-1] == '\n') {
-      lastNewline = p;
-      break;
+  stream.held.append(bytes.begin(), bytes.size());
+  if (!mark.empty()) {
+    for (size_t at; (at = stream.held.find(mark)) != std::string::npos;) {
+      // All before the mark is the call's it ends, a last partial line too.
+      handOn(stream, at, true);
+      stream.held.erase(0, mark.size());
+      stream.marks++;
+      // Owners both streams are past go.
+      while (!owners.empty() && out.marks > dropped && err.marks > dropped) {
+        owners.pop_front();
+        dropped++;
+      }
     }
   }
-  if (lastNewline == nullptr) {
-    stream.partial.append(bytes.begin(), bytes.size());
-    if (stream.partial.size() >= TaskOutputs::TAIL_BYTES) flushPartial(stream);
-    return;
-  }
-  if (!stream.partial.empty()) {
-    stream.partial.append(bytes.begin(), static_cast<size_t>(lastNewline - bytes.begin()));
-    give(stream, kj::arrayPtr(stream.partial.data(), stream.partial.size()));
-    stream.partial.clear();
-  } else {
-    give(stream, kj::arrayPtr(bytes.begin(), lastNewline));
-  }
-  stream.partial.assign(lastNewline, end);
+  // What may be the start of a mark waits for the next read.
+  size_t open = mark.empty() ? 0 : std::min(stream.held.size(), mark.size() - 1);
+  handOn(stream, stream.held.size() - open, false);
+  if (stream.held.size() >= TaskOutputs::TAIL_BYTES + mark.size()) handOn(stream, stream.held.size() - open, true);
 }
 
-void ProcessOutput::flushPartial(Stream& stream) {
-  if (stream.partial.empty()) return;
-  std::string text = std::move(stream.partial);
-  stream.partial.clear();
-  give(stream, kj::arrayPtr(text.data(), text.size()));
+void ProcessOutput::handOn(Stream& stream, size_t length, bool all) {
+  size_t end = length;
+  if (!all) {
+    auto newline = stream.held.rfind('\n', length == 0 ? 0 : length - 1);
+    if (length == 0 || newline == std::string::npos) return;
+    end = newline + 1;
+  }
+  if (end == 0) return;
+  give(stream, kj::arrayPtr(stream.held.data(), end));
+  stream.held.erase(0, end);
 }
+
+void ProcessOutput::flushPartial(Stream& stream) { handOn(stream, stream.held.size(), true); }
 
 void ProcessOutput::give(Stream& stream, kj::ArrayPtr<const char> text) {
-  KJ_IF_MAYBE(o, owner) {
+  KJ_IF_MAYBE(o, ownerOf(stream)) {
     outputs.add(*o, pid, stream.isStderr, text);
   } else {
     toStderr(text);

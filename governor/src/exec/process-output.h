@@ -7,10 +7,15 @@
 // What a process prints while it works for nobody goes to the governor's
 // standard error, as it did before. Loop thread only.
 //
-// Which call a line belongs to is exact for a process that runs one call
-// at a time: the executor writes its output before its answer, and the
-// pool drains the pipes when the answer comes, before it names the next
-// call. Output is bounded: TAIL_BYTES of each task kept, MAX_PENDING_BYTES
+// Which call a line belongs to is exact, pipelined calls included: a pool
+// process is told a mark (SQUALL_OUTPUT_MARK, a random string) that
+// tasklib writes to its standard output and error after each call it
+// received (run, or dropped), so the bytes before the n-th mark on each
+// stream are the n-th call's, whenever the governor reads them. The
+// executor writes a call's output and mark before its answer, and the
+// pool drains the pipes when the answer comes, so a result's tails are
+// complete. An actor's process is its actor's for life (no marks).
+// Output is bounded: TAIL_BYTES of each task kept, MAX_PENDING_BYTES
 // waiting to go upstream (more is dropped, and counted).
 #pragma once
 
@@ -22,6 +27,7 @@
 #include <kj/timer.h>
 #include <spdlog/logger.h>
 #include <squall/proto/ids.h>
+#include <deque>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -99,7 +105,9 @@ class TaskOutputs final : private kj::TaskSet::ErrorHandler {
 // One process's standard output and error, read as they come.
 class ProcessOutput {
  public:
-  ProcessOutput(kj::LowLevelAsyncIoProvider& io, TaskOutputs& outputs);
+  // `mark`: what the executor writes after each call (empty: none; the
+  // owner is whom workFor() names).
+  ProcessOutput(kj::LowLevelAsyncIoProvider& io, TaskOutputs& outputs, kj::StringPtr mark = nullptr);
   ~ProcessOutput() noexcept(false);
   KJ_DISALLOW_COPY(ProcessOutput);
 
@@ -110,8 +118,11 @@ class ProcessOutput {
   void started(int pid);
 
   // From now on what it prints is `owner`'s (nullptr: nobody's). What it
-  // printed before is its owner's until now (drain()).
+  // printed before is its owner's until now (drain()). Without a mark.
   void workFor(kj::Maybe<OutputOwner> owner);
+  // With a mark: a call was sent to it; what it prints up to the next
+  // mark after the calls before is `owner`'s.
+  void expect(OutputOwner owner);
   // Reads what it printed so far, for the owner it has now.
   void drain();
 
@@ -122,23 +133,36 @@ class ProcessOutput {
     kj::AutoCloseFd childEnd;
     kj::Own<kj::AsyncInputStream> in;
     kj::Promise<void> reading = nullptr;
-    // The start of a line not ended yet.
-    std::string partial;
+    // Read and not handed on: the start of a line not ended yet, and
+    // (with a mark) what may be the start of a mark.
+    std::string held;
+    // With a mark: the marks seen, so the index of its owner in `owners`.
+    uint64_t marks = 0;
     char buffer[16 << 10];
   };
   kj::LowLevelAsyncIoProvider& io;
   TaskOutputs& outputs;
+  std::string mark;
   int pid = 0;
   kj::Maybe<OutputOwner> owner;
+  // With a mark: the calls sent, from the one whose output either stream
+  // may still be reading (`dropped` gone before it).
+  std::deque<OutputOwner> owners;
+  uint64_t dropped = 0;
   Stream out;
   Stream err;
 
   void open(Stream& stream, bool isStderr);
   kj::Promise<void> readOn(Stream& stream);
-  // Bytes read: whole lines go to the owner, the rest waits for its end.
+  // Bytes read: whole lines go to the owner (through each mark, the
+  // owner before it), the rest waits for its end.
   void took(Stream& stream, kj::ArrayPtr<const char> bytes);
+  // Hands on `text` of `stream`'s held bytes: whole lines, or all of them
+  // (`all`: a mark or a new owner ends the line).
+  void handOn(Stream& stream, size_t length, bool all);
   // Hands the partial line on (the owner changes, or it grew too long).
   void flushPartial(Stream& stream);
+  kj::Maybe<const OutputOwner&> ownerOf(const Stream& stream) const;
   void give(Stream& stream, kj::ArrayPtr<const char> text);
 };
 
