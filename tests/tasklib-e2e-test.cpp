@@ -443,3 +443,41 @@ TEST_F(TasklibE2eTest, PipelinedCallsEachKeepTheirOwnOutput) {
 
 }  // namespace
 }  // namespace squall
+
+namespace squall {
+namespace {
+
+// The server keeps no output across a restart, but a watcher goes on: its
+// watch starts again with its next call, and what tasks print after the
+// restart reaches it.
+TEST(TaskOutputRecoveryTest, AWatcherGetsWhatIsPrintedAfterAServerRestart) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 1;
+  options.governorArgs = {"--executor", "testfn=" + testExecutor()};
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("printing across a restart");
+  std::string out;
+  session.watchOutput([&out](const std::vector<TaskOutput>& chunks) {
+    for (auto& c : chunks) {
+      if (!c.isStderr) out += c.text;
+    }
+  });
+  auto say = [&session](const std::string& what) {
+    auto call = session.call("testfn/say", {}, what);
+    call.output().keep();
+    session.submit();
+    EXPECT_EQ(call.output().fetch(), "said");
+    session.drainOutput();
+  };
+  say("before");
+  EXPECT_EQ(out, "out: before\npartial");
+  cluster.restartServer();
+  say("after");
+  EXPECT_EQ(out, "out: before\npartialout: after\npartial");
+}
+
+}  // namespace
+}  // namespace squall

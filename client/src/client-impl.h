@@ -383,8 +383,15 @@ struct SessionImpl {
   std::function<void(const std::vector<TaskOutput>&)> outputSink;
   uint64_t outputSince = 0;
   bool watchingOutput = false;
+  // The watch ended with its connection: the next call of the session
+  // starts it again (once connected; from where it was).
+  bool outputWatchLost = false;
   kj::Promise<void> outputWatch = nullptr;
   kj::Promise<void> watchOutputFrom();
+  // Starts the chain of watchOutput calls; throws kj::Exception when not
+  // connected.
+  void startOutputWatch();
+  void watchOutputAgain();
   // Hands the sink the chunks of a watchOutput answer it has not had.
   void deliverOutput(wire::ClientService::WatchOutputResults::Reader answer);
   // By data connection (ClientImpl::dataConnection) that broke with direct
@@ -511,6 +518,7 @@ struct SessionImpl {
 
   void checkOpen() {
     if (closed) throw Error("session " + std::to_string(id) + " is closed");
+    if (outputWatchLost) watchOutputAgain();
   }
 
   // Runs a call that needs the session to go on (submit, fetch, unkeep): an

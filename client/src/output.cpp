@@ -41,20 +41,32 @@ void SessionImpl::deliverOutput(wire::ClientService::WatchOutputResults::Reader 
   }
 }
 
+void SessionImpl::startOutputWatch() {
+  watchingOutput = true;
+  outputWatchLost = false;
+  outputWatch = watchOutputFrom().eagerlyEvaluate([this](kj::Exception&& e) {
+    // The session went (it ends here), or the connection (the next call
+    // starts it again).
+    watchingOutput = false;
+    outputWatchLost = e.getType() == kj::Exception::Type::DISCONNECTED;
+  });
+}
+
+void SessionImpl::watchOutputAgain() {
+  if (closed || watchingOutput || !outputSink || client.service == nullptr) return;
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { startOutputWatch(); })) {
+    // Not connected yet: the next call tries again.
+    (void)e;
+  }
+}
+
 }  // namespace client
 
 void Session::watchOutput(std::function<void(const std::vector<TaskOutput>&)> sink) {
   impl->checkOpen();
   impl->outputSink = std::move(sink);
   if (impl->watchingOutput) return;
-  impl->watchingOutput = true;
-  auto* session = impl.get();
-  impl->client.guard([&]() {
-    session->outputWatch = session->watchOutputFrom().eagerlyEvaluate([session](kj::Exception&&) {
-      // The connection or the session went: drainOutput() starts it again.
-      session->watchingOutput = false;
-    });
-  });
+  impl->client.guard([&]() { impl->startOutputWatch(); });
 }
 
 void Session::drainOutput() {
@@ -67,7 +79,7 @@ void Session::drainOutput() {
     request.setWait(false);
     impl->deliverOutput(request.send().wait(impl->client.waitScope()));
   });
-  if (!impl->watchingOutput) watchOutput(impl->outputSink);
+  if (!impl->watchingOutput) impl->client.guard([&]() { impl->startOutputWatch(); });
 }
 
 }  // namespace squall

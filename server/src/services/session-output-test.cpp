@@ -5,6 +5,7 @@
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
+#include <chrono>
 #include <set>
 #include <string>
 
@@ -29,7 +30,7 @@ Answer fill(const SessionOutput& output, uint64_t session, uint64_t since) {
 }
 
 TEST(SessionOutputTest, AWatcherGetsEachChunkOnceInOrderFromWhereItAsks) {
-  SessionOutput output;
+  SessionOutput output(nullptr, 1);
   output.add(1, 10, false, "f pid=1", "g0", "one\n");
   output.add(1, 11, true, "g pid=2", "g0", "two\n");
   output.add(2, 20, false, "h pid=3", "g1", "other session\n");
@@ -45,8 +46,25 @@ TEST(SessionOutputTest, AWatcherGetsEachChunkOnceInOrderFromWhereItAsks) {
   EXPECT_EQ(fill(output, 2, 0).texts, (std::vector<std::string>{"other session\n"}));
 }
 
+// Numbers go on from the clock: a watcher's number from before a server
+// restart is older than every chunk after it, so it gets them all.
+TEST(SessionOutputTest, AWatcherFromBeforeARestartGetsEverythingAfterIt) {
+  auto nowUs = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  SessionOutput clocked;
+  clocked.add(1, 1, false, "f", "g", "first\n");
+  EXPECT_GE(fill(clocked, 1, 0).next, nowUs + 1);
+  SessionOutput before(nullptr, 1000);
+  before.add(1, 1, false, "f", "g", "old\n");
+  uint64_t since = fill(before, 1, 0).next;
+  SessionOutput after(nullptr, 5000);
+  after.add(1, 1, false, "f", "g", "new\n");
+  EXPECT_EQ(fill(after, 1, since).texts, (std::vector<std::string>{"new\n"}));
+}
+
 TEST(SessionOutputTest, TheTailIsBoundedAndAWatcherBehindIsToldHowMuchWentMissing) {
-  SessionOutput output;
+  SessionOutput output(nullptr, 1);
   std::string line(1000, 'x');
   size_t count = 3 * SessionOutput::MAX_SESSION_BYTES / line.size();
   for (size_t i = 0; i < count; i++) output.add(1, 1, false, "f", "g", line);
@@ -73,7 +91,7 @@ TEST(SessionOutputTest, TheTailIsBoundedAndAWatcherBehindIsToldHowMuchWentMissin
 
 TEST(SessionOutputTest, OutputOfAClosedSessionIsDroppedAndForgottenTailsWakeTheirWatchers) {
   std::set<uint64_t> open = {1};
-  SessionOutput output([&open](uint64_t id) { return open.count(id) != 0; });
+  SessionOutput output([&open](uint64_t id) { return open.count(id) != 0; }, 1);
   output.add(2, 1, false, "f", "g", "nobody\n");
   EXPECT_EQ(output.sessionCount(), 0u);
   auto io = kj::setupAsyncIo();
@@ -85,7 +103,7 @@ TEST(SessionOutputTest, OutputOfAClosedSessionIsDroppedAndForgottenTailsWakeThei
 }
 
 TEST(SessionOutputTest, AWaitEndsWithTheNextChunkOrAfterItsTime) {
-  SessionOutput output;
+  SessionOutput output(nullptr, 1);
   auto io = kj::setupAsyncIo();
   auto& timer = io.provider->getTimer();
   auto waiting = output.whenPast(1, 0, timer, 30 * kj::SECONDS);
@@ -101,7 +119,7 @@ TEST(SessionOutputTest, AWaitEndsWithTheNextChunkOrAfterItsTime) {
 }
 
 TEST(SessionOutputTest, TooManyWaitersAreAnsweredAtOnce) {
-  SessionOutput output;
+  SessionOutput output(nullptr, 1);
   auto io = kj::setupAsyncIo();
   std::vector<kj::Promise<void>> waits;
   for (size_t i = 0; i < SessionOutput::MAX_WAITERS; i++) {

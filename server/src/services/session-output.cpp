@@ -1,17 +1,31 @@
 #include "session-output.h"
 
+#include <chrono>
+
 namespace squall {
+
+SessionOutput::SessionOutput(std::function<bool(uint64_t)> isOpen, uint64_t firstNumber)
+    : isOpen(std::move(isOpen)),
+      firstNumber(firstNumber != 0 ? firstNumber
+                                   : static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                               std::chrono::system_clock::now().time_since_epoch())
+                                                               .count())) {}
+
+SessionOutput::Tail& SessionOutput::tailOf(uint64_t session) {
+  auto found = sessions.find(session);
+  if (found == sessions.end()) {
+    if (sessions.size() >= SWEEP_AFTER_SESSIONS) sweep();
+    found = sessions.emplace(session, Tail{}).first;
+    found->second.next = firstNumber;
+  }
+  return found->second;
+}
 
 void SessionOutput::add(uint64_t session, uint64_t task, bool isStderr, kj::StringPtr label, kj::StringPtr governor,
                         kj::StringPtr text) {
   if (text.size() == 0) return;
   if (isOpen && !isOpen(session)) return;
-  auto found = sessions.find(session);
-  if (found == sessions.end()) {
-    if (sessions.size() >= SWEEP_AFTER_SESSIONS) sweep();
-    found = sessions.emplace(session, Tail{}).first;
-  }
-  auto& tail = found->second;
+  auto& tail = tailOf(session);
   // A chunk longer than the whole tail keeps its end.
   kj::StringPtr kept = text.size() > MAX_SESSION_BYTES ? text.slice(text.size() - MAX_SESSION_BYTES) : text;
   tail.chunks.push_back(Chunk{tail.next++, task, isStderr, std::string(label.cStr(), label.size()),
@@ -26,12 +40,8 @@ void SessionOutput::add(uint64_t session, uint64_t task, bool isStderr, kj::Stri
 }
 
 kj::Promise<void> SessionOutput::whenPast(uint64_t session, uint64_t since, kj::Timer& timer, kj::Duration most) {
-  auto found = sessions.find(session);
-  if (found == sessions.end()) {
-    if (isOpen && !isOpen(session)) return kj::READY_NOW;
-    found = sessions.emplace(session, Tail{}).first;
-  }
-  auto& tail = found->second;
+  if (sessions.count(session) == 0 && isOpen && !isOpen(session)) return kj::READY_NOW;
+  auto& tail = tailOf(session);
   if (since == 0 ? !tail.chunks.empty() : tail.next > since) return kj::READY_NOW;
   // Drop the waiters whose calls went (cancelled) before counting.
   std::vector<kj::Own<kj::PromiseFulfiller<void>>> live;
@@ -54,7 +64,7 @@ void SessionOutput::fill(uint64_t session, uint64_t since,
   }
   auto& tail = found->second;
   uint64_t first = tail.chunks.empty() ? tail.next : tail.chunks.front().number;
-  uint64_t asked = since == 0 ? 1 : since;
+  uint64_t asked = since == 0 ? firstNumber : since;
   uint64_t from = asked < first ? first : asked;
   results.setDropped(asked < first ? first - asked : 0);
   size_t count = 0, bytes = 0;

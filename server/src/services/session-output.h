@@ -31,7 +31,10 @@ class SessionOutput {
 
   // `isOpen(session)`: whether a session may still get output (a chunk for
   // another is dropped; its tail is forgotten once many are kept).
-  explicit SessionOutput(std::function<bool(uint64_t)> isOpen = nullptr) : isOpen(std::move(isOpen)) {}
+  // `firstNumber`: what each session's first chunk is numbered (0: the
+  // wall clock's microseconds now, so that a watcher's number from a
+  // server before a restart is older than every chunk of this one).
+  explicit SessionOutput(std::function<bool(uint64_t)> isOpen = nullptr, uint64_t firstNumber = 0);
   void setIsOpen(std::function<bool(uint64_t)> f) { isOpen = std::move(f); }
 
   // A governor's chunk for task `task` of `session`.
@@ -65,11 +68,13 @@ class SessionOutput {
     std::deque<Chunk> chunks;
     size_t bytes = 0;
     // The number the next chunk gets.
-    uint64_t next = 1;
+    uint64_t next = 0;
     std::vector<kj::Own<kj::PromiseFulfiller<void>>> waiters;
   };
   std::function<bool(uint64_t)> isOpen;
+  uint64_t firstNumber;
   std::unordered_map<uint64_t, Tail> sessions;
+  Tail& tailOf(uint64_t session);
 
   void sweep();
 };
