@@ -4,12 +4,11 @@
 // the process's one thread (detached calls end from any: Call::detach).
 // What a program registers, and serve()'s command line, are registry.cpp;
 // Input, Output and Call are call.cpp.
+#include "call-ends.h"
 #include "internal.h"
 
-#include <atomic>
 #include <chrono>
 #include <deque>
-#include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
@@ -29,7 +28,6 @@
 #include <squall/wire/executor.capnp.h>
 #include <stdexcept>
 #include <csignal>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -499,76 +497,18 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   uint64_t runningSerial = 0;
   std::chrono::steady_clock::time_point runningBegan;
 
-  // The ends CallEnds report, from any thread: queued under a lock, told
-  // to this thread's loop through an eventfd. Never blocks the reporter
-  // (it may hold a lock this thread waits for: Python's GIL). Shared with
-  // the CallEnds, which may outlive the service.
-  struct Ends {
-    Ends() : fd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-      if (fd.get() < 0) throw std::runtime_error(std::string("eventfd: ") + strerror(errno));
-    }
-    void add(uint64_t serial, kj::Maybe<std::string> error) {
-      {
-        std::lock_guard<std::mutex> lock(mutex);
-        queue.emplace_back(serial, kj::mv(error));
-      }
-      uint64_t one = 1;
-      // Fails only when the counter is full, which a read empties.
-      (void)!::write(fd.get(), &one, sizeof one);
-    }
-    std::vector<std::pair<uint64_t, kj::Maybe<std::string>>> take() {
-      std::lock_guard<std::mutex> lock(mutex);
-      return std::exchange(queue, {});
-    }
-    kj::AutoCloseFd fd;
-    std::mutex mutex;
-    std::vector<std::pair<uint64_t, kj::Maybe<std::string>>> queue;
-  };
-  std::shared_ptr<Ends> ends;
-  kj::Own<kj::AsyncInputStream> endsStream;
-  kj::Promise<void> readingEnds = nullptr;
-  uint64_t endsCounter = 0;
-
-  // Reads the eventfd and ends the calls queued, until the service goes.
-  kj::Promise<void> readEnds() {
-    return endsStream->tryRead(&endsCounter, sizeof endsCounter, sizeof endsCounter).then([this](size_t) {
-      for (auto& [serial, error] : ends->take()) ended(serial, kj::mv(error));
-      return readEnds();
-    });
-  }
-
-  class QueuedCallEnd final : public CallEnd {
-   public:
-    QueuedCallEnd(std::shared_ptr<Ends> ends, uint64_t serial) : ends(kj::mv(ends)), serial(serial) {}
-    // One dropped without an end would leave its call waiting for ever.
-    ~QueuedCallEnd() override {
-      if (!done.exchange(true)) ends->add(serial, std::string("the method detached its call and dropped it without finish() or fail()"));
-    }
-    void finish() override {
-      if (!done.exchange(true)) ends->add(serial, nullptr);
-    }
-    void fail(std::string error) override {
-      if (!done.exchange(true)) ends->add(serial, kj::mv(error));
-    }
-
-   private:
-    std::shared_ptr<Ends> ends;
-    uint64_t serial;
-    std::atomic<bool> done{false};
-  };
+  // Where the CallEnds of detached calls report (made with the first).
+  kj::Own<CallEnds> ends;
 
   // Call::Host: the method running now hands its call over.
   std::shared_ptr<CallEnd> detach(Call&) override {
-    if (ends == nullptr) {
-      ends = std::make_shared<Ends>();
-      endsStream = lowLevel.wrapInputFd(ends->fd.get());
-      readingEnds = readEnds().eagerlyEvaluate([](kj::Exception&& e) {
-        fprintf(stderr, "executor: reading the ends of detached calls failed: %s\n", e.getDescription().cStr());
-        _exit(1);
+    if (ends.get() == nullptr) {
+      ends = kj::heap<CallEnds>(lowLevel, [this](uint64_t serial, kj::Maybe<std::string> error) {
+        ended(serial, kj::mv(error));
       });
     }
     detached[runningSerial].began = runningBegan;
-    return std::make_shared<QueuedCallEnd>(ends, runningSerial);
+    return ends->endFor(runningSerial);
   }
 
   // A CallEnd ended the call of `serial`.
