@@ -34,7 +34,9 @@ class SessionOutput {
   // `firstNumber`: what each session's first chunk is numbered (0: the
   // wall clock's microseconds now, so that a watcher's number from a
   // server before a restart is older than every chunk of this one).
-  explicit SessionOutput(std::function<bool(uint64_t)> isOpen = nullptr, uint64_t firstNumber = 0);
+  explicit SessionOutput(std::function<bool(uint64_t)> isOpen, uint64_t firstNumber = 0);
+  // Not explicit: a member left out of an aggregate's braces is made so.
+  SessionOutput() : SessionOutput(nullptr) {}
   void setIsOpen(std::function<bool(uint64_t)> f) { isOpen = std::move(f); }
 
   // A governor's chunk for task `task` of `session`.
