@@ -297,15 +297,19 @@ async def _ray_outputs(name, function, args, kwargs, values, output_codecs, opti
             return _error_outputs(name, _error_value(name, e), output_codecs)
 
 
-def _ray_result(name, function, args, kwargs, values, output_codecs, options):
-    """_ray_outputs of a plain function, run to its end at once."""
-    coroutine = _ray_outputs(name, function, args, kwargs, values, output_codecs, options, awaits=False)
+def _run_now(coroutine, name):
+    """Runs a coroutine that awaits nothing to its end at once."""
     try:
         coroutine.send(None)
     except StopIteration as done:
         return done.value
     coroutine.close()
     raise CallFailed(f"{name}: the call suspended outside an event loop")
+
+
+def _ray_result(name, function, args, kwargs, values, output_codecs, options):
+    """_ray_outputs of a plain function, run to its end at once."""
+    return _run_now(_ray_outputs(name, function, args, kwargs, values, output_codecs, options, awaits=False), name)
 
 
 # Whether a Ray-model call is under way in this thread or coroutine.
@@ -471,35 +475,25 @@ def call_method_concurrently(instance, config, inputs, output_count, paths, cont
     the order they come; the executor lets actor_concurrency() be under way."""
     call = _method_call(instance, config, inputs, output_count, paths)
     if _async_actor:
-        asyncio.run_coroutine_threadsafe(_run_on_loop(done, context, call), _event_loop())
+        asyncio.run_coroutine_threadsafe(_run_concurrent(done, context, call, True), _event_loop())
     else:
-        _thread_pool().submit(_run_in_thread, done, context, call)
+        _thread_pool().submit(lambda: _run_now(_run_concurrent(done, context, call, False), call[0]))
 
 
-async def _run_on_loop(done, context, call):
-    name, bound, args, kwargs, values, output_codecs, options = call
-    _concurrent_call.set(context)
-    try:
-        if options is not None:
-            outputs = await _ray_outputs(name, bound, args, kwargs, values, output_codecs, options, awaits=True)
-        else:
-            result = _invoke(bound, args, kwargs, values)
-            outputs = _outputs(name, await result if inspect.isawaitable(result) else result, output_codecs)
-    except CallFailed as e:
-        return done(None, str(e))
-    except BaseException as e:
-        return done(None, _remote_traceback(e))
-    done(outputs, None)
-
-
-def _run_in_thread(done, context, call):
+async def _run_concurrent(done, context, call, awaits):
+    """Runs a concurrent call and ends it through done(). `awaits`: on the
+    async actor's event loop (a coroutine's result is awaited); otherwise
+    on a thread of the pool, where this never suspends (_run_now)."""
     name, bound, args, kwargs, values, output_codecs, options = call
     token = _concurrent_call.set(context)
     try:
         if options is not None:
-            outputs = _ray_result(name, bound, args, kwargs, values, output_codecs, options)
+            outputs = await _ray_outputs(name, bound, args, kwargs, values, output_codecs, options, awaits=awaits)
         else:
-            outputs = _outputs(name, _invoke(bound, args, kwargs, values), output_codecs)
+            result = _invoke(bound, args, kwargs, values)
+            if awaits and inspect.isawaitable(result):
+                result = await result
+            outputs = _outputs(name, result, output_codecs)
     except CallFailed as e:
         return done(None, str(e))
     except BaseException as e:

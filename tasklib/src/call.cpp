@@ -213,7 +213,10 @@ void Call::recordWithServer() {
   try {
     host_->recordCall(sessionId_, taskId_);
   } catch (const kj::Exception& e) {
-    if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) return;  // a governor from before record
+    // A governor older than ExecutorHost.record records direct calls only
+    // with their results: nothing to wait for (a submit naming such a call
+    // is refused by the server, saying so).
+    if (e.getType() == kj::Exception::Type::UNIMPLEMENTED) return;
     throw Error(std::string("cannot record the call with the server: ") + userMessage(e).cStr());
   }
 }
