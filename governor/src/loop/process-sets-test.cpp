@@ -160,6 +160,32 @@ TEST_P(ProcessSetsTest, TheLoopsOwnChildrenAndUnmarkedOnesAreLeftUntilExit) {
   EXPECT_FALSE(exists(unmarked[0]));
 }
 
+// This process in a cgroup of its own under `parent` for the object's life,
+// so that no governor another test starts meanwhile in `parent` clears what
+// this test leaves there (it would: that is what it is for).
+class OwnCgroup {
+ public:
+  explicit OwnCgroup(kj::StringPtr parent)
+      : parent(kj::heapString(parent)), dir(kj::str(parent, "/squall-test-", ::getpid())) {
+    KJ_SYSCALL(::mkdir(dir.cStr(), 0755));
+    move(dir);
+  }
+  ~OwnCgroup() noexcept(false) {
+    move(parent);
+    ::rmdir(dir.cStr());
+  }
+  kj::StringPtr path() const { return dir; }
+
+ private:
+  static void move(kj::StringPtr to) {
+    auto procs = openOrThrow(kj::str(to, "/cgroup.procs"), O_WRONLY);
+    auto pid = kj::str(::getpid());
+    KJ_SYSCALL(::write(procs, pid.cStr(), pid.size()));
+  }
+  kj::String parent;
+  kj::String dir;
+};
+
 // A governor killed with SIGKILL leaves its cgroups and what its tasks
 // left in them; the next one to start in the same cgroup kills and removes
 // them (only where no process has the dead governor's pid).
@@ -168,13 +194,15 @@ TEST(ProcessSetsStaleTest, AKilledGovernorsCgroupsAreClearedAtTheNextStart) {
   auto& io = members->io;
   auto logger = testLogger();
   UvBridge bridge(io.unixEventPort, io.provider->getTimer(), *logger);
-  kj::String parent;
+  kj::String ours;
   {
     ProcessSets probe(bridge, io.provider->getTimer(), *logger, {});
     if (!probe.usesCgroups()) GTEST_SKIP() << "no cgroups here: " << probe.describe().cStr();
     auto base = probe.describe().slice(7);
-    parent = kj::heapString(base.slice(0, KJ_ASSERT_NONNULL(base.findLast('/'))));
+    ours = kj::heapString(base.slice(0, KJ_ASSERT_NONNULL(base.findLast('/'))));
   }
+  OwnCgroup own(ours);
+  auto parent = own.path();
   // A pid no process has now: a child's, reaped.
   pid_t gone = ::fork();
   if (gone == 0) _exit(0);
