@@ -7,6 +7,7 @@
 #include "executor-pool.h"
 #include "governor-control.h"
 #include "input-isolation.h"
+#include "memory-tier.h"
 #include "object-store.h"
 #include "process-sets.h"
 #include "resources.h"
@@ -59,6 +60,7 @@ struct Flags {
   double serverTimeout = 30;
   double uploadTtl = 900;
   uint64_t memoryMb = 256;
+  std::string storeMemory = "auto";
   std::vector<std::string> allowPaths;
   std::vector<std::string> executors;
   bool insecure = false;
@@ -289,6 +291,37 @@ int run(const Flags& flags) {
       return 1;
     }
     auto& store = KJ_ASSERT_NONNULL(storeSlot);
+    // The store's memory tier (memory-tier.h), before the store view so
+    // the view shows it (a tmpfs under the store's directory).
+    kj::Maybe<MemoryTierDir> memoryTier;
+    {
+      uint64_t capacity = flags.storeMemory == "auto" ? defaultStoreMemory(flags.procRoot.c_str())
+                                                      : KJ_ASSERT_NONNULL(parseByteSize(flags.storeMemory.c_str()));
+      if (capacity > 0) {
+        KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+                      memoryTier.emplace(store.directory(), ownNamespace, "/dev/shm", logger);
+                    })) {
+          logger.warn("event=memory-tier-off error=\"{}\"", e->getDescription().cStr());
+        }
+      }
+      KJ_IF_MAYBE(tier, memoryTier) {
+        if (flags.storeMemory == "auto" && !tier->hasHugePages()) {
+          // Without huge pages the page cache serves mapped reads faster
+          // (docs/decisions-ray.md): only a size given asks for it then.
+          logger.info("event=memory-tier-off reason=\"no tmpfs with huge pages ({}); --store-memory SIZE asks "
+                      "for one anyway\"",
+                      tier->how().cStr());
+          memoryTier = nullptr;
+        }
+      }
+      KJ_IF_MAYBE(tier, memoryTier) {
+        store.useMemoryTier(kj::str(tier->path()), capacity);
+        logger.info("event=memory-tier dir={} kind={} huge_pages={} capacity={}", tier->path().cStr(),
+                    tier->how().cStr(), tier->hasHugePages(), capacity);
+      } else if (capacity == 0) {
+        logger.info("event=memory-tier-off reason=\"--store-memory 0\"");
+      }
+    }
     TaskEnv env{bridge,        timer,        store, logger, kj::str(tasksDir), kj::str(name),
                 captureEnvironment(), kj::mv(allowedRoots)};
     env.processSets = processSets;
@@ -549,6 +582,14 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--memory-mb", flags.memoryMb, "memory for small in-memory objects, MiB")
       ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
+  app.add_option("--store-memory", flags.storeMemory,
+                 "the object store's memory tier: bytes (suffix K, M, G or T) of objects kept in shared memory "
+                 "before the least recently used spill to the work dir; 0 for none; auto: 30% of the memory "
+                 "available at start")
+      ->check([](const std::string& text) -> std::string {
+        if (text == "auto" || squall::parseByteSize(text.c_str()) != nullptr) return "";
+        return "'" + text + "' is not a size in bytes (such as 512M or 4G), 0 or auto";
+      });
   app.add_option("--allow-path", flags.allowPaths,
                  "a directory (and everything under it) that load, load_dir and store tasks may "
                  "read and write; repeatable; none by default")

@@ -64,9 +64,35 @@ interface DataService {
   # claims it when applied (GovernorControl.claimUploads); one never
   # claimed is removed after a bounded time (the governor's --upload-ttl)
   # or by discardUploads. A sink dropped before finish() leaves nothing.
-  upload @3 (object :Common.Id, size :UInt64, incarnation :UInt64) -> (sink :UploadSink);
+  #
+  # `local`: the client may be on this governor's machine and would write
+  # the bytes into the temp file itself (LocalFile); the answer's `file`
+  # says where (unset: stream through `sink`). Either way finish() checks
+  # the size and hash of what the file holds.
+  upload @3 (object :Common.Id, size :UInt64, incarnation :UInt64, local :Bool)
+      -> (sink :UploadSink, file :LocalFile);
   # Removes finished uploads not claimed (a submit that was refused).
   discardUploads @4 (objects :List(Common.Id)) -> ();
+
+  # Where a blob held as a file is, for a client on this machine to read
+  # without the connection (LocalFile). FAILED when the object is not held
+  # here, or not as a file (a small one in memory, a dir, a live stream):
+  # the client reads it with read() then.
+  readLocal @5 (id :Common.Id) -> (file :LocalFile, size :UInt64);
+}
+
+# A file of a governor's store that a process on the same machine can open
+# as /proc/<pid>/root<path> (the governor may be in a mount namespace of
+# its own). The opener checks that it is this file: the same boot id (of
+# the machine, /proc/sys/kernel/random/boot_id), device and inode;
+# anything else (another machine, another pid namespace, the object moved
+# meanwhile) and it uses the connection instead.
+struct LocalFile {
+  pid @0 :UInt32;
+  path @1 :Text;
+  device @2 :UInt64;
+  inode @3 :UInt64;
+  bootId @4 :Text;
 }
 
 interface UploadSink {

@@ -4,6 +4,7 @@
 // appends its id to a file, so the test counts executions.
 #include "command-output.h"
 #include "sanitizers.h"
+#include "store-files.h"
 
 #include <gtest/gtest.h>
 #include <optional>
@@ -73,17 +74,16 @@ std::map<std::string, std::vector<Run>> executions(const fs::path& file) {
 
 // Waits (bounded) until the governor's object directory is empty; returns
 // how many entries are left. Governors remove in the background.
-size_t objectsLeft(const fs::path& dir) {
-  size_t files = 0;
+// Entries left in governor `g`'s store (on disk and in its memory tier),
+// waiting up to 10 s for removals on its pool.
+size_t objectsLeft(LocalCluster& cluster, size_t g) {
+  size_t entries = 0;
   for (int attempt = 0; attempt < 200; attempt++) {
-    files = 0;
-    if (fs::exists(dir)) {
-      for ([[maybe_unused]] auto& entry : fs::directory_iterator(dir)) files++;
-    }
-    if (files == 0) break;
+    entries = storeEntries(cluster, g).size();
+    if (entries == 0) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return files;
+  return entries;
 }
 
 // A multi-level graph: level 0 task i prints i; level l task i prints
@@ -173,8 +173,7 @@ std::map<std::string, std::vector<Run>> runLadderThroughFaults(
   session.close();
   for (size_t g = 0; g < cluster.governorCount(); g++) {
     if (!checkGovernor(g)) continue;
-    auto dir = fs::path(cluster.workDir()) / ("governor-" + std::to_string(g)) / "objects";
-    EXPECT_EQ(objectsLeft(dir), 0u) << dir;
+    EXPECT_EQ(objectsLeft(cluster, g), 0u) << "governor " << g;
   }
   return runs;
 }

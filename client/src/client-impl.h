@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <functional>
 #include <kj/async-io.h>
+#include <kj/io.h>
 #include <map>
 #include <optional>
 #include <set>
@@ -19,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+#include <xxhash.h>
 
 namespace squall {
 namespace client {
@@ -127,6 +129,23 @@ struct ClientImpl {
   void reconnect(const kj::Exception& lost);
 
   wire::DataService::Client& dataService(const std::string& where);
+
+  // Same-machine moves (local-data.cpp). Governors (by address) found not
+  // to be on this machine: their bytes always take the connection.
+  std::set<std::string> notLocal;
+  // Whether bytes may move through files ($SQUALL_LOCAL_DATA, not "0").
+  bool localData() const;
+  // Opens a file the governor at `where` described, or notes that it is
+  // not on this machine.
+  kj::Maybe<kj::AutoCloseFd> openLocal(const std::string& where, wire::LocalFile::Reader file, int flags);
+  // Writes the upload's bytes (`parts`, or `size` bytes from `source`)
+  // into `fd`, hashing them into `hash`.
+  void writeLocal(int fd, const std::vector<std::string_view>& parts, FILE* source, uint64_t size,
+                  XXH3_state_t* hash);
+  // Reads blob `id` (`size` bytes, at least LOCAL_READ_MIN) held by the
+  // governor at `where` from its file into `text` (appended) or `file`;
+  // false when it must take the connection.
+  bool readLocal(const std::string& where, wire::Id::Reader id, uint64_t size, std::string* text, FILE* file);
   // The data service on `connection` (DataBootstrap.open with the token).
   wire::DataService::Client openData(RpcClient& connection);
 
@@ -574,6 +593,9 @@ constexpr size_t INLINE_CONSTANT_BYTES = 1 << 20;
 // A blob constant bigger than INLINE_CONSTANT_BYTES skips the server: it is
 // uploaded to a governor (DataService.upload) in pieces of this size.
 constexpr size_t UPLOAD_CHUNK_BYTES = 4 << 20;
+// Blobs this big or bigger are read from the governor's file when it is on
+// this machine (readLocal); smaller ones are not worth the extra call.
+constexpr uint64_t LOCAL_READ_MIN = 1 << 20;
 
 void setId(wire::Id::Builder b, uint64_t session, uint64_t n);
 void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t session, uint64_t parent);

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <squall/proto/chunk-codec.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/local-file.h>
 #include <squall/proto/spec-names.h>
 #include <squall/proto/token.h>
 #include <xxhash.h>
@@ -92,8 +93,10 @@ kj::Promise<void> DataServiceImpl::heldCalls(HeldCallsContext context) {
 kj::Promise<void> DataServiceImpl::upload(UploadContext context) {
   auto params = context.getParams();
   KJ_IF_MAYBE(uploads, env.uploads) {
-    context.getResults().setSink(
-        uploads->begin(Id::from(params.getObject()), params.getSize(), params.getIncarnation()));
+    auto results = context.getResults();
+    kj::Maybe<wire::LocalFile::Builder> local;
+    if (params.getLocal()) local = results.initFile();
+    results.setSink(uploads->begin(Id::from(params.getObject()), params.getSize(), params.getIncarnation(), local));
     return kj::READY_NOW;
   }
   return SQUALL_EXCEPTION(FAILED, "governor ", env.governorName, " takes no uploads");
@@ -105,6 +108,35 @@ kj::Promise<void> DataServiceImpl::discardUploads(DiscardUploadsContext context)
     for (auto id : context.getParams().getObjects()) ids.push_back(Id::from(id));
     uploads->discard(kj::arrayPtr(ids.data(), ids.size()));
   }
+  return kj::READY_NOW;
+}
+
+kj::Promise<void> DataServiceImpl::readLocal(ReadLocalContext context) {
+  Id id = Id::from(context.getParams().getId());
+  KJ_IF_MAYBE(uploads, env.uploads) {
+    // As in read(): the reader may outrun the claim.
+    if (env.store.find(id) == nullptr) uploads->claim(kj::arrayPtr(&id, 1));
+  }
+  auto meta = env.store.find(id);
+  auto data = env.store.data(id);
+  if (meta == nullptr || data == nullptr) {
+    return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held by governor ", env.governorName);
+  }
+  auto& held = KJ_ASSERT_NONNULL(data);
+  if (KJ_ASSERT_NONNULL(meta).kind != wire::ObjectKind::BLOB || !held.is<kj::String>()) {
+    return SQUALL_EXCEPTION(FAILED, "object ", id, " is not held as a file by governor ", env.governorName);
+  }
+  auto& path = held.get<kj::String>();
+  // open() of a local file is a short metadata operation.
+  int fd = ::open(path.cStr(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) {
+    return SQUALL_EXCEPTION(FAILED, "object ", id, " cannot be opened on governor ", env.governorName, ": ",
+                            strerror(errno));
+  }
+  kj::AutoCloseFd owned(fd);
+  auto results = context.getResults();
+  describeLocalFile(fd, path, results.initFile());
+  results.setSize(KJ_ASSERT_NONNULL(meta).size);
   return kj::READY_NOW;
 }
 
@@ -194,7 +226,7 @@ class FetchSink final : public kj::Refcounted {
     }
     if (file == nullptr) {
       // Grew past the in-memory limit: move to a file.
-      auto temp = TempFile(store.newTempPath());
+      auto temp = TempFile(store.newTempPath(store.placeFor(received)));
       fd = kj::atomicRefcounted<SharedFd>(openOrThrow(temp.path(), O_WRONLY | O_CREAT | O_TRUNC, 0644));
       file = kj::mv(temp);
       if (small.size() > 0) {

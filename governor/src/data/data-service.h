@@ -95,6 +95,8 @@ class DataServiceImpl final : public wire::DataService::Server {
   // the server).
   kj::Promise<void> upload(UploadContext context) override;
   kj::Promise<void> discardUploads(DiscardUploadsContext context) override;
+  // Where a blob held as a file is, for a client on this machine.
+  kj::Promise<void> readLocal(ReadLocalContext context) override;
 
  private:
   DataServiceEnv& env;

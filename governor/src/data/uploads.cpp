@@ -4,6 +4,7 @@
 
 #include <fcntl.h>
 #include <squall/proto/errors.h>
+#include <squall/proto/local-file.h>
 #include <sys/statvfs.h>
 #include <xxhash.h>
 
@@ -36,10 +37,17 @@ uint64_t freeBytes(kj::StringPtr dir) {
 // connection breaking) ends the upload with nothing kept.
 class UploadTable::Sink final : public wire::UploadSink::Server {
  public:
-  Sink(UploadTable& table, Id id, uint64_t size)
-      : table(table), id(id), size(size), temp(table.store.newTempPath()),
-        fd(kj::atomicRefcounted<SharedFd>(openOrThrow(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644))),
+  Sink(UploadTable& table, Id id, uint64_t size, Tier tier)
+      : table(table), id(id), size(size), temp(table.store.newTempPath(tier)),
+        fd(kj::atomicRefcounted<SharedFd>(openOrThrow(temp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644))),
         hash(kj::atomicRefcounted<UploadHash>()) {}
+
+  // The client writes the file itself (same machine): finish() hashes
+  // what it holds.
+  void describeForClient(wire::LocalFile::Builder out) {
+    describeLocalFile(fd->fd, temp, out);
+    writtenByClient = true;
+  }
 
   ~Sink() noexcept(false) {
     if (temp.size() == 0) return;
@@ -78,24 +86,35 @@ class UploadTable::Sink final : public wire::UploadSink::Server {
 
   kj::Promise<void> finish(FinishContext context) override {
     uint64_t expected = context.getParams().getHash();
-    return tail.addBranch().then([this, expected]() {
-      uint64_t got = XXH3_64bits_digest(hash->state);
-      // A failed check keeps nothing, at once.
-      KJ_ON_SCOPE_FAILURE({
-        fd = nullptr;
-        table.store.removeLater(kj::mv(temp));
-        table.ended(id);
-      });
-      SQUALL_REQUIRE(received == size, "the upload of object ", id, " to governor ", table.governorName,
-                     " ended after ", received, " of the ", size, " bytes announced");
-      SQUALL_REQUIRE(got == expected, "the upload of object ", id, " to governor ", table.governorName,
-                     " arrived with another hash than the client's (", got, " != ", expected, ")");
-      fd = nullptr;
-      table.done(id, kj::mv(temp), HashedSize{size, got});
-    });
+    if (writtenByClient && received == 0) {
+      // Read back on the pool: the size it has and the hash of its bytes.
+      return table.bridge.runOnPool<HashedSize>([fd = kj::atomicAddRef(*fd)]() { return hashFd(fd->fd); })
+          .then([this, expected](HashedSize held) {
+            received = held.size;
+            check(held.hash, expected);
+          });
+    }
+    return tail.addBranch().then([this, expected]() { check(XXH3_64bits_digest(hash->state), expected); });
   }
 
  private:
+  // Ends the upload: kept when `got` (the hash of what arrived) is the
+  // client's and every byte came, else nothing is kept.
+  void check(uint64_t got, uint64_t expected) {
+    // A failed check keeps nothing, at once.
+    KJ_ON_SCOPE_FAILURE({
+      fd = nullptr;
+      table.store.removeLater(kj::mv(temp));
+      table.ended(id);
+    });
+    SQUALL_REQUIRE(received == size, "the upload of object ", id, " to governor ", table.governorName,
+                   " ended after ", received, " of the ", size, " bytes announced");
+    SQUALL_REQUIRE(got == expected, "the upload of object ", id, " to governor ", table.governorName,
+                   " arrived with another hash than the client's (", got, " != ", expected, ")");
+    fd = nullptr;
+    table.done(id, kj::mv(temp), HashedSize{size, got});
+  }
+
   UploadTable& table;
   Id id;
   uint64_t size;
@@ -106,6 +125,7 @@ class UploadTable::Sink final : public wire::UploadSink::Server {
   kj::Own<UploadHash> hash;
   kj::ForkedPromise<void> tail = kj::Promise<void>(kj::READY_NOW).fork();
   kj::Maybe<kj::Exception> failure;
+  bool writtenByClient = false;
 };
 
 UploadTable::UploadTable(UvBridge& bridge, ObjectStore& store, kj::Timer& timer, spdlog::logger& logger,
@@ -119,7 +139,8 @@ void UploadTable::taskFailed(kj::Exception&& exception) {
   logger.warn("event=upload-expiry-failed error=\"{}\"", exception.getDescription().cStr());
 }
 
-wire::UploadSink::Client UploadTable::begin(Id id, uint64_t size, uint64_t incarnation) {
+wire::UploadSink::Client UploadTable::begin(Id id, uint64_t size, uint64_t incarnation,
+                                            kj::Maybe<wire::LocalFile::Builder> local) {
   SQUALL_REQUIRE(serverIncarnation != 0 && incarnation == serverIncarnation, "governor ", governorName,
                  " takes no uploads of server incarnation ", kj::hex(incarnation),
                  serverIncarnation == 0 ? kj::str(" (it is not registered)")
@@ -128,7 +149,12 @@ wire::UploadSink::Client UploadTable::begin(Id id, uint64_t size, uint64_t incar
                  "object ", id, " is held or being uploaded on governor ", governorName, " already");
   uint64_t reserved = 0;
   for (auto& [other, bytes] : writing) reserved += bytes;
-  uint64_t free = freeBytes(store.directory());
+  // In the store's memory tier when it fits beside what it holds, the other
+  // uploads under way and those waiting for their submit.
+  uint64_t unclaimed = 0;
+  for (auto& [other, upload] : finished) unclaimed += upload.hashed.size;
+  Tier tier = store.placeFor(reserved + unclaimed + size);
+  uint64_t free = freeBytes(store.directoryOf(tier));
   SQUALL_REQUIRE(reserved + size <= free, "governor ", governorName, " cannot hold object ", id, " of ", size,
                  " bytes: its store has ", free, " bytes free and ", reserved,
                  " bytes of other uploads under way");
@@ -137,7 +163,8 @@ wire::UploadSink::Client UploadTable::begin(Id id, uint64_t size, uint64_t incar
     store.removeLater(kj::mv(old->second.path));
     finished.erase(old);
   }
-  auto sink = kj::heap<Sink>(*this, id, size);
+  auto sink = kj::heap<Sink>(*this, id, size, tier);
+  KJ_IF_MAYBE(out, local) { sink->describeForClient(*out); }
   writing[id] = size;
   logger.debug("event=upload-start object={} size={}", kj::str(id).cStr(), size);
   return kj::mv(sink);

@@ -34,7 +34,10 @@ class UploadTable final : private kj::TaskSet::ErrorHandler {
   // A sink for `size` bytes of `id`. Throws FAILED (naming sizes) when the
   // store's disk cannot hold them besides the uploads under way, when the
   // incarnation is not the server's, or when `id` is held or uploading.
-  wire::UploadSink::Client begin(Id id, uint64_t size, uint64_t incarnation);
+  // With `local`, the client may write the temp file itself: it is
+  // described there (local-file.h) and finish() reads back what it holds.
+  wire::UploadSink::Client begin(Id id, uint64_t size, uint64_t incarnation,
+                                 kj::Maybe<wire::LocalFile::Builder> local = nullptr);
 
   // Finished uploads become store objects; answers those not held finished.
   std::vector<Id> claim(kj::ArrayPtr<const Id> ids);

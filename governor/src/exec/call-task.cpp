@@ -217,7 +217,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         auto task = spec.getTask();
         // The executor makes the directory when an output needs it (most
         // calls answer with bytes and never do).
-        auto outDir = kj::heap<StoreTemp>(env.store);
+        auto outDir = kj::heap<StoreTemp>(env.store, env.store.placeFor(0));
         auto callConfig = task.getConfig().getCall();
         auto request = lease->executor().callRequest(callSize(task, callConfig.getFunction(),
                                                               callConfig.getConfig().size(),
@@ -419,7 +419,7 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
   auto build = [&env, spec, function = kj::str(function)]() {
     auto task = spec.getTask();
     auto config = task.getConfig().getActorCall();
-    auto outDir = kj::heap<StoreTemp>(env.store);
+    auto outDir = kj::heap<StoreTemp>(env.store, env.store.placeFor(0));
     auto kinds = spec.getOutputKinds();
     auto message = kj::heap<capnp::MallocMessageBuilder>(
         callSize(task, function, config.getConfig().size(), kinds.size(), outDir->path()).wordCount);

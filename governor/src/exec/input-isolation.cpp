@@ -35,13 +35,14 @@ kj::Maybe<kj::String> becomeSlave() {
 // A detached copy of the mount tree at `path` (`dirFd`-relative), made
 // read-only (and nosuid, nodev) whatever the original was.
 kj::AutoCloseFd readOnlyClone(int dirFd, kj::StringPtr path) {
-  int fd = ::open_tree(dirFd, path.cStr(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+  // Recursive: the store's memory tier is a tmpfs mounted inside it.
+  int fd = ::open_tree(dirFd, path.cStr(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
   if (fd < 0) SQUALL_FAIL("cannot clone the mount at ", path, ": ", strerror(errno));
   kj::AutoCloseFd tree(fd);
   struct mount_attr attr;
   memset(&attr, 0, sizeof(attr));
   attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-  if (::mount_setattr(tree, "", AT_EMPTY_PATH, &attr, sizeof(attr)) < 0) {
+  if (::mount_setattr(tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof(attr)) < 0) {
     SQUALL_FAIL("cannot make the mount of ", path, " read-only: ", strerror(errno));
   }
   return tree;

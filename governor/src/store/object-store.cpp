@@ -85,9 +85,52 @@ ObjectStore::ObjectStore(UvBridge& bridge, kj::String dirParam, spdlog::logger& 
 
 ObjectStore::~ObjectStore() noexcept(false) {}
 
-kj::String ObjectStore::pathFor(Id id) const { return kj::str(dir, "/", id.session, "-", id.n); }
+kj::String ObjectStore::pathFor(Id id, Tier tier) const {
+  return kj::str(directoryOf(tier), "/", id.session, "-", id.n);
+}
 
-kj::String ObjectStore::newTempPath() { return kj::str(dir, "/.tmp-", ++tempCounter); }
+kj::String ObjectStore::newTempPath(Tier tier) { return kj::str(directoryOf(tier), "/.tmp-", ++tempCounter); }
+
+void ObjectStore::useMemoryTier(kj::String tierDirParam, uint64_t capacity) {
+  KJ_REQUIRE(objects.empty() && tierDir.size() == 0, "the memory tier is set once, before any object");
+  tierDir = kj::mv(tierDirParam);
+  tierCapacity = capacity;
+}
+
+StoreStats ObjectStore::stats() const {
+  StoreStats out;
+  out.objects = objects.size();
+  out.memoryBytes = tierBytes;
+  out.memoryCapacity = tierCapacity;
+  out.memoryObjects = byLastUse.size();
+  out.spilledBytes = spilledBytes;
+  out.spilledObjects = spilledObjects;
+  return out;
+}
+
+Tier ObjectStore::placeFor(uint64_t size) const {
+  if (tierDir.size() == 0 || tierBytes + size > tierCapacity) return Tier::DISK;
+  return Tier::MEMORY;
+}
+
+kj::StringPtr ObjectStore::directoryOf(Tier tier) const {
+  return tier == Tier::MEMORY && tierDir.size() > 0 ? tierDir.asPtr() : dir.asPtr();
+}
+
+bool ObjectStore::inTier(kj::StringPtr path) const {
+  return tierDir.size() > 0 && path.startsWith(tierDir) && path.size() > tierDir.size() &&
+         path[tierDir.size()] == '/';
+}
+
+void ObjectStore::touch(const Entry& entry) const {
+  if (!entry.inMemory) return;
+  auto it = byLastUse.find(entry.lastUse);
+  KJ_ASSERT(it != byLastUse.end());
+  Id id = it->second;
+  byLastUse.erase(it);
+  entry.lastUse = ++useCounter;
+  byLastUse.emplace(entry.lastUse, id);
+}
 
 kj::Maybe<const ObjectMeta&> ObjectStore::find(Id id) const {
   auto it = objects.find(id);
@@ -98,6 +141,7 @@ kj::Maybe<const ObjectMeta&> ObjectStore::find(Id id) const {
 kj::Maybe<ObjectData> ObjectStore::data(Id id) const {
   auto it = objects.find(id);
   if (it == objects.end()) return nullptr;
+  touch(it->second);
   KJ_SWITCH_ONEOF(it->second.data) {
     KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { return ObjectData(kj::atomicAddRef(*blob)); }
     KJ_CASE_ONEOF(path, kj::String) { return ObjectData(kj::str(path)); }
@@ -109,6 +153,7 @@ kj::Maybe<kj::Own<ObjectReader>> ObjectStore::openReader(Id id) {
   auto it = objects.find(id);
   if (it == objects.end()) return nullptr;
   auto& entry = it->second;
+  touch(entry);
   KJ_SWITCH_ONEOF(entry.data) {
     KJ_CASE_ONEOF(blob, kj::Own<const Blob>) {
       return kj::heap<ObjectReader>(bridge, entry.meta, kj::atomicAddRef(*blob));
@@ -179,11 +224,14 @@ ObjectMeta ObjectStore::adoptFile(Id id, wire::ObjectKind kind, kj::String path,
     discard(it->second);
     objects.erase(it);
   }
-  auto finalPath = pathFor(id);
+  bool memory = inTier(path);
+  auto finalPath = pathFor(id, memory ? Tier::MEMORY : Tier::DISK);
   KJ_SYSCALL(::chmod(path.cStr(), 0444), path);
   KJ_SYSCALL(::rename(path.cStr(), finalPath.cStr()), path, finalPath);
   ObjectMeta meta{kind, sizeAndHash.size, sizeAndHash.hash};
-  insert(id, Entry{meta, kj::mv(finalPath)});
+  Entry entry{meta, kj::mv(finalPath)};
+  entry.inMemory = memory;
+  insert(id, kj::mv(entry));
   return meta;
 }
 
@@ -193,10 +241,13 @@ ObjectMeta ObjectStore::adoptDir(Id id, kj::String path, HashedSize sizeAndHash)
     discard(it->second);
     objects.erase(it);
   }
-  auto finalPath = pathFor(id);
+  bool memory = inTier(path);
+  auto finalPath = pathFor(id, memory ? Tier::MEMORY : Tier::DISK);
   KJ_SYSCALL(::rename(path.cStr(), finalPath.cStr()), path, finalPath);
   ObjectMeta meta{wire::ObjectKind::DIR, sizeAndHash.size, sizeAndHash.hash};
-  insert(id, Entry{meta, kj::mv(finalPath)});
+  Entry entry{meta, kj::mv(finalPath)};
+  entry.inMemory = memory;
+  insert(id, kj::mv(entry));
   return meta;
 }
 
@@ -239,9 +290,86 @@ void ObjectStore::insert(Id id, Entry entry) {
     objects.erase(it);
   }
   if (entry.data.is<kj::Own<const Blob>>()) memoryBytes += entry.meta.size;
-  logger.debug("event=object-stored object={} size={} memory={}", kj::str(id).cStr(),
-               entry.meta.size, entry.data.is<kj::Own<const Blob>>());
+  logger.debug("event=object-stored object={} size={} memory={} tier={}", kj::str(id).cStr(), entry.meta.size,
+               entry.data.is<kj::Own<const Blob>>(), entry.inMemory ? "memory" : "disk");
+  if (entry.inMemory) {
+    tierBytes += entry.meta.size;
+    entry.lastUse = ++useCounter;
+    byLastUse.emplace(entry.lastUse, id);
+  }
   objects.emplace(id, kj::mv(entry));
+  spillIfFull();
+}
+
+void ObjectStore::spillIfFull() {
+  if (spilling || tierBytes * 100 <= tierCapacity * SPILL_PERCENT) return;
+  // The least recently used blob; dirs stay where they are.
+  for (auto& [lastUse, id] : byLastUse) {
+    auto& entry = objects.at(id);
+    if (entry.meta.kind == wire::ObjectKind::DIR) continue;
+    spilling = true;
+    auto from = kj::str(entry.data.get<kj::String>());
+    auto copy = newTempPath(Tier::DISK);
+    logger.info("event=object-spill object={} size={} memory_used={} capacity={}", kj::str(id).cStr(),
+                entry.meta.size, tierBytes, tierCapacity);
+    auto copied = bridge.runOnPool<void>([from = kj::str(from), copy = kj::str(copy)]() {
+      auto out = openOrThrow(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+      appendFile(out, from, nullptr);
+    });
+    auto onFailure = [this, id, from = kj::str(from), copy = kj::str(copy)](kj::Exception&& e) {
+      spilling = false;
+      removeLater(kj::str(copy));
+      if (!stillInMemoryAt(id, from)) {
+        spillIfFull();  // removed while it was copied: no failure
+        return;
+      }
+      // Not retried before the next object arrives.
+      logger.error("event=object-spill-failed object={} error=\"{}\"", kj::str(id).cStr(),
+                   e.getDescription().cStr());
+    };
+    background.add(copied.then(
+        [this, id, from = kj::mv(from), copy = kj::mv(copy)]() mutable { spilled(id, kj::mv(from), kj::mv(copy)); },
+        kj::mv(onFailure)));
+    return;
+  }
+}
+
+bool ObjectStore::stillInMemoryAt(Id id, kj::StringPtr path) const {
+  auto it = objects.find(id);
+  return it != objects.end() && it->second.inMemory && it->second.data.is<kj::String>() &&
+         it->second.data.get<kj::String>() == path;
+}
+
+void ObjectStore::spilled(Id id, kj::String from, kj::String copy) {
+  spilling = false;
+  if (!stillInMemoryAt(id, from)) {
+    // Removed (or replaced) while it was copied.
+    removeLater(kj::mv(copy));
+    spillIfFull();
+    return;
+  }
+  auto& entry = objects.at(id);
+  auto finalPath = pathFor(id, Tier::DISK);
+  KJ_SYSCALL(::rename(copy.cStr(), finalPath.cStr()), copy, finalPath);
+  // The memory file becomes a link to the copy (replaced at once, so its
+  // name always opens the object); its pages go with its last reader. A
+  // tier inside the store's directory links relatively, so a link seen in
+  // the read-only store view leads to the copy in the view.
+  auto link = kj::str(from, ".link");
+  auto slash = KJ_ASSERT_NONNULL(tierDir.findLast('/'));
+  auto target = tierDir.slice(0, slash) == dir ? kj::str("../", id.session, "-", id.n) : kj::str(finalPath);
+  KJ_SYSCALL(::symlink(target.cStr(), link.cStr()), link);
+  KJ_SYSCALL(::rename(link.cStr(), from.cStr()), link, from);
+  byLastUse.erase(entry.lastUse);
+  entry.inMemory = false;
+  entry.data = kj::mv(finalPath);
+  entry.memoryLink = kj::mv(from);
+  tierBytes -= entry.meta.size;
+  spilledBytes += entry.meta.size;
+  spilledObjects++;
+  logger.info("event=object-spilled object={} size={} memory_used={}", kj::str(id).cStr(), entry.meta.size,
+              tierBytes);
+  spillIfFull();
 }
 
 void ObjectStore::remove(Id id) {
@@ -257,12 +385,17 @@ void ObjectStore::remove(Id id) {
 }
 
 void ObjectStore::discard(Entry& entry) {
+  KJ_IF_MAYBE(link, entry.memoryLink) { ::unlink(link->cStr()); }
+  if (entry.inMemory) {
+    byLastUse.erase(entry.lastUse);
+    tierBytes -= entry.meta.size;
+  }
   KJ_SWITCH_ONEOF(entry.data) {
     KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { memoryBytes -= entry.meta.size; }
     KJ_CASE_ONEOF(path, kj::String) {
       // Rename now (cheap) so the id's path is free at once; unlinking a big
       // file can take a while, so that happens on the pool.
-      auto trash = newTempPath();
+      auto trash = newTempPath(entry.inMemory ? Tier::MEMORY : Tier::DISK);
       if (::rename(path.cStr(), trash.cStr()) < 0) {
         logger.warn("event=object-unlink-failed path={} error=\"{}\"", path.cStr(), strerror(errno));
         return;

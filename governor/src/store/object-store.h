@@ -8,6 +8,16 @@
 // `<dir>/<session>-<n>`, read-only (0444). Files that programs wrote are
 // renamed into the store, never copied.
 //
+// The memory tier (useMemoryTier, --store-memory): blobs that arrive as
+// files (uploads, fetches, functions' results) are written into a tmpfs
+// directory while the tier holds less than its capacity, else on disk. Past
+// SPILL_PERCENT of the capacity the least recently read blobs are copied to
+// the disk store, one at a time on the pool; the memory file is then
+// replaced by a symbolic link to the disk copy, so a path handed out before
+// still opens the object (its pages go once the last reader closes them).
+// A spilled object is read from disk (through the page cache); it is not
+// copied back.
+//
 // A dir object is a real directory tree `<dir>/<session>-<n>/`, sealed
 // (read-only, see dir-tree.h) before it is adopted; its data() is that path.
 // Trees are built in a fresh `<dir>/.tmp-N` (same parent, so adopting is a
@@ -24,6 +34,7 @@
 #include <squall/proto/ids.h>
 #include <squall/proto/tree-walk.h>
 #include <squall/wire/common.capnp.h>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -92,8 +103,24 @@ class ObjectReader {
   uint64_t streamed = 0;
 };
 
+// Where a new object's file is written (ObjectStore::placeFor).
+enum class Tier { DISK, MEMORY };
+
+struct StoreStats {
+  size_t objects = 0;
+  // Bytes of the objects in the memory tier, and its capacity (0: no tier).
+  uint64_t memoryBytes = 0;
+  uint64_t memoryCapacity = 0;
+  size_t memoryObjects = 0;
+  // Since start: what was spilled from memory to disk.
+  uint64_t spilledBytes = 0;
+  uint64_t spilledObjects = 0;
+};
+
 class ObjectStore {
  public:
+  static constexpr uint64_t SPILL_PERCENT = 80;
+
   // `dir` is emptied and created: objects from an earlier run are not
   // reported to the server, so they are not kept (freshDirectory(): what
   // cannot be removed is moved aside and logged). Dir objects are kept
@@ -115,6 +142,16 @@ class ObjectStore {
   }
   uint64_t memoryUsed() const { return memoryBytes; }
 
+  // Writes blobs into `tierDir` (an empty tmpfs directory) while
+  // they stay within `capacity` bytes (memory-tier.h makes the directory).
+  void useMemoryTier(kj::String tierDir, uint64_t capacity);
+  StoreStats stats() const;
+  // The tier a new file of `size` bytes (unknown: 0) goes to: memory when
+  // there is one and the file fits beside what it holds.
+  Tier placeFor(uint64_t size) const;
+  // The directory files of `tier` are written in (its free space).
+  kj::StringPtr directoryOf(Tier tier) const;
+
   kj::Maybe<const ObjectMeta&> find(Id id) const;
   // Bytes of a held object (a new reference to the blob, or the file path).
   kj::Maybe<ObjectData> data(Id id) const;
@@ -132,10 +169,11 @@ class ObjectStore {
   // file on the pool. Hashes off the loop when large.
   kj::Promise<ObjectMeta> putBytes(Id id, wire::ObjectKind kind, kj::Array<const kj::byte> bytes);
 
-  // A fresh path in the store's directory for a producer to write into; the
-  // same filesystem as the store, so adoptFile() is a rename.
-  kj::String newTempPath();
-  // The finished file at `path` (size and hash known) becomes object `id`.
+  // A fresh path in the directory of `tier` for a producer to write into;
+  // the same filesystem as the object's, so adoptFile() is a rename.
+  kj::String newTempPath(Tier tier = Tier::DISK);
+  // The finished file at `path` (size and hash known) becomes object `id`,
+  // in the tier `path` is in.
   ObjectMeta adoptFile(Id id, wire::ObjectKind kind, kj::String path, HashedSize sizeAndHash);
   // The sealed tree at `path` (a newTempPath(), size and tree hash known)
   // becomes dir object `id`.
@@ -164,6 +202,12 @@ class ObjectStore {
   struct Entry {
     ObjectMeta meta;
     ObjectData data;
+    // In the memory tier: its place in `byLastUse`.
+    bool inMemory = false;
+    mutable uint64_t lastUse = 0;
+    // A spilled blob's old path in the memory tier (a link to the disk
+    // copy), removed with the object.
+    kj::Maybe<kj::String> memoryLink;
   };
 
   UvBridge& bridge;
@@ -177,6 +221,17 @@ class ObjectStore {
   std::unordered_map<Id, kj::ForkedPromise<void>, IdHash> arriving;
   std::unordered_set<Id, IdHash> removeOnArrival;
 
+  // The memory tier: its directory (empty: none), capacity and bytes held.
+  kj::String tierDir;
+  uint64_t tierCapacity = 0;
+  uint64_t tierBytes = 0;
+  // Memory-tier objects by last use (oldest first): the spill order.
+  mutable std::map<uint64_t, Id> byLastUse;
+  mutable uint64_t useCounter = 0;
+  bool spilling = false;
+  uint64_t spilledBytes = 0;
+  uint64_t spilledObjects = 0;
+
   struct ErrorLogger final : public kj::TaskSet::ErrorHandler {
     explicit ErrorLogger(spdlog::logger& logger) : logger(logger) {}
     void taskFailed(kj::Exception&& e) override;
@@ -185,9 +240,19 @@ class ObjectStore {
   // Unlinks of dropped files.
   kj::TaskSet background;
 
-  kj::String pathFor(Id id) const;
+  kj::String pathFor(Id id, Tier tier = Tier::DISK) const;
+  bool inTier(kj::StringPtr path) const;
+  void touch(const Entry& entry) const;
   void insert(Id id, Entry entry);
   void discard(Entry& entry);
+  // Starts spilling the least recently used memory blob when the tier is
+  // past SPILL_PERCENT and no spill is under way; each spill's end starts
+  // the next.
+  void spillIfFull();
+  void spilled(Id id, kj::String from, kj::String copy);
+  // Whether `id` is still the memory-tier file at `path` (not removed or
+  // replaced while a spill copied it).
+  bool stillInMemoryAt(Id id, kj::StringPtr path) const;
 };
 
 // A fresh path in the store (newTempPath()) for a tree or file being built;
@@ -195,7 +260,7 @@ class ObjectStore {
 // abandoned or failed task leaves nothing behind. Loop thread only.
 class StoreTemp {
  public:
-  explicit StoreTemp(ObjectStore& store) : store(store), tempPath(store.newTempPath()) {}
+  explicit StoreTemp(ObjectStore& store, Tier tier = Tier::DISK) : store(store), tempPath(store.newTempPath(tier)) {}
   ~StoreTemp() noexcept(false) {
     if (tempPath.size() > 0) store.removeLater(kj::mv(tempPath));
   }

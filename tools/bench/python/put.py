@@ -19,7 +19,7 @@ squall runs on a squall.LocalCluster of one governor x 1 cpu, Dask (when
 `import distributed` works) on a distributed.LocalCluster of one worker
 process x 1 thread.
 
-    tools/bench/python/put.py [--sizes 8,256,2048] [--reps 3] [--no-dask]   (sizes in MB)
+    tools/bench/python/put.py [--sizes 8,256,2048] [--reps 3] [--no-dask] [--store-memory 0]   (sizes in MB)
 """
 import argparse
 import sys
@@ -126,6 +126,8 @@ def main():
     parser.add_argument("--sizes", default="8,256,2048", help="MB, comma-separated")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-dask", action="store_true")
+    parser.add_argument("--store-memory", default="auto",
+                        help="the governor's --store-memory (0: objects on disk only)")
     args = parser.parse_args()
     sizes = [int(float(s) * 1e6) for s in args.sizes.split(",")]
     figures = {}
@@ -138,7 +140,7 @@ def main():
         mb = n // 1000000
         say(f"copy_warm_mb_per_s_{mb}mb", best(args.reps, lambda: copy_mb_per_s(n, True)))
         say(f"copy_fresh_mb_per_s_{mb}mb", best(args.reps, lambda: copy_mb_per_s(n, False)))
-    with squall.LocalCluster(governors=1, cpus=1) as cluster:
+    with squall.LocalCluster(governors=1, cpus=1, governor_args=["--store-memory", args.store_memory]) as cluster:
         with squall.Client(cluster.address) as client:
             for n in sizes:
                 mb = n // 1000000

@@ -1,0 +1,182 @@
+// Tests of the store's memory tier: placement, spilling by last use, links
+// left for paths handed out, removal during a spill; and the tier's
+// directory (stale ones, sizes). Test thread only.
+#include "memory-tier.h"
+#include "object-store.h"
+
+#include "dir-tree.h"
+#include "safe-path.h"
+#include "test-util.h"
+
+#include <squall/proto/chunk-codec.h>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace squall {
+namespace {
+
+constexpr uint64_t MIB = 1 << 20;
+
+struct TierMembers {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  std::shared_ptr<spdlog::logger> logger = testLogger();
+  TempDir dir;
+  UvBridge bridge{io.unixEventPort, io.provider->getTimer(), *logger};
+  ObjectStore store{bridge, dir.sub("objects"), *logger, 1 << 20};
+};
+
+class MemoryTierTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<TierMembers> members = std::make_unique<TierMembers>();
+  kj::AsyncIoContext& io = members->io;
+  TempDir& dir = members->dir;
+  ObjectStore& store = members->store;
+
+  void SetUp() override {
+    auto tier = dir.sub("objects/memory");
+    KJ_SYSCALL(::mkdir(tier.cStr(), 0700));
+    store.useMemoryTier(kj::mv(tier), 10 * MIB);
+  }
+
+  static std::string bytesOf(uint64_t size, char fill) { return std::string(size, fill); }
+
+  // Writes a file of `size` bytes where the store places it and adopts it.
+  void put(Id id, uint64_t size, char fill) {
+    auto path = store.newTempPath(store.placeFor(size));
+    auto bytes = bytesOf(size, fill);
+    writeFile(path, kj::arrayPtr(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()), 0644);
+    store.adoptFile(id, wire::ObjectKind::BLOB, kj::mv(path), hashFile(path));
+  }
+
+  static std::string contents(kj::StringPtr path) {
+    auto fd = openOrThrow(path, O_RDONLY);
+    struct stat st;
+    KJ_SYSCALL(::fstat(fd, &st));
+    auto bytes = preadUpTo(fd, 0, st.st_size);
+    return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  }
+
+  kj::String pathOf(Id id) {
+    auto data = KJ_ASSERT_NONNULL(store.data(id));
+    return kj::mv(data.get<kj::String>());
+  }
+
+  bool inTier(Id id) { return pathOf(id).startsWith(dir.sub("objects/memory/")); }
+
+  // Gives the loop (spills copy on the pool) until `done`, 10 s at most.
+  template <typename Done>
+  bool within(Done&& done) {
+    for (int i = 0; i < 500 && !done(); i++) {
+      waitWithTimeout(io, io.provider->getTimer().afterDelay(20 * kj::MILLISECONDS));
+    }
+    return done();
+  }
+};
+
+TEST_F(MemoryTierTest, BlobsGoToMemoryWhileTheyFitAndTheLeastRecentlyReadSpill) {
+  put(Id{1, 1}, 3 * MIB, 'a');
+  put(Id{1, 2}, 3 * MIB, 'b');
+  EXPECT_TRUE(inTier(Id{1, 1}));
+  EXPECT_TRUE(inTier(Id{1, 2}));
+  EXPECT_EQ(store.stats().memoryBytes, 6 * MIB);
+  auto handedOut = pathOf(Id{1, 2});
+  // 1 read after 2: 2 is the least recently read when 3 takes the tier
+  // past 80% of its 10 MiB.
+  pathOf(Id{1, 1});
+  put(Id{1, 3}, 3 * MIB, 'c');
+  ASSERT_TRUE(within([&]() { return store.stats().spilledObjects == 1; }));
+  auto stats = store.stats();
+  EXPECT_EQ(stats.memoryBytes, 6 * MIB);
+  EXPECT_EQ(stats.memoryObjects, 2u);
+  EXPECT_EQ(stats.spilledBytes, 3 * MIB);
+  EXPECT_TRUE(inTier(Id{1, 1}));
+  EXPECT_TRUE(inTier(Id{1, 3}));
+  EXPECT_FALSE(inTier(Id{1, 2}));
+  EXPECT_EQ(contents(pathOf(Id{1, 2})), bytesOf(3 * MIB, 'b'));
+  // The path handed out before the spill still opens the object.
+  struct stat st;
+  KJ_SYSCALL(::lstat(handedOut.cStr(), &st));
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+  EXPECT_EQ(contents(handedOut), bytesOf(3 * MIB, 'b'));
+  // A blob bigger than what is left goes to disk at once.
+  put(Id{1, 4}, 5 * MIB, 'd');
+  EXPECT_FALSE(inTier(Id{1, 4}));
+  // Removing the spilled object removes its link and its copy.
+  auto copy = pathOf(Id{1, 2});
+  store.remove(Id{1, 2});
+  EXPECT_NE(::lstat(handedOut.cStr(), &st), 0);
+  ASSERT_TRUE(within([&]() { return ::access(copy.cStr(), F_OK) != 0; }));
+  store.remove(Id{1, 1});
+  store.remove(Id{1, 3});
+  EXPECT_EQ(store.stats().memoryBytes, 0u);
+  EXPECT_EQ(store.stats().memoryObjects, 0u);
+}
+
+TEST_F(MemoryTierTest, AReaderOpenedBeforeASpillReadsOnAndARemovalDuringOneLeavesNothing) {
+  put(Id{2, 1}, 5 * MIB, 'x');
+  auto reader = KJ_ASSERT_NONNULL(store.openReader(Id{2, 1}));
+  put(Id{2, 2}, 4 * MIB, 'y');  // past the line: 2/1 spills
+  // Removed while (or before) its copy is made: the spill leaves nothing.
+  store.remove(Id{2, 2});
+  ASSERT_TRUE(within([&]() { return store.stats().spilledObjects == 1; }));
+  auto chunk = waitWithTimeout(io, reader->readChunk(MIB, CHUNK_SIZE, false));
+  EXPECT_EQ(chunk.covers, CHUNK_SIZE);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(chunk.bytes.begin()), 16), std::string(16, 'x'));
+  store.remove(Id{2, 1});
+  auto left = [&]() {
+    size_t n = 0;
+    for (auto& name : listDir(openDirectory(dir.sub("objects")))) n += name != "memory";
+    return n + listDir(openDirectory(dir.sub("objects/memory"))).size();
+  };
+  EXPECT_TRUE(within([&]() { return left() == 0; })) << left();
+}
+
+TEST(MemoryTierDirTest, AShmDirectoryIsTheGovernorsAndDeadGovernorsOnesGo) {
+  TempDir dir;
+  auto logger = testLogger();
+  // A pid no process has now: a child's, reaped.
+  pid_t gone = ::fork();
+  if (gone == 0) _exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);
+  auto stale = dir.sub(kj::str("squall-store-", gone).cStr());
+  auto alive = dir.sub("squall-store-1");
+  auto other = dir.sub("squall-store-x");
+  for (auto& path : {kj::StringPtr(stale), kj::StringPtr(alive), kj::StringPtr(other)}) {
+    KJ_SYSCALL(::mkdir(path.cStr(), 0700));
+  }
+  writeFile(kj::str(stale, "/1-1"), kj::arrayPtr(reinterpret_cast<const kj::byte*>("abc"), 3), 0444);
+  {
+    MemoryTierDir tier(dir.sub("objects"), false, dir.path(), *logger);
+    EXPECT_EQ(tier.how(), "shm");
+    EXPECT_EQ(tier.path(), dir.sub(kj::str("squall-store-", ::getpid()).cStr()));
+    struct stat st;
+    KJ_SYSCALL(::stat(tier.path().cStr(), &st));
+    EXPECT_EQ(st.st_mode & 0777, 0700u);
+    EXPECT_NE(::access(stale.cStr(), F_OK), 0);
+    EXPECT_EQ(::access(alive.cStr(), F_OK), 0);
+    EXPECT_EQ(::access(other.cStr(), F_OK), 0);
+  }
+  EXPECT_NE(::access(dir.sub(kj::str("squall-store-", ::getpid()).cStr()).cStr(), F_OK), 0);
+}
+
+TEST(MemoryTierDirTest, SizesAndTheDefault) {
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("0")), 0u);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("4096")), 4096u);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("512M")), 512 * MIB);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("2g")), 2048 * MIB);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("1T")), uint64_t(1) << 40);
+  for (auto bad : {"", "M", "1.5G", "12MB", "-1", "99999999999999999999", "20000000T"}) {
+    EXPECT_TRUE(parseByteSize(bad) == nullptr) << bad;
+  }
+  TempDir proc;
+  writeFile(proc.sub("meminfo"),
+            kj::StringPtr("MemTotal:       16384000 kB\nMemAvailable:    1000000 kB\n").asBytes(), 0644);
+  EXPECT_EQ(defaultStoreMemory(proc.path()), 1000000ull * 1024 / 10 * 3);
+  EXPECT_EQ(defaultStoreMemory(proc.sub("nowhere")), 0u);
+}
+
+}  // namespace
+}  // namespace squall
