@@ -367,7 +367,8 @@ interface GovernorControl {
   resultsDurable @3 (through :UInt64) -> ();
   # The server's heartbeat: a governor that does not answer within the
   # server's --governor-timeout is given up (its work is done elsewhere).
-  ping @4 () -> ();
+  # The answer says what its object store holds (status page, /metrics).
+  ping @4 () -> (store :StoreStats);
   # Takes back tasks it has not started (queued, or fetching their inputs),
   # so that the server can place them on a governor with free capacity
   # (work stealing). `retracted`: those it dropped; it never reports them.
@@ -476,4 +477,16 @@ struct TaskOutput {
   stderr @1 :Bool;
   label @2 :Text;
   text @3 :Text;
+}
+
+# What a governor's object store holds (GovernorControl.ping).
+struct StoreStats {
+  objects @0 :UInt64;
+  # Its memory tier (--store-memory): bytes and objects held there, its
+  # capacity (0: no tier), and what was spilled to disk since it started.
+  memoryBytes @1 :UInt64;
+  memoryCapacity @2 :UInt64;
+  memoryObjects @3 :UInt64;
+  spilledBytes @4 :UInt64;
+  spilledObjects @5 :UInt64;
 }

@@ -153,7 +153,7 @@ wire::UploadSink::Client UploadTable::begin(Id id, uint64_t size, uint64_t incar
   // uploads under way and those waiting for their submit.
   uint64_t unclaimed = 0;
   for (auto& [other, upload] : finished) unclaimed += upload.hashed.size;
-  Tier tier = store.placeFor(reserved + unclaimed + size);
+  Tier tier = store.placeFor(size, reserved + unclaimed);
   uint64_t free = freeBytes(store.directoryOf(tier));
   SQUALL_REQUIRE(reserved + size <= free, "governor ", governorName, " cannot hold object ", id, " of ", size,
                  " bytes: its store has ", free, " bytes free and ", reserved,

@@ -59,7 +59,17 @@ kj::Promise<void> GovernorControlImpl::retract(RetractContext context) {
   return kj::READY_NOW;
 }
 
-kj::Promise<void> GovernorControlImpl::ping(PingContext) { return kj::READY_NOW; }
+kj::Promise<void> GovernorControlImpl::ping(PingContext context) {
+  auto stats = store.stats();
+  auto out = context.getResults().initStore();
+  out.setObjects(stats.objects);
+  out.setMemoryBytes(stats.memoryBytes);
+  out.setMemoryCapacity(stats.memoryCapacity);
+  out.setMemoryObjects(stats.memoryObjects);
+  out.setSpilledBytes(stats.spilledBytes);
+  out.setSpilledObjects(stats.spilledObjects);
+  return kj::READY_NOW;
+}
 
 kj::Promise<void> GovernorControlImpl::prefetch(PrefetchContext context) {
   auto objects = context.getParams().getObjects();

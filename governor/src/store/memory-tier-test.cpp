@@ -101,9 +101,14 @@ TEST_F(MemoryTierTest, BlobsGoToMemoryWhileTheyFitAndTheLeastRecentlyReadSpill) 
   KJ_SYSCALL(::lstat(handedOut.cStr(), &st));
   EXPECT_TRUE(S_ISLNK(st.st_mode));
   EXPECT_EQ(contents(handedOut), bytesOf(3 * MIB, 'b'));
-  // A blob bigger than what is left goes to disk at once.
-  put(Id{1, 4}, 5 * MIB, 'd');
+  // A blob past the spill line of an empty tier goes to disk at once; so
+  // does one that would take the tier a quarter past its capacity.
+  put(Id{1, 4}, 9 * MIB, 'd');
   EXPECT_FALSE(inTier(Id{1, 4}));
+  put(Id{1, 5}, 7 * MIB, 'e');
+  EXPECT_FALSE(inTier(Id{1, 5}));
+  EXPECT_EQ(store.placeFor(4 * MIB), Tier::MEMORY);
+  EXPECT_EQ(store.placeFor(4 * MIB, 3 * MIB), Tier::DISK);
   // Removing the spilled object removes its link and its copy.
   auto copy = pathOf(Id{1, 2});
   store.remove(Id{1, 2});

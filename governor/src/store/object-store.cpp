@@ -108,8 +108,15 @@ StoreStats ObjectStore::stats() const {
   return out;
 }
 
-Tier ObjectStore::placeFor(uint64_t size) const {
-  if (tierDir.size() == 0 || tierBytes + size > tierCapacity) return Tier::DISK;
+Tier ObjectStore::placeFor(uint64_t size, uint64_t pending) const {
+  // The newest objects are the likeliest read next: one goes to memory
+  // when it fits below the spill line once older ones have spilled, and
+  // the tier stays within a quarter over its capacity while spills catch
+  // up (they start when it is stored).
+  if (tierDir.size() == 0 || size * 100 > tierCapacity * SPILL_PERCENT ||
+      tierBytes + pending + size > tierCapacity + tierCapacity / 4) {
+    return Tier::DISK;
+  }
   return Tier::MEMORY;
 }
 

@@ -147,8 +147,10 @@ class ObjectStore {
   void useMemoryTier(kj::String tierDir, uint64_t capacity);
   StoreStats stats() const;
   // The tier a new file of `size` bytes (unknown: 0) goes to: memory when
-  // there is one and the file fits beside what it holds.
-  Tier placeFor(uint64_t size) const;
+  // there is one, the file fits below its spill line, and the tier would
+  // not pass its capacity by more than a quarter (spills catch up).
+  // `pending`: bytes on their way into the tier, not stored yet.
+  Tier placeFor(uint64_t size, uint64_t pending = 0) const;
   // The directory files of `tier` are written in (its free space).
   kj::StringPtr directoryOf(Tier tier) const;
 

@@ -276,6 +276,24 @@ TEST_F(StatusViewTest, MetricsInPrometheusText) {
   EXPECT_NE(text.find("squall_scheduling_pass_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("squall_scheduling_pass_seconds_count 2\n"), std::string::npos);
   EXPECT_NE(text.find("squall_status_event_clients 3\n"), std::string::npos);
+  // A governor's store appears once a heartbeat said what it holds.
+  EXPECT_EQ(text.find("squall_governor_store_memory_bytes{"), std::string::npos);
+  EXPECT_TRUE(view.governorsJson()[0]["store"].is_null());
+  g.store = GovernorStore{true, 5, 3 << 20, 8 << 20, 2, 7 << 20, 4};
+  text = view.metrics(3);
+  EXPECT_NE(text.find("squall_governor_store_objects{governor=\"gov \\\"one\\\"\"} 5\n"), std::string::npos);
+  EXPECT_NE(text.find("squall_governor_store_memory_bytes{governor=\"gov \\\"one\\\"\"} 3145728\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("squall_governor_store_memory_capacity_bytes{governor=\"gov \\\"one\\\"\"} 8388608\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("# TYPE squall_governor_store_spilled_bytes_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("squall_governor_store_spilled_bytes_total{governor=\"gov \\\"one\\\"\"} 7340032\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("squall_governor_store_spilled_objects_total{governor=\"gov \\\"one\\\"\"} 4\n"),
+            std::string::npos);
+  auto store = view.governorsJson()[0]["store"];
+  EXPECT_EQ(store["memoryObjects"], 2);
+  EXPECT_EQ(store["spilledBytes"], 7 << 20);
   // Every line is a comment or "name{labels} value".
   size_t start = 0;
   while (start < text.size()) {

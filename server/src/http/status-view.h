@@ -27,6 +27,11 @@
 
 namespace squall {
 
+// Task states as the page and /metrics name them, in TaskNode::State order.
+inline constexpr const char* TASK_STATE_NAMES[7] = {"waiting", "ready",     "running", "finished",
+                                                    "failed",  "cancelled", "skipped"};
+
+
 using Json = nlohmann::json;
 
 // The JSON name of a task state ("running" for ASSIGNED).

@@ -11,6 +11,18 @@
 
 namespace squall {
 
+// What a governor's object store held at its last heartbeat
+// (GovernorControl.ping); `known` once one answered.
+struct GovernorStore {
+  bool known = false;
+  uint64_t objects = 0;
+  uint64_t memoryBytes = 0;
+  uint64_t memoryCapacity = 0;
+  uint64_t memoryObjects = 0;
+  uint64_t spilledBytes = 0;
+  uint64_t spilledObjects = 0;
+};
+
 struct GovernorState {
   GovernorId id;
   std::string name;
@@ -44,6 +56,7 @@ struct GovernorState {
   std::vector<Id> toAssign;
   std::vector<Id> toRemove;
   std::vector<Id> toCancel;
+  GovernorStore store;
 
   GovernorState(GovernorId id, std::string name, std::string dataAddress, uint32_t cpus,
                 wire::GovernorControl::Client control)

@@ -29,8 +29,10 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
     if (context.timer != nullptr && context.governorTimeout > 0 * kj::SECONDS) {
       auto timeout = context.governorTimeout;
       heartbeat = squall::heartbeat(*context.timer, timeout,
-                                    [control = kj::mv(control)]() mutable {
-                                      return control.pingRequest().send().ignoreResult();
+                                    [this, control = kj::mv(control)]() mutable {
+                                      return control.pingRequest().send().then([this](auto answer) {
+                                        storeStatsFrom(answer.getStore());
+                                      });
                                     })
                       .catch_([this, timeout](kj::Exception&& e) {
                         if (!*running || this->context.governors.find(this->id) == nullptr) return;
@@ -46,6 +48,20 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
   // The governor's connection is gone.
   ~GovernorUpstreamImpl() noexcept(false) {
     if (*running) context.dispatcher.governorLost(id);
+  }
+
+  // What the governor's store holds, for the status page and /metrics.
+  void storeStatsFrom(wire::StoreStats::Reader stats) {
+    KJ_IF_MAYBE(g, context.governors.find(id)) {
+      auto& store = g->store;
+      store.known = true;
+      store.objects = stats.getObjects();
+      store.memoryBytes = stats.getMemoryBytes();
+      store.memoryCapacity = stats.getMemoryCapacity();
+      store.memoryObjects = stats.getMemoryObjects();
+      store.spilledBytes = stats.getSpilledBytes();
+      store.spilledObjects = stats.getSpilledObjects();
+    }
   }
 
   kj::Promise<void> ping(PingContext) override {

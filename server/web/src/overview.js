@@ -50,13 +50,21 @@ function resourcesSummary(resources) {
   return names.map((n) => `${n} ${amount(n, resources[n].used)}/${amount(n, resources[n].capacity)}`).join(', ');
 }
 
+// A governor's memory tier: "1.2 GB / 7 GB, 300 MB spilled"; — without one
+// (or before its first heartbeat).
+function storeSummary(store) {
+  if (!store || !store.memoryCapacity) return '—';
+  const spilled = store.spilledBytes ? `, ${formatBytes(store.spilledBytes)} spilled` : '';
+  return `${formatBytes(store.memoryBytes)} / ${formatBytes(store.memoryCapacity)}${spilled}`;
+}
+
 function governorsTable(governors) {
   if (!governors.length) {
     return h('p', { class: 'empty' }, 'No governor is connected. Start one with ',
       h('code', {}, 'squall-governor --server HOST:PORT'), ' or use ', h('code', {}, 'squall start'), '.');
   }
   return h('table', { class: 'grid', 'data-testid': 'governors' },
-    h('thead', {}, h('tr', {}, ['governor', 'cpus in use', 'tasks', 'queued', 'resources in use', 'objects', 'data held', 'functions', 'data address']
+    h('thead', {}, h('tr', {}, ['governor', 'cpus in use', 'tasks', 'queued', 'resources in use', 'objects', 'data held', 'store memory', 'functions', 'data address']
       .map((c) => h('th', {}, c)))),
     h('tbody', {}, governors.map((g) => h('tr', { 'data-testid': 'governor-row', 'data-name': g.name },
       h('td', { class: 'name' }, g.name),
@@ -68,6 +76,7 @@ function governorsTable(governors) {
       h('td', { 'data-testid': 'governor-resources' }, resourcesSummary(g.resources)),
       h('td', { class: 'num' }, formatCount(g.objects)),
       h('td', { class: 'num' }, formatBytes(g.bytesHeld)),
+      h('td', { 'data-testid': 'governor-store', title: 'objects in the memory tier / its capacity' }, storeSummary(g.store)),
       h('td', { 'data-testid': 'governor-functions', title: (g.functions || []).join('\n') },
         functionsSummary(g.functions || [])),
       h('td', { class: 'mono' }, g.dataAddress)))));

@@ -1,0 +1,219 @@
+// The store's memory tier and same-machine moves (issue 39) with real
+// processes: a governor whose tier is smaller than what it is given spills
+// the least recently used objects to disk and every object still reads
+// back right (fetched, and read by tasks through paths handed out before
+// a spill); its figures reach /metrics; a client on the governor's machine
+// writes uploads into the governor's file and reads blobs from it, and a
+// bad local upload keeps nothing.
+#include "http-get.h"
+#include "store-files.h"
+
+#include <gtest/gtest.h>
+#include <kj/async-io.h>
+#include <squall/client/client.h>
+#include <squall/proto/local-file.h>
+#include <squall/proto/rpc.h>
+#include <squall/tools/local-cluster.h>
+#include <squall/wire/data.capnp.h>
+#include <squall/wire/service.capnp.h>
+#include <xxhash.h>
+
+#include <chrono>
+#include <fcntl.h>
+#include <regex>
+#include <thread>
+#include <unistd.h>
+
+namespace squall {
+namespace {
+
+using namespace std::chrono_literals;
+
+// `n` bytes that do not repeat in any short period (an LCG's high bytes).
+std::string pattern(size_t n, uint64_t seed) {
+  std::string out(n, '\0');
+  uint64_t x = seed * 2654435761u + 1;
+  for (size_t i = 0; i < n; i++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    out[i] = static_cast<char>(x >> 56);
+  }
+  return out;
+}
+
+// The value of the metric line starting `prefix` in /metrics; -1 if none.
+double metric(const std::string& http, const std::string& prefix) {
+  auto text = httpGet(http, "/metrics").body;
+  auto at = text.find("\n" + prefix);
+  if (at == std::string::npos) return -1;
+  auto value = at + 1 + prefix.size();
+  return std::stod(text.substr(value, text.find('\n', value) - value));
+}
+
+TEST(ObjectPlaneTest, ASmallMemoryTierSpillsAndEveryObjectReadsBackRight) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.cpus = 2;
+  options.governorArgs = {"--store-memory", "64M"};
+  // Heartbeats (which carry the store's figures) every second.
+  options.serverArgs = {"--governor-timeout", "3"};
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("spill");
+  std::vector<std::string> values;
+  std::vector<DataObject> blobs;
+  std::vector<Task> copies;
+  for (int i = 0; i < 6; i++) {
+    values.push_back(pattern(20 << 20, i));
+    // Uploaded before blob() returns: the tier fills as they come.
+    blobs.push_back(session.blob(std::vector<std::string_view>{values.back()}));
+    blobs.back().keep();
+  }
+  // Read by tasks once every upload is in: the first ones were spilled
+  // by then; each task reads its input through the path it was given.
+  for (auto& blob : blobs) {
+    copies.push_back(session.execute(Program::shell("cat in").input(blob, "in").stdoutOutput()));
+    copies.back().output().keep();
+  }
+  session.submit();
+  for (size_t i = 0; i < values.size(); i++) {
+    EXPECT_TRUE(blobs[i].fetch() == values[i]) << "blob " << i << " came back changed";
+    EXPECT_TRUE(copies[i].output().fetch() == values[i]) << "task " << i << " read other bytes";
+  }
+  // The figures reach /metrics with the next heartbeat.
+  const std::string label = "{governor=\"governor-0\"} ";
+  // Spills go on until the tier is below its line (80%).
+  double spilled = -1, inMemory = -1;
+  for (int i = 0; i < 100 && (spilled < 1 || inMemory < 0 || inMemory > 0.8 * (64 << 20)); i++) {
+    std::this_thread::sleep_for(100ms);
+    spilled = metric(cluster.httpAddress(), "squall_governor_store_spilled_objects_total" + label);
+    inMemory = metric(cluster.httpAddress(), "squall_governor_store_memory_bytes" + label);
+  }
+  EXPECT_GE(spilled, 1) << "120 MiB through a 64 MiB tier spilled nothing";
+  EXPECT_GT(inMemory, 0);
+  EXPECT_LE(inMemory, 0.8 * (64 << 20));
+  EXPECT_EQ(metric(cluster.httpAddress(), "squall_governor_store_memory_capacity_bytes" + label), 64 << 20);
+  EXPECT_EQ(metric(cluster.httpAddress(), "squall_governor_store_spilled_bytes_total" + label), spilled * (20 << 20));
+  // Closing the session leaves nothing in either tier.
+  session.close();
+  size_t left = 0;
+  for (int i = 0; i < 200 && (left = storeEntries(cluster, 0).size()) > 0; i++) std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(left, 0u);
+}
+
+// A raw client of the data service on the governor's machine.
+struct LocalPeer {
+  kj::AsyncIoContext io = kj::setupAsyncIo();
+  kj::Own<RpcClient> server;
+  kj::Own<RpcClient> data;
+  wire::ClientService::Client session = nullptr;
+  wire::DataService::Client service = nullptr;
+  uint64_t sessionId = 0;
+  uint64_t incarnation = 0;
+
+  LocalPeer(const std::string& serverAddress, const std::string& dataAddress) {
+    server = connectTo(io.provider->getNetwork(), serverAddress).wait(io.waitScope);
+    auto reg = server->bootstrap<wire::Bootstrap>().registerClientRequest();
+    reg.setVersion(wire::PROTOCOL_VERSION);
+    auto service = reg.send().getService();
+    auto open = service.newSessionRequest();
+    open.setName("local");
+    auto opened = open.send().wait(io.waitScope);
+    sessionId = opened.getSession();
+    incarnation = opened.getIncarnation();
+    session = kj::mv(service);
+    data = connectTo(io.provider->getNetwork(), dataAddress).wait(io.waitScope);
+    auto dataOpen = data->bootstrap<wire::DataBootstrap>().openRequest();
+    dataOpen.setVersion(wire::PROTOCOL_VERSION);
+    this->service = dataOpen.send().getService();
+  }
+
+  // Uploads object `n` by writing `written` into the governor's file and
+  // finishing with the hash of `claimed`; the error, empty when it worked.
+  std::string uploadLocally(uint64_t n, const std::string& written, const std::string& claimed) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+      auto req = service.uploadRequest();
+      req.initObject().setSession(sessionId);
+      req.getObject().setN(n);
+      req.setSize(claimed.size());
+      req.setIncarnation(incarnation);
+      req.setLocal(true);
+      auto answer = req.send().wait(io.waitScope);
+      KJ_ASSERT(answer.hasFile(), "no file offered");
+      auto fd = KJ_ASSERT_NONNULL(openLocalFile(answer.getFile(), O_WRONLY), "the governor's file did not open");
+      KJ_ASSERT(::write(fd, written.data(), written.size()) == static_cast<ssize_t>(written.size()));
+      auto finish = answer.getSink().finishRequest();
+      finish.setHash(XXH3_64bits(claimed.data(), claimed.size()));
+      finish.send().wait(io.waitScope);
+    })) {
+      return e->getDescription().cStr();
+    }
+    return "";
+  }
+};
+
+TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
+  ClusterOptions options;
+  options.governors = 1;
+  LocalCluster cluster(options);
+  cluster.start();
+  auto bytes = pattern(3 << 20, 9);
+  std::string dataAddress;
+  {
+    // A real client's uploads take this way and come back equal.
+    Client client(cluster.serverAddress());
+    dataAddress = client.governors().at(0).dataAddress;
+    auto session = client.newSession("local client");
+    auto blob = session.blob(std::vector<std::string_view>{bytes});
+    blob.keep();
+    auto length = session.execute(Program::shell("wc -c < in").input(blob, "in").stdoutOutput());
+    length.output().keep();
+    session.submit();
+    EXPECT_TRUE(blob.fetch() == bytes);
+    EXPECT_EQ(length.output().fetch(), std::to_string(bytes.size()) + "\n");
+  }
+  LocalPeer peer(cluster.serverAddress(), dataAddress);
+  // Other bytes than the hash says, or fewer: refused, nothing kept.
+  auto damaged = bytes;
+  damaged[12345] ^= 1;
+  auto said = peer.uploadLocally(5, damaged, bytes);
+  EXPECT_NE(said.find("arrived with another hash"), std::string::npos) << said;
+  said = peer.uploadLocally(6, bytes.substr(0, 1000), bytes);
+  EXPECT_NE(said.find("ended after 1000 of the"), std::string::npos) << said;
+  EXPECT_EQ(peer.uploadLocally(7, bytes, bytes), "");
+  // Claimed by the first read; read from the governor's file.
+  auto req = peer.service.readLocalRequest();
+  req.initId().setSession(peer.sessionId);
+  req.getId().setN(7);
+  auto answer = req.send().wait(peer.io.waitScope);
+  EXPECT_EQ(answer.getSize(), bytes.size());
+  auto fd = KJ_ASSERT_NONNULL(openLocalFile(answer.getFile(), O_RDONLY));
+  std::string read(bytes.size(), '\0');
+  EXPECT_EQ(::pread(fd, read.data(), read.size(), 0), static_cast<ssize_t>(bytes.size()));
+  EXPECT_TRUE(read == bytes);
+  // The same file described as on another machine does not open.
+  capnp::MallocMessageBuilder message;
+  auto other = message.initRoot<wire::LocalFile>();
+  other.setPid(answer.getFile().getPid());
+  other.setPath(answer.getFile().getPath());
+  other.setDevice(answer.getFile().getDevice());
+  other.setInode(answer.getFile().getInode());
+  other.setBootId("another-machine");
+  EXPECT_TRUE(openLocalFile(other.asReader(), O_RDONLY) == nullptr);
+  other.setBootId(machineBootId());
+  other.setInode(answer.getFile().getInode() + 1);
+  EXPECT_TRUE(openLocalFile(other.asReader(), O_RDONLY) == nullptr);
+  // An object not held as a file (unknown here) is refused.
+  auto unknown = peer.service.readLocalRequest();
+  unknown.initId().setSession(peer.sessionId);
+  unknown.getId().setN(99);
+  KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { unknown.send().wait(peer.io.waitScope); })) {
+    std::string message = e->getDescription().cStr();
+    EXPECT_NE(message.find("is not held by governor"), std::string::npos) << message;
+  } else {
+    ADD_FAILURE() << "an unknown object was described";
+  }
+}
+
+}  // namespace
+}  // namespace squall
