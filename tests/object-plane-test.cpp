@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <fcntl.h>
+#include <fstream>
 #include <regex>
 #include <thread>
 #include <unistd.h>
@@ -171,6 +172,11 @@ TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
     session.submit();
     EXPECT_TRUE(blob.fetch() == bytes);
     EXPECT_EQ(length.output().fetch(), std::to_string(bytes.size()) + "\n");
+    auto fetched = std::string(cluster.workDir()) + "/fetched.bin";
+    blob.fetchToFile(fetched);
+    std::ifstream in(fetched, std::ios::binary);
+    std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_TRUE(back == bytes);
   }
   LocalPeer peer(cluster.serverAddress(), dataAddress);
   // Other bytes than the hash says, or fewer: refused, nothing kept.
@@ -213,6 +219,45 @@ TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
   } else {
     ADD_FAILURE() << "an unknown object was described";
   }
+}
+
+// With same-machine moves off, a client's big constants and fetches take
+// the connection (as on another machine) and come back equal: pieces of
+// odd sizes, a file, and a fetch into a file.
+TEST(ObjectPlaneTest, WithLocalMovesOffUploadsAndFetchesTakeTheConnection) {
+  setenv("SQUALL_LOCAL_DATA", "0", 1);
+  struct Unset {
+    ~Unset() { unsetenv("SQUALL_LOCAL_DATA"); }
+  } unset;
+  ClusterOptions options;
+  options.governors = 1;
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("remote-like");
+  std::vector<std::string> pieces = {pattern((5 << 20) + 3, 1), pattern(7, 2), pattern(3 << 20, 3)};
+  auto whole = pieces[0] + pieces[1] + pieces[2];
+  auto blob = session.blob(std::vector<std::string_view>(pieces.begin(), pieces.end()));
+  blob.keep();
+  auto path = std::string(cluster.workDir()) + "/input.bin";
+  {
+    FILE* out = fopen(path.c_str(), "wb");
+    ASSERT_NE(out, nullptr);
+    ASSERT_EQ(fwrite(whole.data(), 1, whole.size(), out), whole.size());
+    fclose(out);
+  }
+  auto fromFile = session.fileBlob(path);
+  fromFile.keep();
+  auto copy = session.execute(Program::shell("cat a b").input(blob, "a").input(fromFile, "b").stdoutOutput());
+  copy.output().keep();
+  session.submit();
+  EXPECT_TRUE(blob.fetch() == whole);
+  EXPECT_TRUE(fromFile.fetch() == whole);
+  auto fetched = std::string(cluster.workDir()) + "/fetched.bin";
+  copy.output().fetchToFile(fetched);
+  std::ifstream in(fetched, std::ios::binary);
+  std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_TRUE(back == whole + whole);
 }
 
 }  // namespace

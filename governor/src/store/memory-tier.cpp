@@ -61,7 +61,6 @@ uint64_t defaultStoreMemory(kj::StringPtr procRoot) {
 MemoryTierDir::MemoryTierDir(kj::StringPtr storeDir, bool ownNamespace, kj::StringPtr shmRoot,
                              spdlog::logger& logger)
     : logger(logger) {
-  kj::String whyNotTmpfs = kj::str("the governor has no mount namespace of its own");
   if (ownNamespace) {
     auto at = kj::str(storeDir, "/memory");
     if (::mkdir(at.cStr(), 0700) < 0 && errno != EEXIST) {
@@ -78,8 +77,11 @@ MemoryTierDir::MemoryTierDir(kj::StringPtr storeDir, bool ownNamespace, kj::Stri
         return;
       }
     }
-    whyNotTmpfs = kj::str("mounting a tmpfs at ", at, " failed: ", strerror(errno));
+    int error = errno;
     ::rmdir(at.cStr());
+    // Not /dev/shm then: the store view (a mount of the store) would not
+    // show it to the governor's tasks.
+    SQUALL_FAIL("mounting a tmpfs at ", at, " failed: ", strerror(error));
   }
   removeStale(shmRoot, logger);
   auto at = kj::str(shmRoot, "/", SHM_PREFIX, ::getpid());
@@ -87,7 +89,6 @@ MemoryTierDir::MemoryTierDir(kj::StringPtr storeDir, bool ownNamespace, kj::Stri
     logger.warn("event=leftover-not-removed dir={} moved_to={} error=\"{}\"", at.cStr(), left->movedTo.cStr(),
                 left->error.cStr());
   }
-  logger.debug("event=memory-tier-shm dir={} reason=\"{}\"", at.cStr(), whyNotTmpfs.cStr());
   dir = kj::mv(at);
 }
 

@@ -21,9 +21,9 @@ uint64_t defaultStoreMemory(kj::StringPtr procRoot);
 
 class MemoryTierDir {
  public:
-  // Makes the directory. `shmRoot` is where the shared-memory filesystem is
-  // (/dev/shm; tests give another). Throws FAILED saying why neither place
-  // could be made.
+  // Makes the directory: the tmpfs with `ownNamespace`, else the directory
+  // in `shmRoot` (/dev/shm; tests give another). Throws FAILED saying why it
+  // could not be made.
   MemoryTierDir(kj::StringPtr storeDir, bool ownNamespace, kj::StringPtr shmRoot, spdlog::logger& logger);
   // Unmounts the tmpfs, or removes the /dev/shm directory and what is in it.
   ~MemoryTierDir() noexcept(false);
