@@ -42,7 +42,12 @@ bool ClientImpl::localData() const {
 kj::Maybe<kj::AutoCloseFd> ClientImpl::openLocal(const std::string& where, wire::LocalFile::Reader file,
                                                  int flags) {
   auto fd = openLocalFile(file, flags);
-  if (fd == nullptr) notLocal.insert(where);
+  if (fd == nullptr) {
+    // Another machine (or pid namespace, or user): not asked again. Else
+    // the file moved meanwhile (a spill left a link): this once only.
+    auto root = kj::str("/proc/", file.getPid(), "/root/");
+    if (file.getBootId() != machineBootId() || ::access(root.cStr(), X_OK) != 0) notLocal.insert(where);
+  }
   return fd;
 }
 
