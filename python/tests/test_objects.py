@@ -161,3 +161,26 @@ def test_a_blob_of_parts_is_joined_in_order(session):
     assert whole.fetch() == b"head" + big.tobytes() + b"tail"
     with pytest.raises(TypeError, match="bytes-like"):
         session.blob([b"ok", "not bytes"])
+
+
+def test_values_past_a_governors_memory_tier_spill_and_read_back_right():
+    # A governor whose memory tier holds 24 MiB, given 6 arrays of 8 MB:
+    # the oldest spill to disk; every value, read by a task (a view of its
+    # file, wherever it went) and got back, is the one put.
+    with squall.LocalCluster(governors=1, cpus=1, governor_args=["--store-memory", "24M"]) as small:
+        with squall.Client(small.address) as client, client.new_session("spill") as session:
+            values = [np.full(MB, float(i)) for i in range(6)]
+            constants = [session.pickled(v) for v in values]
+            seen = [describe(c) for c in constants]
+            made = [ones(MB + i) for i in range(3)]
+            for c in constants:
+                c.keep()
+            for task in seen + made:
+                task.output.keep()
+            session.submit()
+            for i, (c, task) in enumerate(zip(constants, seen)):
+                total, writeable, base = task.output.value()
+                assert total == float(i) * MB and (writeable, base) == (False, "mmap")
+                assert np.array_equal(c.value(), values[i])
+            for i, task in enumerate(made):
+                assert np.array_equal(task.output.value(), np.ones(MB + i))
