@@ -1,6 +1,7 @@
 // Files a governor and a client on the same machine share by path.
 #include <squall/proto/local-file.h>
 
+#include <climits>
 #include <fcntl.h>
 #include <kj/debug.h>
 #include <sys/stat.h>
@@ -26,7 +27,14 @@ void describeLocalFile(int fd, kj::StringPtr path, wire::LocalFile::Builder out)
   struct stat st;
   KJ_SYSCALL(::fstat(fd, &st), path);
   out.setPid(static_cast<uint32_t>(::getpid()));
-  out.setPath(path);
+  if (path.startsWith("/")) {
+    out.setPath(path);
+  } else {
+    // A relative work dir: the opener resolves from the root, not our cwd.
+    char cwd[PATH_MAX];
+    KJ_SYSCALL(::getcwd(cwd, sizeof(cwd)) == nullptr ? -1 : 0);
+    out.setPath(kj::str(cwd, "/", path));
+  }
   out.setDevice(st.st_dev);
   out.setInode(st.st_ino);
   out.setBootId(machineBootId());
