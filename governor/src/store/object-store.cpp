@@ -311,7 +311,9 @@ void ObjectStore::insert(Id id, Entry entry) {
 void ObjectStore::spillIfFull() {
   if (spilling || tierBytes * 100 <= tierCapacity * SPILL_PERCENT) return;
   // The least recently used blob; dirs stay where they are.
-  for (auto& [lastUse, id] : byLastUse) {
+  for (auto& [lastUse, oldest] : byLastUse) {
+    // A copy: lambdas below capture it (clang refuses structured bindings).
+    Id id = oldest;
     auto& entry = objects.at(id);
     if (entry.meta.kind == wire::ObjectKind::DIR) continue;
     spilling = true;
