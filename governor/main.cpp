@@ -296,7 +296,7 @@ int run(const Flags& flags) {
     kj::Maybe<MemoryTierDir> memoryTier;
     {
       uint64_t capacity = flags.storeMemory == "auto" ? defaultStoreMemory(flags.procRoot.c_str())
-                                                      : KJ_ASSERT_NONNULL(parseByteSize(flags.storeMemory.c_str()));
+                                                      : KJ_ASSERT_NONNULL(parseStoreMemory(flags.storeMemory.c_str()));
       if (capacity > 0) {
         KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
                       memoryTier.emplace(store.directory(), ownNamespace, "/dev/shm", logger);
@@ -587,7 +587,7 @@ int main(int argc, char** argv) {
                  "before the least recently used spill to the work dir; 0 for none; auto: 30% of the memory "
                  "available at start")
       ->check([](const std::string& text) -> std::string {
-        if (text == "auto" || squall::parseByteSize(text.c_str()) != nullptr) return "";
+        if (text == "auto" || squall::parseStoreMemory(text.c_str()) != nullptr) return "";
         return "'" + text + "' is not a size in bytes (such as 512M or 4G), 0 or auto";
       });
   app.add_option("--allow-path", flags.allowPaths,

@@ -20,7 +20,6 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
-#include <xxhash.h>
 
 namespace squall {
 namespace client {
@@ -138,10 +137,6 @@ struct ClientImpl {
   // Opens a file the governor at `where` described, or notes that it is
   // not on this machine.
   kj::Maybe<kj::AutoCloseFd> openLocal(const std::string& where, wire::LocalFile::Reader file, int flags);
-  // Writes the upload's bytes (`parts`, or `size` bytes from `source`)
-  // into `fd`, hashing them into `hash`.
-  void writeLocal(int fd, const std::vector<std::string_view>& parts, FILE* source, uint64_t size,
-                  XXH3_state_t* hash);
   // Reads blob `id` (`size` bytes, at least LOCAL_READ_MIN) held by the
   // governor at `where` from its file into `text` (appended) or `file`;
   // false when it must take the connection.
@@ -596,6 +591,10 @@ constexpr size_t UPLOAD_CHUNK_BYTES = 4 << 20;
 // Blobs this big or bigger are read from the governor's file when it is on
 // this machine (readLocal); smaller ones are not worth the extra call.
 constexpr uint64_t LOCAL_READ_MIN = 1 << 20;
+
+// Writes `size` bytes at `offset` of a governor's file (local-data.cpp);
+// throws Error naming why not.
+void writeLocal(int fd, const kj::byte* bytes, size_t size, uint64_t offset);
 
 void setId(wire::Id::Builder b, uint64_t session, uint64_t n);
 void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t session, uint64_t parent);

@@ -81,25 +81,21 @@ void SessionImpl::upload(LocalObject& o, const std::string& governor, const std:
     req.setLocal(tryLocal);
     auto sent = req.send();
     auto sink = sent.getSink();
+    kj::Maybe<kj::AutoCloseFd> local;
     if (tryLocal) {
       auto answer = sent.wait(ws);
-      kj::Maybe<kj::AutoCloseFd> local;
       if (answer.hasFile()) local = client.openLocal(address, answer.getFile(), O_WRONLY);
-      KJ_IF_MAYBE(fd, local) {
-        std::vector<std::string_view> whole{o.data};
-        client.writeLocal(fd->get(), parts != nullptr ? *parts : whole, file, size, hash);
-        auto finish = sink.finishRequest();
-        finish.setHash(XXH3_64bits_digest(hash));
-        finish.send().wait(ws);
-        o.placedOn = governor;
-        o.placedAddress = address;
-        o.placedSize = size;
-        o.placedHash = XXH3_64bits_digest(hash);
-        return;
-      }
     }
+    // Into the governor's file when it opened (same machine), else
+    // through the sink.
+    uint64_t written = 0;
     auto send = [&](const kj::byte* bytes, size_t len) {
       XXH3_64bits_update(hash, bytes, len);
+      KJ_IF_MAYBE(fd, local) {
+        writeLocal(fd->get(), bytes, len, written);
+        written += len;
+        return;
+      }
       auto write = sink.writeRequest(capnp::MessageSize{len / sizeof(capnp::word) + 16, 0});
       write.setChunk(kj::arrayPtr(bytes, len));
       // Resolves once the stream's window has room: a few chunks in flight.

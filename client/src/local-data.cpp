@@ -17,13 +17,13 @@ namespace squall {
 namespace client {
 
 namespace {
-
-// Pieces a local write or read moves per call.
+// Pieces a local read moves per call.
 constexpr size_t LOCAL_PIECE = 64 << 20;
+}  // namespace
 
-void pwriteAll(int fd, const kj::byte* bytes, size_t size, uint64_t offset) {
+void writeLocal(int fd, const kj::byte* bytes, size_t size, uint64_t offset) {
   while (size > 0) {
-    ssize_t n = ::pwrite(fd, bytes, std::min(size, LOCAL_PIECE), static_cast<off_t>(offset));
+    ssize_t n = ::pwrite(fd, bytes, size, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw Error(std::string("cannot write the governor's file: ") + strerror(n < 0 ? errno : ENOSPC));
     bytes += n;
@@ -31,8 +31,6 @@ void pwriteAll(int fd, const kj::byte* bytes, size_t size, uint64_t offset) {
     offset += n;
   }
 }
-
-}  // namespace
 
 bool ClientImpl::localData() const {
   const char* setting = getenv("SQUALL_LOCAL_DATA");
@@ -49,32 +47,6 @@ kj::Maybe<kj::AutoCloseFd> ClientImpl::openLocal(const std::string& where, wire:
     if (file.getBootId() != machineBootId() || ::access(root.cStr(), X_OK) != 0) notLocal.insert(where);
   }
   return fd;
-}
-
-void ClientImpl::writeLocal(int fd, const std::vector<std::string_view>& parts, FILE* source, uint64_t size,
-                            XXH3_state_t* hash) {
-  uint64_t offset = 0;
-  auto put = [&](const kj::byte* bytes, size_t len) {
-    XXH3_64bits_update(hash, bytes, len);
-    pwriteAll(fd, bytes, len, offset);
-    offset += len;
-  };
-  if (source != nullptr) {
-    auto buffer = kj::heapArray<kj::byte>(8 << 20);
-    while (offset < size) {
-      size_t len = std::min<uint64_t>(buffer.size(), size - offset);
-      if (fread(buffer.begin(), 1, len, source) != len) {
-        throw Error("the file is shorter than the " + std::to_string(size) + " bytes it had");
-      }
-      put(buffer.begin(), len);
-    }
-    return;
-  }
-  for (auto part : parts) {
-    for (size_t at = 0; at < part.size(); at += LOCAL_PIECE) {
-      put(reinterpret_cast<const kj::byte*>(part.data()) + at, std::min(LOCAL_PIECE, part.size() - at));
-    }
-  }
 }
 
 bool ClientImpl::readLocal(const std::string& where, wire::Id::Reader id, uint64_t size, std::string* text,

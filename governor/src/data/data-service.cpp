@@ -111,12 +111,19 @@ kj::Promise<void> DataServiceImpl::discardUploads(DiscardUploadsContext context)
   return kj::READY_NOW;
 }
 
-kj::Promise<void> DataServiceImpl::readLocal(ReadLocalContext context) {
-  Id id = Id::from(context.getParams().getId());
+void DataServiceImpl::claimIfUploaded(Id id) {
   KJ_IF_MAYBE(uploads, env.uploads) {
-    // As in read(): the reader may outrun the claim.
+    // A finished upload whose claim has not come yet: the server names
+    // this governor as its place only once the submit was applied, and
+    // the reader (another governor, a client) may be faster than the
+    // claim sent on the control connection. The claim then finds it held.
     if (env.store.find(id) == nullptr) uploads->claim(kj::arrayPtr(&id, 1));
   }
+}
+
+kj::Promise<void> DataServiceImpl::readLocal(ReadLocalContext context) {
+  Id id = Id::from(context.getParams().getId());
+  claimIfUploaded(id);
   auto meta = env.store.find(id);
   auto data = env.store.data(id);
   if (meta == nullptr || data == nullptr) {
@@ -144,13 +151,7 @@ kj::Promise<void> DataServiceImpl::read(ReadContext context) {
   auto params = context.getParams();
   Id id = Id::from(params.getId());
   uint64_t offset = params.getOffset();
-  KJ_IF_MAYBE(uploads, env.uploads) {
-    // A finished upload whose claim has not come yet: the server names
-    // this governor as its place only once the submit was applied, and
-    // the reader (another governor, a client) may be faster than the
-    // claim sent on the control connection. The claim then finds it held.
-    if (env.store.find(id) == nullptr) uploads->claim(kj::arrayPtr(&id, 1));
-  }
+  claimIfUploaded(id);
   KJ_IF_MAYBE(reader, env.store.openReader(id)) {
     auto meta = (*reader)->info();
     if ((*reader)->isStreamed() && offset != 0) {

@@ -100,6 +100,9 @@ class DataServiceImpl final : public wire::DataService::Server {
 
  private:
   DataServiceEnv& env;
+  // A finished upload of `id` not claimed yet is claimed (its reader outran
+  // the server's claim).
+  void claimIfUploaded(Id id);
 };
 
 // Fetches objects from other governors' data services into the store. One

@@ -168,13 +168,14 @@ TEST(MemoryTierDirTest, AShmDirectoryIsTheGovernorsAndDeadGovernorsOnesGo) {
 }
 
 TEST(MemoryTierDirTest, SizesAndTheDefault) {
-  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("0")), 0u);
-  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("4096")), 4096u);
-  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("512M")), 512 * MIB);
-  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("2g")), 2048 * MIB);
-  EXPECT_EQ(KJ_ASSERT_NONNULL(parseByteSize("1T")), uint64_t(1) << 40);
-  for (auto bad : {"", "M", "1.5G", "12MB", "-1", "99999999999999999999", "20000000T"}) {
-    EXPECT_TRUE(parseByteSize(bad) == nullptr) << bad;
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseStoreMemory("0")), 0u);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseStoreMemory("4096")), 4096u);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseStoreMemory("512M")), 512 * MIB);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseStoreMemory("2g")), 2048 * MIB);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseStoreMemory("1T")), uint64_t(1) << 40);
+  EXPECT_EQ(KJ_ASSERT_NONNULL(parseStoreMemory("1.5G")), 1536 * MIB);
+  for (auto bad : {"", "M", "12MB", "-1", "99999999999999999999", "20000000T"}) {
+    EXPECT_TRUE(parseStoreMemory(bad) == nullptr) << bad;
   }
   TempDir proc;
   writeFile(proc.sub("meminfo"),

@@ -13,6 +13,8 @@
 #include <kj/vector.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/make-dirs.h>
+#include <squall/proto/resource-amounts.h>
+#include <stdexcept>
 #include <sstream>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -24,26 +26,13 @@ namespace {
 constexpr char SHM_PREFIX[] = "squall-store-";
 }  // namespace
 
-kj::Maybe<uint64_t> parseByteSize(kj::StringPtr text) {
-  uint64_t value = 0;
-  size_t i = 0;
-  for (; i < text.size() && text[i] >= '0' && text[i] <= '9'; i++) {
-    if (value > (UINT64_MAX - 9) / 10) return nullptr;
-    value = value * 10 + (text[i] - '0');
+kj::Maybe<uint64_t> parseStoreMemory(kj::StringPtr text) {
+  try {
+    // Whole bytes of the amount, as a `mem` resource is written.
+    return parseAmount(text.cStr()) / RESOURCE_UNIT;
+  } catch (const std::invalid_argument&) {
+    return nullptr;
   }
-  if (i == 0) return nullptr;
-  if (i == text.size()) return value;
-  if (i + 1 != text.size()) return nullptr;
-  int shift;
-  switch (text[i]) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
-    case 'T': case 't': shift = 40; break;
-    default: return nullptr;
-  }
-  if (value > (UINT64_MAX >> shift)) return nullptr;
-  return value << shift;
 }
 
 uint64_t defaultStoreMemory(kj::StringPtr procRoot) {

@@ -11,9 +11,10 @@
 
 namespace squall {
 
-// A size in bytes: digits with an optional K, M, G or T (powers of 1024);
-// null when it is not one or overflows.
-kj::Maybe<uint64_t> parseByteSize(kj::StringPtr text);
+// --store-memory's SIZE: an amount as resources take it (parseAmount:
+// "512M", "1.5G"; K, M, G, T are powers of 1024), in bytes; null when it is
+// not one.
+kj::Maybe<uint64_t> parseStoreMemory(kj::StringPtr text);
 
 // --store-memory's default: 30% of the memory available now (as Ray's object
 // store), from `<procRoot>/meminfo`; 0 when it cannot be read.

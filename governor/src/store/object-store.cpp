@@ -226,23 +226,16 @@ kj::Promise<ObjectMeta> ObjectStore::putBytes(Id id, wire::ObjectKind kind,
 
 ObjectMeta ObjectStore::adoptFile(Id id, wire::ObjectKind kind, kj::String path,
                                   HashedSize sizeAndHash) {
-  auto it = objects.find(id);
-  if (it != objects.end()) {
-    discard(it->second);
-    objects.erase(it);
-  }
-  bool memory = inTier(path);
-  auto finalPath = pathFor(id, memory ? Tier::MEMORY : Tier::DISK);
   KJ_SYSCALL(::chmod(path.cStr(), 0444), path);
-  KJ_SYSCALL(::rename(path.cStr(), finalPath.cStr()), path, finalPath);
-  ObjectMeta meta{kind, sizeAndHash.size, sizeAndHash.hash};
-  Entry entry{meta, kj::mv(finalPath)};
-  entry.inMemory = memory;
-  insert(id, kj::mv(entry));
-  return meta;
+  return adopt(id, kj::mv(path), ObjectMeta{kind, sizeAndHash.size, sizeAndHash.hash});
 }
 
 ObjectMeta ObjectStore::adoptDir(Id id, kj::String path, HashedSize sizeAndHash) {
+  return adopt(id, kj::mv(path), ObjectMeta{wire::ObjectKind::DIR, sizeAndHash.size, sizeAndHash.hash});
+}
+
+ObjectMeta ObjectStore::adopt(Id id, kj::String path, ObjectMeta meta) {
+  // The object held before goes first: its path is the one taken.
   auto it = objects.find(id);
   if (it != objects.end()) {
     discard(it->second);
@@ -251,7 +244,6 @@ ObjectMeta ObjectStore::adoptDir(Id id, kj::String path, HashedSize sizeAndHash)
   bool memory = inTier(path);
   auto finalPath = pathFor(id, memory ? Tier::MEMORY : Tier::DISK);
   KJ_SYSCALL(::rename(path.cStr(), finalPath.cStr()), path, finalPath);
-  ObjectMeta meta{wire::ObjectKind::DIR, sizeAndHash.size, sizeAndHash.hash};
   Entry entry{meta, kj::mv(finalPath)};
   entry.inMemory = memory;
   insert(id, kj::mv(entry));
@@ -321,24 +313,17 @@ void ObjectStore::spillIfFull() {
     auto copy = newTempPath(Tier::DISK);
     logger.info("event=object-spill object={} size={} memory_used={} capacity={}", kj::str(id).cStr(),
                 entry.meta.size, tierBytes, tierCapacity);
-    auto copied = bridge.runOnPool<void>([from = kj::str(from), copy = kj::str(copy)]() {
-      auto out = openOrThrow(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-      appendFile(out, from, nullptr);
-    });
-    auto onFailure = [this, id, from = kj::str(from), copy = kj::str(copy)](kj::Exception&& e) {
-      spilling = false;
-      removeLater(kj::str(copy));
-      if (!stillInMemoryAt(id, from)) {
-        spillIfFull();  // removed while it was copied: no failure
-        return;
-      }
-      // Not retried before the next object arrives.
-      logger.error("event=object-spill-failed object={} error=\"{}\"", kj::str(id).cStr(),
-                   e.getDescription().cStr());
-    };
-    background.add(copied.then(
-        [this, id, from = kj::mv(from), copy = kj::mv(copy)]() mutable { spilled(id, kj::mv(from), kj::mv(copy)); },
-        kj::mv(onFailure)));
+    auto copied = bridge
+                      .runOnPool<void>([from = kj::str(from), copy = kj::str(copy)]() {
+                        auto out = openOrThrow(copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+                        appendFile(out, from, nullptr);
+                      })
+                      .then([]() -> kj::Maybe<kj::Exception> { return nullptr; },
+                            [](kj::Exception&& e) -> kj::Maybe<kj::Exception> { return kj::mv(e); });
+    background.add(copied.then([this, id, from = kj::mv(from), copy = kj::mv(copy)](
+                                   kj::Maybe<kj::Exception> failure) mutable {
+      spilled(id, kj::mv(from), kj::mv(copy), kj::mv(failure));
+    }));
     return;
   }
 }
@@ -349,12 +334,18 @@ bool ObjectStore::stillInMemoryAt(Id id, kj::StringPtr path) const {
          it->second.data.get<kj::String>() == path;
 }
 
-void ObjectStore::spilled(Id id, kj::String from, kj::String copy) {
+void ObjectStore::spilled(Id id, kj::String from, kj::String copy, kj::Maybe<kj::Exception> failure) {
   spilling = false;
   if (!stillInMemoryAt(id, from)) {
-    // Removed (or replaced) while it was copied.
+    // Removed (or replaced) while it was copied: whatever the copy did.
     removeLater(kj::mv(copy));
     spillIfFull();
+    return;
+  }
+  KJ_IF_MAYBE(e, failure) {
+    // Not retried before the next object arrives.
+    removeLater(kj::mv(copy));
+    logger.error("event=object-spill-failed object={} error=\"{}\"", kj::str(id).cStr(), e->getDescription().cStr());
     return;
   }
   auto& entry = objects.at(id);

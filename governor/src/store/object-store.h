@@ -245,13 +245,17 @@ class ObjectStore {
   kj::String pathFor(Id id, Tier tier = Tier::DISK) const;
   bool inTier(kj::StringPtr path) const;
   void touch(const Entry& entry) const;
+  // The finished file or tree at `path` becomes `id`, in the tier `path`
+  // is in (adoptFile, adoptDir).
+  ObjectMeta adopt(Id id, kj::String path, ObjectMeta meta);
   void insert(Id id, Entry entry);
   void discard(Entry& entry);
   // Starts spilling the least recently used memory blob when the tier is
   // past SPILL_PERCENT and no spill is under way; each spill's end starts
   // the next.
   void spillIfFull();
-  void spilled(Id id, kj::String from, kj::String copy);
+  // A spill's copy ended (`failure`: how it did not).
+  void spilled(Id id, kj::String from, kj::String copy, kj::Maybe<kj::Exception> failure);
   // Whether `id` is still the memory-tier file at `path` (not removed or
   // replaced while a spill copied it).
   bool stillInMemoryAt(Id id, kj::StringPtr path) const;
