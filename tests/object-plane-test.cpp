@@ -7,6 +7,7 @@
 // bad local upload keeps nothing.
 #include "http-get.h"
 #include "store-files.h"
+#include "upload-peer.h"
 
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
@@ -29,17 +30,6 @@ namespace squall {
 namespace {
 
 using namespace std::chrono_literals;
-
-// `n` bytes that do not repeat in any short period (an LCG's high bytes).
-std::string pattern(size_t n, uint64_t seed) {
-  std::string out(n, '\0');
-  uint64_t x = seed * 2654435761u + 1;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    out[i] = static_cast<char>(x >> 56);
-  }
-  return out;
-}
 
 // The value of the metric line starting `prefix` in /metrics; -1 if none.
 double metric(const std::string& http, const std::string& prefix) {
@@ -102,57 +92,6 @@ TEST(ObjectPlaneTest, ASmallMemoryTierSpillsAndEveryObjectReadsBackRight) {
   EXPECT_EQ(left, 0u);
 }
 
-// A raw client of the data service on the governor's machine.
-struct LocalPeer {
-  kj::AsyncIoContext io = kj::setupAsyncIo();
-  kj::Own<RpcClient> server;
-  kj::Own<RpcClient> data;
-  wire::ClientService::Client session = nullptr;
-  wire::DataService::Client service = nullptr;
-  uint64_t sessionId = 0;
-  uint64_t incarnation = 0;
-
-  LocalPeer(const std::string& serverAddress, const std::string& dataAddress) {
-    server = connectTo(io.provider->getNetwork(), serverAddress).wait(io.waitScope);
-    auto reg = server->bootstrap<wire::Bootstrap>().registerClientRequest();
-    reg.setVersion(wire::PROTOCOL_VERSION);
-    auto service = reg.send().getService();
-    auto open = service.newSessionRequest();
-    open.setName("local");
-    auto opened = open.send().wait(io.waitScope);
-    sessionId = opened.getSession();
-    incarnation = opened.getIncarnation();
-    session = kj::mv(service);
-    data = connectTo(io.provider->getNetwork(), dataAddress).wait(io.waitScope);
-    auto dataOpen = data->bootstrap<wire::DataBootstrap>().openRequest();
-    dataOpen.setVersion(wire::PROTOCOL_VERSION);
-    this->service = dataOpen.send().getService();
-  }
-
-  // Uploads object `n` by writing `written` into the governor's file and
-  // finishing with the hash of `claimed`; the error, empty when it worked.
-  std::string uploadLocally(uint64_t n, const std::string& written, const std::string& claimed) {
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-      auto req = service.uploadRequest();
-      req.initObject().setSession(sessionId);
-      req.getObject().setN(n);
-      req.setSize(claimed.size());
-      req.setIncarnation(incarnation);
-      req.setLocal(true);
-      auto answer = req.send().wait(io.waitScope);
-      KJ_ASSERT(answer.hasFile(), "no file offered");
-      auto fd = KJ_ASSERT_NONNULL(openLocalFile(answer.getFile(), O_WRONLY), "the governor's file did not open");
-      KJ_ASSERT(::write(fd, written.data(), written.size()) == static_cast<ssize_t>(written.size()));
-      auto finish = answer.getSink().finishRequest();
-      finish.setHash(XXH3_64bits(claimed.data(), claimed.size()));
-      finish.send().wait(io.waitScope);
-    })) {
-      return e->getDescription().cStr();
-    }
-    return "";
-  }
-};
-
 TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
   ClusterOptions options;
   options.governors = 1;
@@ -178,7 +117,7 @@ TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
     std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     EXPECT_TRUE(back == bytes);
   }
-  LocalPeer peer(cluster.serverAddress(), dataAddress);
+  RawPeer peer(cluster.serverAddress(), dataAddress, "", "");
   // Other bytes than the hash says, or fewer: refused, nothing kept.
   auto damaged = bytes;
   damaged[12345] ^= 1;
@@ -189,7 +128,7 @@ TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
   EXPECT_EQ(peer.uploadLocally(7, bytes, bytes), "");
   // Claimed by the first read; read from the governor's file.
   auto req = peer.service.readLocalRequest();
-  req.initId().setSession(peer.sessionId);
+  req.initId().setSession(peer.session);
   req.getId().setN(7);
   auto answer = req.send().wait(peer.io.waitScope);
   EXPECT_EQ(answer.getSize(), bytes.size());
@@ -211,7 +150,7 @@ TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
   EXPECT_TRUE(openLocalFile(other.asReader(), O_RDONLY) == nullptr);
   // An object not held as a file (unknown here) is refused.
   auto unknown = peer.service.readLocalRequest();
-  unknown.initId().setSession(peer.sessionId);
+  unknown.initId().setSession(peer.session);
   unknown.getId().setN(99);
   KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { unknown.send().wait(peer.io.waitScope); })) {
     std::string message = e->getDescription().cStr();

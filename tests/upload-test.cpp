@@ -9,6 +9,7 @@
 #include "proc-status.h"
 #include "sanitizers.h"
 #include "store-files.h"
+#include "upload-peer.h"
 
 #include <gtest/gtest.h>
 #include <kj/async-io.h>
@@ -34,17 +35,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-
-// `n` bytes that do not repeat in any short period (an LCG's high bytes).
-std::string pattern(size_t n, uint64_t seed) {
-  std::string out(n, '\0');
-  uint64_t x = seed;
-  for (size_t i = 0; i < n; i++) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    out[i] = static_cast<char>(x >> 56);
-  }
-  return out;
-}
 
 // Regular files in governor `i`'s store (on disk and in its memory tier):
 // objects and temp files.
@@ -232,56 +222,6 @@ TEST(UploadTest, ARefusedSubmitLeavesNoUploadBehind) {
   EXPECT_EQ(count.output().fetch(), std::to_string(3 << 20) + "\n");
 }
 
-// A raw client: the server's incarnation (a new session's) and a data
-// service opened with `token`.
-struct RawPeer {
-  kj::AsyncIoContext io = kj::setupAsyncIo();
-  kj::Own<RpcClient> server;
-  kj::Own<RpcClient> data;
-  uint64_t session = 0;
-  uint64_t incarnation = 0;
-
-  RawPeer(const std::string& serverAddress, const std::string& dataAddress, const std::string& token) {
-    server = connectTo(io.provider->getNetwork(), serverAddress).wait(io.waitScope);
-    auto reg = server->bootstrap<wire::Bootstrap>().registerClientRequest();
-    reg.setVersion(wire::PROTOCOL_VERSION);
-    reg.setToken("upload-token");
-    auto open = reg.send().getService().newSessionRequest();
-    open.setName("raw");
-    auto opened = open.send().wait(io.waitScope);
-    session = opened.getSession();
-    incarnation = opened.getIncarnation();
-    data = connectTo(io.provider->getNetwork(), dataAddress).wait(io.waitScope);
-    auto dataOpen = data->bootstrap<wire::DataBootstrap>().openRequest();
-    dataOpen.setVersion(wire::PROTOCOL_VERSION);
-    dataOpen.setToken(token);
-    service = dataOpen.send().getService();
-  }
-
-  // Uploads `bytes` as object `n`; the error's message, empty when it worked.
-  std::string upload(uint64_t n, const std::string& bytes, uint64_t incarnationGiven, uint64_t size) {
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-      auto req = service.uploadRequest();
-      req.initObject().setSession(session);
-      req.getObject().setN(n);
-      req.setSize(size);
-      req.setIncarnation(incarnationGiven);
-      auto sink = req.send().getSink();
-      auto write = sink.writeRequest();
-      write.setChunk(kj::arrayPtr(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()));
-      write.send().wait(io.waitScope);
-      auto finish = sink.finishRequest();
-      finish.setHash(XXH3_64bits(bytes.data(), bytes.size()));
-      finish.send().wait(io.waitScope);
-    })) {
-      return userMessage(*e).cStr();
-    }
-    return "";
-  }
-
-  wire::DataService::Client service = nullptr;
-};
-
 TEST(UploadTest, OnlyAnAuthenticatedPeerOfThisServerUploadsAndAnUnclaimedUploadGoes) {
   auto options = uploadCluster(1);
   options.governorArgs = {"--upload-ttl", "1"};
@@ -294,7 +234,7 @@ TEST(UploadTest, OnlyAnAuthenticatedPeerOfThisServerUploadsAndAnUnclaimedUploadG
   }
   std::string bytes = pattern(1 << 20, 3);
   {
-    RawPeer stranger(cluster.serverAddress(), dataAddress, "a-guess");
+    RawPeer stranger(cluster.serverAddress(), dataAddress, "upload-token", "a-guess");
     // Refused at open (the connection closes with the answer, maybe while
     // the chunk is still being written).
     auto said = stranger.upload(5, bytes, stranger.incarnation, bytes.size());
@@ -302,7 +242,7 @@ TEST(UploadTest, OnlyAnAuthenticatedPeerOfThisServerUploadsAndAnUnclaimedUploadG
                 said.find("disconnected") != std::string::npos || said.find("Broken pipe") != std::string::npos)
         << said;
   }
-  RawPeer peer(cluster.serverAddress(), dataAddress, "upload-token");
+  RawPeer peer(cluster.serverAddress(), dataAddress, "upload-token", "upload-token");
   auto said = peer.upload(5, bytes, peer.incarnation + 1, bytes.size());
   EXPECT_NE(said.find("takes no uploads of server incarnation"), std::string::npos) << said;
   said = peer.upload(6, bytes, peer.incarnation, uint64_t(1) << 50);
