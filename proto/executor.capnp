@@ -19,7 +19,10 @@ using Common = import "common.capnp";
 # submit tasks (docs/nested.md).
 # 6: an actor's method calls go over a calls channel of their own
 # (openCalls, MethodCall, MethodAnswer), not through call().
-const executorProtocolVersion :UInt32 = 6;
+# 7: queued calls are taken back through a table of call states both sides
+# map (callStates, call's `state`), not by a message (drop) that a process
+# busy in a function read only after running the calls it named.
+const executorProtocolVersion :UInt32 = 7;
 
 # Who a call runs for: the task's session and its n there. A function that
 # submits tasks submits them into that session as the task's children.
@@ -132,7 +135,7 @@ interface Executor {
   # function that throws fails the call with its message.
   call @1 (function :Text, config :Data, inputs :List(CallInput),
            outputKinds :List(Common.ObjectKind), outputDir :Text,
-           outputStreams :List(PipeEnd), context :CallContext)
+           outputStreams :List(PipeEnd), context :CallContext, state :UInt32)
       -> (outputs :List(CallOutput), runUs :UInt64);
 
   # Makes this process the home of one actor: runs the constructor of the
@@ -152,12 +155,14 @@ interface Executor {
   # first call.
   host @3 (host :ExecutorHost);
 
-  # The governor took back these calls (by their context), queued here
-  # behind a call that waits for tasks it submitted, or that overran: they
-  # run elsewhere, so they must not run here too. Those not yet started
-  # fail at once instead of running; the others are past helping (their
-  # answers are dropped).
-  drop @4 (calls :List(CallContext));
+  # The table of call states (a memfd of 1024 32-bit states, sealed at its
+  # size; proto/include/squall/proto/call-states.h), sent once after host()
+  # and before the first call. A call's `state` (1..1024; 0: none) names its
+  # entry, QUEUED when sent. The governor takes back a call queued behind
+  # one that overran or waits for tasks it submitted by moving it to DROPPED;
+  # the executor moves a call to STARTED just before running it, and answers
+  # one it finds DROPPED at once, without running it (it runs elsewhere).
+  callStates @4 (table :PipeEnd);
 
   # The calls channel of the actor this process holds (or will: sent
   # beside construct): one end of a Unix socket the governor made, over

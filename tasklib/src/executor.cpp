@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <kj/async-io.h>
 #include <kj/io.h>
+#include <squall/proto/call-states.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/spec-names.h>
@@ -68,15 +69,15 @@ using namespace detail;
 // handlers queue them; serveFd() runs them in the order queued.
 class TopLevel {
  public:
-  // `session` and `task`: the call's context (what drop() names).
-  // `answersItself`: the body writes its own answer (a call over the calls
-  // channel), so no turn of the loop is needed after it to send one.
-  // `marks`: a function call, whose end (run or dropped) writes the output
-  // mark (writeMark).
-  kj::Promise<void> later(uint64_t session, uint64_t task, kj::Function<void()> body, bool answersItself = false,
+  // `state`: the call's entry in the table of call states (0: none; it
+  // runs whatever). `answersItself`: the body writes its own answer (a call
+  // over the calls channel), so no turn of the loop is needed after it to
+  // send one. `marks`: a function call, whose end (run or taken back)
+  // writes the output mark (writeMark).
+  kj::Promise<void> later(uint32_t state, kj::Function<void()> body, bool answersItself = false,
                           bool marks = false) {
     auto paf = kj::newPromiseAndFulfiller<void>();
-    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller), session, task, false, answersItself, marks});
+    queue.push_back(Item{kj::mv(body), kj::mv(paf.fulfiller), state, answersItself, marks});
     KJ_IF_MAYBE(w, wake) {
       (*w)->fulfill();
       wake = nullptr;
@@ -103,11 +104,13 @@ class TopLevel {
     auto item = kj::mv(queue.front());
     queue.pop_front();
     KJ_DEFER(if (item.marks) writeMark());
-    if (item.dropped) {
-      item.done->reject(KJ_EXCEPTION(DISCONNECTED, "taken back by the governor before it ran"));
-      return true;
-    }
-    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() { item.body(); })) {
+    KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
+          if (item.state != 0 && !mayStart(item.state)) {
+            // Not an error of the process: it stays in service.
+            kj::throwFatalException(KJ_EXCEPTION(FAILED, "taken back by the governor before it ran"));
+          }
+          item.body();
+        })) {
       item.done->reject(kj::mv(*e));
     } else {
       item.done->fulfill();
@@ -115,28 +118,26 @@ class TopLevel {
     return !item.answersItself;
   }
 
-  // The governor took the queued call of this task back (Executor.drop):
-  // it does not run here.
-  void drop(uint64_t session, uint64_t task) {
-    for (auto& item : queue) {
-      if (!item.dropped && item.session == session && item.task == task) {
-        item.dropped = true;
-        return;
-      }
-    }
-  }
+  // The table of call states (Executor.callStates), once the governor sent it.
+  void useCallStates(kj::Own<CallStates> table) { states = kj::mv(table); }
 
  private:
   struct Item {
     kj::Function<void()> body;
     kj::Own<kj::PromiseFulfiller<void>> done;
-    uint64_t session = 0;
-    uint64_t task = 0;
-    bool dropped = false;
+    uint32_t state = 0;
     bool answersItself = false;
     bool marks = false;
   };
   std::deque<Item> queue;
+  kj::Own<CallStates> states;
+
+  // Claims the call of `state` for running here; false when the governor
+  // took it back first.
+  bool mayStart(uint32_t state) {
+    SQUALL_REQUIRE(states.get() != nullptr, "a call names call state ", state, " before the table came");
+    return states->start(state);
+  }
   kj::Maybe<kj::Own<kj::PromiseFulfiller<void>>> wake;
 };
 
@@ -157,9 +158,15 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     return kj::READY_NOW;
   }
 
-  kj::Promise<void> drop(DropContext context) override {
-    for (auto c : context.getParams().getCalls()) topLevel.drop(c.getSession(), c.getTask());
-    return kj::READY_NOW;
+  kj::Promise<void> callStates(CallStatesContext context) override {
+    // Its descriptor came with this message: taken now, before the calls
+    // behind it in the connection are queued.
+    auto hook = capnp::ClientHook::from(context.getParams().getTable());
+    KJ_IF_MAYBE(fd, hook->getFd()) {
+      topLevel.useCallStates(CallStates::map(*fd));
+      return kj::READY_NOW;
+    }
+    SQUALL_FAIL("the call states came without their descriptor");
   }
 
   kj::Promise<void> describe(DescribeContext context) override {
@@ -202,7 +209,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
           results.setRunUs(runUs);
           fillOutputs(call, results.initOutputs(call.outputs_.size()), outputDir);
         },
-        true);
+        params.getState(), true);
   }
 
   // The actor's calls channel (executor.capnp, openCalls): its MethodCalls
@@ -396,11 +403,9 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
         .then([this, &ch](kj::Maybe<capnp::MessageReaderAndFds> read) -> kj::Promise<void> {
           KJ_IF_MAYBE(message, read) {
             auto reader = kj::mv(message->reader);
-            auto context = reader->getRoot<wire::MethodCall>().getContext();
             // Its end is its answer, written by the call itself.
             topLevel
-                .later(context.getSession(), context.getTask(),
-                       [this, &ch, reader = kj::mv(reader)]() mutable { runMethodCall(ch, kj::mv(reader)); }, true)
+                .later(0, [this, &ch, reader = kj::mv(reader)]() mutable { runMethodCall(ch, kj::mv(reader)); }, true)
                 .detach([](kj::Exception&&) {});
             return readCalls(ch);
           }
@@ -670,19 +675,18 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
 
   // Runs `body` on `call` at the top level (TopLevel), once its pipe ends
   // are in it.
-  // `marks`: a function call (TopLevel::later): one whose pipe ends never
-  // come writes its mark when it fails (no call waits behind a call with
-  // streams, so none can print in between).
+  // `state` and `marks`: as TopLevel::later's; a call whose pipe ends
+  // never come writes its mark when it fails (no call waits behind a call
+  // with streams, so none can print in between).
   kj::Promise<void> whenPipesArrive(kj::Own<Call> call, Pipes pipes, kj::Function<void(Call&)> body,
-                                    bool marks = false) {
-    uint64_t session = call->sessionId_, task = call->taskId_;
+                                    uint32_t state = 0, bool marks = false) {
     if (pipes.ends.size() == 0) {
       return topLevel.later(
-          session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); }, false, marks);
+          state, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); }, false, marks);
     }
     auto queued = std::make_shared<bool>(false);
     return kj::joinPromises(pipes.ends.releaseAsArray())
-        .then([this, session, task, call = kj::mv(call), fds = std::move(pipes.fds), body = kj::mv(body), marks,
+        .then([this, state, call = kj::mv(call), fds = std::move(pipes.fds), body = kj::mv(body), marks,
                queued](kj::Array<kj::Maybe<int>> received) mutable {
           for (uint i = 0; i < received.size(); i++) {
             // The descriptor is the RPC system's until the call's params
@@ -695,7 +699,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
           }
           *queued = true;
           return topLevel.later(
-              session, task, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); }, false, marks);
+              state, [call = kj::mv(call), body = kj::mv(body)]() mutable { body(*call); }, false, marks);
         })
         .attach(kj::defer([queued, marks]() {
           if (marks && !*queued) writeMark();

@@ -87,14 +87,20 @@ int main(int argc, char** argv) {
     call.output(0).write("second try");
   });
   // Does what its config says, then answers "ok" (or its input, if any):
-  // "" nothing, "sleep=MS" sleeps, "abort" crashes ("sleep=MS abort": both). One function that is
-  // short until asked not to be (the governor's queued calls,
-  // tests/tasklib-pipeline-test.cpp).
+  // "" nothing, "sleep=MS" sleeps, "abort" crashes ("sleep=MS abort": both),
+  // "log=PATH" appends its answer and a newline to PATH (each run leaves a
+  // line). One function that is short until asked not to be (the
+  // governor's queued calls, tests/tasklib-pipeline-test.cpp).
   ex.add("act", [](squall::Call& call) {
     std::string config(call.config());
     if (config.rfind("sleep=", 0) == 0) std::this_thread::sleep_for(std::chrono::milliseconds(std::stoul(config.substr(6))));
     if (config.find("abort") != std::string::npos) abort();
-    call.output(0).write(call.inputCount() > 0 ? std::string(call.input(0).text()) : std::string("ok"));
+    std::string answer = call.inputCount() > 0 ? std::string(call.input(0).text()) : std::string("ok");
+    auto log = config.find("log=");
+    if (log != std::string::npos) {
+      std::ofstream(config.substr(log + 4, config.find(' ', log) - log - 4), std::ios::app) << answer + "\n" << std::flush;
+    }
+    call.output(0).write(answer);
   });
   // Never returns (a cancel or a time limit must kill it).
   ex.add("spin", [](squall::Call&) {

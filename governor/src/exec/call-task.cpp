@@ -266,7 +266,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         auto& leaseRef = *lease;
         // A live input that fails kills the process (a call with streams
         // never waits behind another: it runs from the start).
-        ends->watchInputs(lease->process());
+        ends->watchInputs([&leaseRef]() { leaseRef.kill(); });
         auto& endsRef = *ends;
         // A cancel ends the wait at once; the lease, dropped, kills the
         // process if the call runs, or leaves it queued (its answer dropped)

@@ -648,7 +648,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         env.logger.debug("event=task-spawned task={} pid={}", kj::str(taskId).cStr(), child->pid());
         KJ_IF_MAYBE(set, processSet) { (*set)->adopt(child->pid()); }
         control.setProcess(*child);
-        ends->watchInputs(*child);
+        ends->watchInputs([&process = *child]() { process.killGroup(SIGKILL); });
         auto exited = child->onExit();
         // The set goes right after the child: its group is killed at its
         // exit, then whatever left the group.

@@ -5,6 +5,7 @@
 #include "task-outcome.h"
 
 #include <cstring>
+#include <squall/proto/call-states.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/rpc.h>
 #include <squall/proto/spec-names.h>
@@ -45,11 +46,14 @@ kj::Maybe<ExecutorDecl> parseExecutorDecl(kj::StringPtr text, kj::String& error)
 
 struct ExecutorPool::Slot {
   uint64_t serial = 0;
-  // The call's task (its context), to tell the executor when it is taken back.
+  // The call's task (its context): whose output the process prints.
   uint64_t session = 0;
   uint64_t task = 0;
   Function* function = nullptr;
   uint64_t expectedUs = 0;
+  // Its entry in the process's call states (0: none, it cannot be taken
+  // back).
+  uint32_t state = 0;
   // Whose call it is; nullptr once nobody waits for its answer.
   ExecutorLease* lease = nullptr;
   kj::Own<StoreTemp> outDir;
@@ -81,6 +85,8 @@ struct ExecutorPool::Worker final : public ExecutorProcess {
 
   // Calls sent and not answered, in the order sent: the front one runs.
   std::deque<kj::Own<Slot>> queue;
+  // Which of them may still be taken back (shared with the process).
+  kj::Own<CallStates> states = CallStates::create();
   // Leases made and not sent yet, and leases that refer to it at all.
   uint32_t reserved = 0;
   uint32_t leases = 0;
@@ -233,6 +239,10 @@ ExecutorPool::Worker& ExecutorPool::spawn(kj::StringPtr executor, kj::StringPtr 
   auto* worker = workers.back().get();
   KJ_ON_SCOPE_FAILURE(workers.pop_back());
   launch(*worker, program, {}, true);
+  // Right behind host(), ahead of every call.
+  auto table = worker->cap.callStatesRequest();
+  table.setTable(kj::heap<PipeEndCap>(worker->states->duplicateFd()));
+  calls.add(table.send().ignoreResult().catch_([](kj::Exception&&) {}));
   return *worker;
 }
 
@@ -414,6 +424,8 @@ kj::Promise<void> ExecutorPool::send(Worker& worker, ExecutorLease& lease,
   slot->expectedUs = lease.expectedUs;
   slot->session = request.getContext().getSession();
   slot->task = request.getContext().getTask();
+  slot->state = worker.states->take();
+  request.setState(slot->state);
   slot->lease = &lease;
   slot->outDir = kj::mv(outDir);
   lease.slot = slot.get();
@@ -474,6 +486,7 @@ void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception>
     }
   }
   worker.queuedUs -= kj::min(worker.queuedUs, slot.expectedUs);
+  worker.states->release(slot.state);
   if (disconnected) worker.broken = true;
   if (slot.lease != nullptr) {
     auto& lease = *slot.lease;
@@ -500,29 +513,20 @@ void ExecutorPool::answered(Worker& worker, Slot& slot, kj::Maybe<kj::Exception>
 }
 
 size_t ExecutorPool::giveBackQueued(Worker& worker, const char* why) {
-  std::vector<Slot*> taken;
+  size_t taken = 0;
   for (size_t i = 1; i < worker.queue.size(); i++) {
     auto& slot = *worker.queue[i];
-    if (slot.lease == nullptr) continue;
+    // Only what the process has not started (it may have run calls whose
+    // answers are on their way); it answers these without running them.
+    if (slot.lease == nullptr || slot.state == 0 || !worker.states->drop(slot.state)) continue;
     auto& lease = *slot.lease;
     lease.slot = nullptr;
     slot.lease = nullptr;
     lease.fulfiller->reject(KJ_EXCEPTION(DISCONNECTED, why));
-    taken.push_back(&slot);
+    taken++;
     givenBack++;
   }
-  if (!taken.empty() && !worker.gone()) {
-    // So that they do not run there as well (a function that submits
-    // tasks would submit them twice).
-    auto drop = worker.cap.dropRequest();
-    auto list = drop.initCalls(taken.size());
-    for (size_t i = 0; i < taken.size(); i++) {
-      list[i].setSession(taken[i]->session);
-      list[i].setTask(taken[i]->task);
-    }
-    calls.add(drop.send().ignoreResult().catch_([](kj::Exception&&) {}));
-  }
-  return taken.size();
+  return taken;
 }
 
 void ExecutorPool::unstick(Worker& worker, uint64_t serial) {
@@ -558,11 +562,23 @@ ExecutorLease::~ExecutorLease() noexcept(false) {
     // Dropped before its answer.
     slot->lease = nullptr;
     // Running: the task was cancelled; the process goes, with everything it
-    // started. Waiting: it stays queued, its answer dropped when it comes.
-    if (started_) worker.child->killGroup(SIGKILL);
+    // started. Waiting: it does not run there (unless it just started).
+    if (started_) {
+      kill();
+    } else if (slot->state != 0) {
+      worker.states->drop(slot->state);
+    }
   }
   worker.leases--;
   pool.settle(worker);
+}
+
+void ExecutorLease::kill() {
+  if (!started_ || slot == nullptr || worker.exit != nullptr) return;
+  // Marked now: its answer, already on its way, must not make it idle.
+  worker.broken = true;
+  worker.joinable = false;
+  worker.child->killGroup(SIGKILL);
 }
 
 wire::Executor::Client& ExecutorLease::executor() { return worker.cap; }

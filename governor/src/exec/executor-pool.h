@@ -24,9 +24,11 @@
 // --executor-pipeline calls per process, and only as many as keep the
 // expected wait under QUEUE_BUDGET. A joined call that has not started is
 // taken back, and its task queued again, when its process dies or its
-// running call overruns (STUCK_AFTER); a taken-back call still runs if its
-// process lives (its answer is dropped), so a function may run twice: the
-// at-least-once rule tasks already have (docs/tasklib.md).
+// running call overruns (STUCK_AFTER) or waits for tasks it submitted.
+// Which calls have started is decided through a table both processes map
+// (CallStates): the governor takes back only calls it moved from QUEUED
+// to DROPPED before the executor moved them to STARTED, so a call taken
+// back never runs there too; one that started meanwhile stays.
 #pragma once
 
 #include "child-process.h"
@@ -278,7 +280,7 @@ class ExecutorPool {
 // One call's place on one process: reserved (acquire, join), then sent.
 // What a call task holds while its call runs. Dropped before its answer,
 // a call that runs kills its process (it was cancelled), and a call that
-// waits stays queued there with its answer dropped when it comes.
+// waits is taken out of its process's queue (it does not run there).
 class ExecutorLease {
  public:
   ExecutorLease(ExecutorPool& pool, ExecutorPool::Worker& worker, ExecutorPool::Function* function,
@@ -302,6 +304,10 @@ class ExecutorLease {
                            kj::Own<StoreTemp> outDir, kj::StringPtr name = nullptr);
   // True once the call has reached the front of its process's queue.
   bool started() const { return started_; }
+  // Kills the process (its group) while the call runs, and no call goes to
+  // it any more. Does nothing once the call has been answered: the process
+  // may be running another call by then.
+  void kill();
   // Why the process is gone, once it has gone ("exited with status 3",
   // "was killed by SIGSEGV"); nullptr while it runs. Waits up to `wait`
   // for its exit to be seen.

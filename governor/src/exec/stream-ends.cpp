@@ -16,11 +16,11 @@ StreamEnds::~StreamEnds() noexcept(false) {
 void StreamEnds::inputFailed(kj::Exception&& e) {
   if (inputFailure == nullptr) inputFailure = kj::str(userMessage(e));
   // Never let the task finish on a truncated input.
-  KJ_IF_MAYBE(c, child) { c->killGroup(SIGKILL); }
+  KJ_IF_MAYBE(k, kill) { (*k)(); }
 }
 
-void StreamEnds::watchInputs(ChildProcess& process) {
-  child = process;
+void StreamEnds::watchInputs(kj::Function<void()> killTask) {
+  kill = kj::mv(killTask);
   for (auto& input : inputs) {
     watches.add(input->verdict()
                     .catch_([this](kj::Exception&& e) { inputFailed(kj::mv(e)); })
@@ -29,7 +29,7 @@ void StreamEnds::watchInputs(ChildProcess& process) {
 }
 
 kj::Promise<void> StreamEnds::settleInputs() {
-  child = nullptr;
+  kill = nullptr;
   watches.clear();
   kj::Vector<kj::Promise<void>> waits;
   for (auto& input : inputs) {

@@ -64,8 +64,9 @@ struct StreamEnds {
 
   ~StreamEnds() noexcept(false);
 
-  // While `process` runs the task, a failing input kills its process group.
-  void watchInputs(ChildProcess& process);
+  // While the task runs, a failing input calls `kill` (which ends the task's
+  // process group: a program's, or an executor's while it runs the call).
+  void watchInputs(kj::Function<void()> kill);
   // After the task ended (see above); call once.
   kj::Promise<void> settleInputs();
   // True once every reader of an output had gone and the governor closed
@@ -81,7 +82,7 @@ struct StreamEnds {
 
  private:
   kj::Vector<kj::Promise<void>> watches;
-  kj::Maybe<ChildProcess&> child;
+  kj::Maybe<kj::Function<void()>> kill;
   void inputFailed(kj::Exception&& e);
 };
 
