@@ -197,6 +197,54 @@ TEST(ObjectPlaneTest, WithLocalMovesOffUploadsAndFetchesTakeTheConnection) {
   std::ifstream in(fetched, std::ios::binary);
   std::string back((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_TRUE(back == whole + whole);
+  // Nothing is mapped either: the bytes came through the connection.
+  auto got = session.fetchAllMapped({blob});
+  EXPECT_FALSE(got[0].mapped());
+  EXPECT_TRUE(std::string_view(got[0].data(), got[0].size()) == whole);
+}
+
+// fetchAllMapped: a big blob held on this machine is a read-only mapping of
+// the governor's file, equal to what was put, and still readable once the
+// object is gone from the store; a small one is a copy; a task's output is
+// mapped as well.
+TEST(ObjectPlaneTest, ABigBlobOnThisMachineIsFetchedAsAMappingOfTheGovernorsFile) {
+  ClusterOptions options;
+  options.governors = 1;
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("mapped");
+  auto big = pattern((6 << 20) + 5, 4), small = pattern(4096, 5);
+  auto bigBlob = session.blob(std::vector<std::string_view>{big});
+  auto smallBlob = session.blob(std::vector<std::string_view>{small});
+  auto made = session.execute(Program::shell("head -c 3000000 /dev/zero").stdoutOutput());
+  for (auto* o : {&bigBlob, &smallBlob}) o->keep();
+  made.output().keep();
+  session.submit();
+  auto got = session.fetchAllMapped({bigBlob, smallBlob, made.output()});
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_TRUE(got[0].mapped());
+  EXPECT_TRUE(std::string_view(got[0].data(), got[0].size()) == big);
+  EXPECT_FALSE(got[1].mapped());
+  EXPECT_TRUE(std::string_view(got[1].data(), got[1].size()) == small);
+  EXPECT_TRUE(got[2].mapped());
+  EXPECT_EQ(got[2].size(), 3000000u);
+  EXPECT_EQ(std::string_view(got[2].data(), got[2].size()).find_first_not_of('\0'), std::string_view::npos);
+  // Gone from the store (its session closed): the mapping still reads it.
+  session.close();
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (std::chrono::steady_clock::now() < deadline && !storeEntries(cluster, 0).empty()) {
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(storeEntries(cluster, 0).empty());
+  EXPECT_TRUE(std::string_view(got[0].data(), got[0].size()) == big);
+  // A mapping moved keeps its bytes; taken, it becomes a string of its own.
+  ObjectBytes moved = std::move(got[0]);
+  EXPECT_FALSE(got[0].mapped());
+  EXPECT_TRUE(moved.mapped());
+  auto text = moved.take();
+  EXPECT_FALSE(moved.mapped());
+  EXPECT_TRUE(text == big);
 }
 
 }  // namespace

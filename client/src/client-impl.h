@@ -138,9 +138,10 @@ struct ClientImpl {
   // not on this machine.
   kj::Maybe<kj::AutoCloseFd> openLocal(const std::string& where, wire::LocalFile::Reader file, int flags);
   // Reads blob `id` (`size` bytes, at least LOCAL_READ_MIN) held by the
-  // governor at `where` from its file into `text` (appended) or `file`;
-  // false when it must take the connection.
-  bool readLocal(const std::string& where, wire::Id::Reader id, uint64_t size, std::string* text, FILE* file);
+  // governor at `where` from its file into `text` (appended) or `file`, or
+  // maps the file into `mapped`; false when it must take the connection.
+  bool readLocal(const std::string& where, wire::Id::Reader id, uint64_t size, std::string* text, FILE* file,
+                 ObjectBytes* mapped = nullptr);
   // The data service on `connection` (DataBootstrap.open with the token).
   wire::DataService::Client openData(RpcClient& connection);
 
@@ -573,8 +574,9 @@ struct SessionImpl {
   void wait(const std::vector<uint64_t>& ids, bool any, std::vector<uint64_t>* finished);
   // `expect`: when set, the object must be of this kind.
   void fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect = {});
-  // The bytes of each, with every request in flight at once.
-  std::vector<std::string> fetchAll(const std::vector<uint64_t>& ids);
+  // The bytes of each, with every request in flight at once; `map`: big
+  // blobs on this machine as mappings (ObjectBytes).
+  std::vector<ObjectBytes> fetchAll(const std::vector<uint64_t>& ids, bool map);
   std::vector<ObjectInfo> objectInfos(const std::vector<uint64_t>& ids);
   // Also records the object's kind.
   ObjectInfo objectInfo(wire::ObjectStatus::Reader status);

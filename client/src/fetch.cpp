@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <sys/mman.h>
 #include <squall/proto/chunk-codec.h>
 #include <squall/proto/errors.h>
@@ -118,17 +119,17 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
   }); });
 }
 
-std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& all) {
+std::vector<ObjectBytes> SessionImpl::fetchAll(const std::vector<uint64_t>& all, bool map) {
   // At most FETCH_BATCH requests in flight: the answers of a batch queue
   // on the server's side of the connection until this thread reads them
   // (and a peer that does not read is cut at 4,096 queued writes).
   constexpr size_t FETCH_BATCH = 1000;
   if (all.size() > FETCH_BATCH) {
-    std::vector<std::string> values;
+    std::vector<ObjectBytes> values;
     values.reserve(all.size());
     for (size_t at = 0; at < all.size(); at += FETCH_BATCH) {
       std::vector<uint64_t> slice(all.begin() + at, all.begin() + std::min(all.size(), at + FETCH_BATCH));
-      for (auto& value : fetchAll(slice)) values.push_back(std::move(value));
+      for (auto& value : fetchAll(slice, map)) values.push_back(std::move(value));
     }
     return values;
   }
@@ -145,7 +146,7 @@ std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& all)
   }
   if (client.aroundWait) client.aroundWait(true);
   KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
-  std::vector<std::string> values(ids.size());
+  std::vector<ObjectBytes> values(ids.size());
   whileOpen([&]() { client.guard([&]() {
     using Answer = capnp::Response<wire::ClientService::FetchResults>;
     std::vector<kj::Maybe<Answer>> answers(ids.size());
@@ -172,11 +173,16 @@ std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& all)
       auto location = KJ_ASSERT_NONNULL(answers[i]).getLocation();
       if (location.isData()) {
         auto data = location.getData();
-        values[i].assign(reinterpret_cast<const char*>(data.begin()), data.size());
+        values[i].text_.assign(reinterpret_cast<const char*>(data.begin()), data.size());
         continue;
       }
-      reserveFor(values[i], location.getSize());
-      if (client.readLocal(location.getGovernor().cStr(), location.getId(), location.getSize(), &values[i],
+      if (map && client.readLocal(location.getGovernor().cStr(), location.getId(), location.getSize(), nullptr,
+                                  nullptr, &values[i])) {
+        sizes[i] = received[i] = location.getSize();
+        continue;
+      }
+      reserveFor(values[i].text_, location.getSize());
+      if (client.readLocal(location.getGovernor().cStr(), location.getId(), location.getSize(), &values[i].text_,
                            nullptr)) {
         sizes[i] = received[i] = location.getSize();
         continue;
@@ -185,7 +191,7 @@ std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& all)
       read.setId(location.getId());
       read.setOffset(0);
       read.setCompress(false);
-      read.setSink(kj::heap<SinkImpl>(&values[i], nullptr, received[i]));
+      read.setSink(kj::heap<SinkImpl>(&values[i].text_, nullptr, received[i]));
       reads.add(read.send().then([&sizes, i](auto&& result) { sizes[i] = result.getSize(); }));
     }
     client.block(kj::joinPromises(reads.releaseAsArray()));
@@ -201,18 +207,60 @@ std::vector<std::string> SessionImpl::fetchAll(const std::vector<uint64_t>& all)
 
 }  // namespace client
 
-std::vector<std::string> Session::fetchAll(const std::vector<DataObject>& objects) {
+std::vector<ObjectBytes> Session::fetchEach(const std::vector<DataObject>& objects, bool map) {
   // By session, as waits: outputs of calls on another session's actor.
-  std::vector<std::string> values(objects.size());
+  std::vector<ObjectBytes> values(objects.size());
   std::map<client::SessionImpl*, std::vector<size_t>> byOwner;
   for (size_t i = 0; i < objects.size(); i++) byOwner[objects[i].session].push_back(i);
   for (auto& [owner, indexes] : byOwner) {
     std::vector<uint64_t> ids;
     for (auto i : indexes) ids.push_back(objects[i].id());
-    auto fetched = owner->fetchAll(ids);
+    auto fetched = owner->fetchAll(ids, map);
     for (size_t k = 0; k < indexes.size(); k++) values[indexes[k]] = std::move(fetched[k]);
   }
   return values;
+}
+
+std::vector<std::string> Session::fetchAll(const std::vector<DataObject>& objects) {
+  std::vector<std::string> values;
+  values.reserve(objects.size());
+  for (auto& bytes : fetchEach(objects, false)) values.push_back(bytes.take());
+  return values;
+}
+
+std::vector<ObjectBytes> Session::fetchAllMapped(const std::vector<DataObject>& objects) {
+  return fetchEach(objects, true);
+}
+
+ObjectBytes::ObjectBytes(ObjectBytes&& other) noexcept
+    : text_(std::move(other.text_)), mapped_(other.mapped_), length_(other.length_) {
+  other.mapped_ = nullptr;
+  other.length_ = 0;
+}
+
+ObjectBytes& ObjectBytes::operator=(ObjectBytes&& other) noexcept {
+  if (this != &other) {
+    if (mapped_ != nullptr) ::munmap(mapped_, length_);
+    text_ = std::move(other.text_);
+    mapped_ = other.mapped_;
+    length_ = other.length_;
+    other.mapped_ = nullptr;
+    other.length_ = 0;
+  }
+  return *this;
+}
+
+ObjectBytes::~ObjectBytes() {
+  if (mapped_ != nullptr) ::munmap(mapped_, length_);
+}
+
+std::string ObjectBytes::take() {
+  if (mapped_ == nullptr) return std::move(text_);
+  std::string copy(static_cast<const char*>(mapped_), length_);
+  ::munmap(mapped_, length_);
+  mapped_ = nullptr;
+  length_ = 0;
+  return copy;
 }
 
 }  // namespace squall

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/local-file.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 namespace squall {
@@ -50,7 +51,7 @@ kj::Maybe<kj::AutoCloseFd> ClientImpl::openLocal(const std::string& where, wire:
 }
 
 bool ClientImpl::readLocal(const std::string& where, wire::Id::Reader id, uint64_t size, std::string* text,
-                           FILE* file) {
+                           FILE* file, ObjectBytes* mapped) {
   if (size < LOCAL_READ_MIN || !localData() || notLocal.count(where) > 0) return false;
   auto req = dataService(where).readLocalRequest();
   req.setId(id);
@@ -67,6 +68,16 @@ bool ClientImpl::readLocal(const std::string& where, wire::Id::Reader id, uint64
   }
   KJ_IF_MAYBE(fd, opened) {
     SQUALL_REQUIRE(held == size, "object of ", size, " bytes is ", held, " bytes on governor ", where);
+    if (mapped != nullptr) {
+      // The store never writes or truncates a file once it holds an object
+      // in it, so the mapping reads the object as long as it lives.
+      void* at = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd->get(), 0);
+      if (at != MAP_FAILED) {
+        mapped->mapped_ = at;
+        mapped->length_ = size;
+        return true;
+      }
+    }
     size_t start = text != nullptr ? text->size() : 0;
     if (text != nullptr) text->resize(start + size);
     auto buffer = file != nullptr ? kj::heapArray<kj::byte>(8 << 20) : nullptr;

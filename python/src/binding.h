@@ -107,11 +107,11 @@ struct HeldParts {
   std::vector<Py_buffer> views;
 };
 // Fetched bytes as a read-only Python buffer that owns them (no copy).
-py::object fetchedBuffer(std::string bytes);
+py::object fetchedBuffer(ObjectBytes bytes);
 // An object's value: unpickled when its content type is 'pickle'
 // (squall._objects.loads: out-of-band arrays are views of the bytes), the
 // bytes otherwise.
-py::object valueOf(const std::string& contentType, std::string bytes);
+py::object valueOf(const std::string& contentType, ObjectBytes bytes);
 
 // The session's handle for `value`: a DataObject, or a Task with exactly one
 // output (its output); anything else raises TypeError naming `what`.

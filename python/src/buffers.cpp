@@ -1,8 +1,9 @@
 // Python values' bytes without copies (docs/python.md, "Big values"): a
 // constant made of pieces of Python objects' memory (out-of-band pickles'
 // buffers, squall._objects) read in place, and fetched bytes handed to
-// Python as a read-only buffer over the client's own string, so a numpy
-// array read from an object is a view of what was fetched.
+// Python as a read-only buffer over the client's own string or mapping of
+// the governor's file, so a numpy array read from an object is a view of
+// what was fetched.
 #include "binding.h"
 
 namespace squall {
@@ -10,9 +11,10 @@ namespace python {
 
 namespace {
 
-// Bytes fetched from an object, owned here and read by Python in place.
+// Bytes fetched from an object (or the mapping of its file on this
+// machine), owned here and read by Python in place.
 struct Fetched {
-  std::string bytes;
+  ObjectBytes bytes;
 };
 
 }  // namespace
@@ -35,12 +37,12 @@ HeldParts::~HeldParts() {
   for (auto& view : views) PyBuffer_Release(&view);
 }
 
-py::object fetchedBuffer(std::string bytes) {
+py::object fetchedBuffer(ObjectBytes bytes) {
   return py::cast(Fetched{std::move(bytes)});
 }
 
-py::object valueOf(const std::string& contentType, std::string bytes) {
-  if (contentType != PICKLE_CONTENT_TYPE) return py::bytes(bytes);
+py::object valueOf(const std::string& contentType, ObjectBytes bytes) {
+  if (contentType != PICKLE_CONTENT_TYPE) return py::bytes(bytes.data(), bytes.size());
   return py::module_::import("squall._objects").attr("loads")(fetchedBuffer(std::move(bytes)));
 }
 
@@ -48,7 +50,7 @@ void bindBuffers(py::module_& m) {
   py::class_<Fetched>(m, "_Fetched", py::buffer_protocol(),
                       "Bytes fetched from an object, read in place (read-only): memoryview(it).")
       .def_buffer([](Fetched& f) {
-        return py::buffer_info(f.bytes.data(), 1, py::format_descriptor<uint8_t>::format(), 1,
+        return py::buffer_info(const_cast<char*>(f.bytes.data()), 1, py::format_descriptor<uint8_t>::format(), 1,
                                {static_cast<py::ssize_t>(f.bytes.size())}, {1}, /*readonly=*/true);
       })
       .def("__len__", [](const Fetched& f) { return f.bytes.size(); });

@@ -317,15 +317,16 @@ void bindObjects(py::module_& m) {
               py::gil_scoped_release release;
               type = object.info().contentType;
             }
-            std::string data;
+            ObjectBytes data;
             {
               py::gil_scoped_release release;
-              data = object.fetch();
+              data = std::move(o.box->live().fetchAllMapped({object})[0]);
             }
             return valueOf(type, std::move(data));
           },
           "fetch(), unpickled when the content type is 'pickle' (Session.pickled, @remote results; a big "
-          "array in it is a read-only view of the fetched bytes); bytes otherwise.")
+          "array in it is a read-only view of the fetched bytes, or of the governor's file on this machine); bytes "
+          "otherwise.")
       .def(
           "wait", [](ObjectHandle& o) { o.live().wait(); }, Release(), "Blocks until the object is finished.")
       .def(
@@ -771,19 +772,22 @@ void bindSession(py::module_& m) {
           "fetch_all",
           [](SessionBox& s, py::handle objects, bool views) {
             auto list = objectsOf(objects, "fetch_all");
-            std::vector<std::string> values;
+            std::vector<ObjectBytes> values;
             {
               py::gil_scoped_release release;
-              values = s.live().fetchAll(list);
+              values = s.live().fetchAllMapped(list);
             }
             py::list out;
-            for (auto& value : values) out.append(views ? fetchedBuffer(std::move(value)) : py::bytes(value));
+            for (auto& value : values) {
+              out.append(views ? fetchedBuffer(std::move(value)) : py::bytes(value.data(), value.size()));
+            }
             return out;
           },
           py::arg("objects"), py::arg("views") = false,
           "The bytes of each object, in order, waiting for them: as many fetch() calls with every request in "
           "flight at once. Raises the TaskFailed of the first that will not be made. views: read-only buffers "
-          "that own the bytes (no copy; memoryview() of each) instead of bytes.")
+          "that own the bytes (no copy; memoryview() of each; a big blob held on this machine is a mapping of the "
+          "governor's file) instead of bytes.")
       .def("__enter__",
            [](py::object self) {
              self.cast<SessionBox&>().live();

@@ -132,6 +132,35 @@ def test_pickled_and_put_are_snapshots(session, driver):
     assert not got.flags.writeable
 
 
+def big_file_mappings():
+    """The files this process maps in regions of 16 MiB or more."""
+    found = set()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if end - start >= 16 * MB and len(fields) == 6 and fields[5].startswith("/"):
+                found.add(fields[5].strip())
+    return found
+
+
+def test_a_big_get_on_the_governors_machine_maps_its_file_without_a_copy(driver):
+    before = big_file_mappings()
+    ref = squall.put(np.full(4 * MB, 1.5))
+    got = squall.get(ref)
+    assert float(got.sum()) == 1.5 * 4 * MB and not got.flags.writeable
+    mapped = big_file_mappings() - before
+    assert len(mapped) == 1, mapped  # the object's file in the governor's store
+    # Still readable with every ref gone (the store may remove the file).
+    del ref
+    squall.get(squall.put(0))  # a sync: the object is released
+    assert float(got[-1]) == 1.5
+    del got
+    import gc
+    gc.collect()
+    assert not (big_file_mappings() - before)
+
+
 @squall.remote
 def first(x):
     return float(x[0])

@@ -60,6 +60,34 @@ enum class ObjectKind { BLOB, DIR, STREAM };
 class Session;
 class Task;
 
+// One object's bytes, as Session::fetchAllMapped gives them: in memory of
+// their own, or, for a big blob held by a governor on this machine, a
+// read-only mapping of the governor's file (no copy; the file stays
+// readable through the mapping even once the object is removed there).
+class ObjectBytes {
+ public:
+  ObjectBytes() = default;
+  explicit ObjectBytes(std::string text) : text_(std::move(text)) {}
+  ObjectBytes(ObjectBytes&& other) noexcept;
+  ObjectBytes& operator=(ObjectBytes&& other) noexcept;
+  ObjectBytes(const ObjectBytes&) = delete;
+  ObjectBytes& operator=(const ObjectBytes&) = delete;
+  ~ObjectBytes();
+
+  const char* data() const { return mapped_ != nullptr ? static_cast<const char*>(mapped_) : text_.data(); }
+  size_t size() const { return mapped_ != nullptr ? length_ : text_.size(); }
+  bool mapped() const { return mapped_ != nullptr; }
+  // The bytes as a string of their own (a copy when mapped).
+  std::string take();
+
+ private:
+  friend struct client::ClientImpl;
+  friend struct client::SessionImpl;
+  std::string text_;
+  void* mapped_ = nullptr;
+  size_t length_ = 0;
+};
+
 // What the server knows of a data object.
 struct ObjectInfo {
   uint64_t id;
@@ -505,9 +533,13 @@ class Session {
   // governor, not one per object). Throws the TaskFailed of the first, in
   // order, that will not be made.
   std::vector<std::string> fetchAll(const std::vector<DataObject>& objects);
+  // As fetchAll, but a blob of 1 MiB or more held by a governor on this
+  // machine comes as a read-only mapping of its file (ObjectBytes): no copy.
+  std::vector<ObjectBytes> fetchAllMapped(const std::vector<DataObject>& objects);
 
  private:
   friend class Client;
+  std::vector<ObjectBytes> fetchEach(const std::vector<DataObject>& objects, bool map);
   explicit Session(std::unique_ptr<client::SessionImpl> impl);
   std::unique_ptr<client::SessionImpl> impl;
 };
