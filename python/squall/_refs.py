@@ -14,6 +14,7 @@ Everything here runs on the thread that made the context, but for
 ObjectRef.__del__, which only appends to a list.
 """
 
+import asyncio
 import threading
 import time
 
@@ -39,6 +40,10 @@ UNKEEP_EVERY = 0.1
 # Actors whose last handle went are looked at no more often than this
 # (seconds): each look asks the server whether their calls have ended.
 ACTOR_CHECK = 0.05
+# `await ref` looks whether the ref is ready after AWAIT_FIRST seconds,
+# then twice as long each time, up to every AWAIT_EVERY seconds.
+AWAIT_FIRST = 0.001
+AWAIT_EVERY = 0.05
 # A task in these has ended.
 ENDED_STATES = ("finished", "failed", "cancelled", "skipped")
 
@@ -341,6 +346,23 @@ class ObjectRef:
 
     def __repr__(self):
         return f"ObjectRef({self.hex()})"
+
+    def __await__(self):
+        """`await ref` in a coroutine (an async actor's method, an asyncio
+        driver): the value get() gives (or its error raised), without
+        blocking the event loop while the task runs."""
+        return _awaited(self).__await__()
+
+
+async def _awaited(ref):
+    from . import _api
+    # The client waits on the calling thread: a look now and then (each
+    # one round trip) lets the loop run everything else meanwhile.
+    pause = AWAIT_FIRST
+    while not _api.wait([ref], timeout=0)[0]:
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, AWAIT_EVERY)
+    return _api.get(ref)
 
 
 def _unpickle_ref(session_id, object_id):

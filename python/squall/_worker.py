@@ -473,20 +473,29 @@ def call_method_concurrently(instance, config, inputs, output_count, paths, cont
     on its event loop, a threaded one's on its pool; done(outputs, None) or
     done(None, error text) ends it, from the thread it ran on. Calls start in
     the order they come; the executor lets actor_concurrency() be under way."""
-    call = _method_call(instance, config, inputs, output_count, paths)
+    # Its arguments are unpickled where it runs (the inputs live until
+    # done()): the refs and actor handles in them are that thread's, whose
+    # client is the one they are used through.
+    def call():
+        return _method_call(instance, config, inputs, output_count, paths)
+
     if _async_actor:
         asyncio.run_coroutine_threadsafe(_run_concurrent(done, context, call, True), _event_loop())
     else:
-        _thread_pool().submit(lambda: _run_now(_run_concurrent(done, context, call, False), call[0]))
+        _thread_pool().submit(lambda: _run_now(_run_concurrent(done, context, call, False), "a method call"))
 
 
-async def _run_concurrent(done, context, call, awaits):
-    """Runs a concurrent call and ends it through done(). `awaits`: on the
-    async actor's event loop (a coroutine's result is awaited); otherwise
-    on a thread of the pool, where this never suspends (_run_now)."""
-    name, bound, args, kwargs, values, output_codecs, options = call
+async def _run_concurrent(done, context, make_call, awaits):
+    """Runs a concurrent call (its parts made by make_call()) and ends it
+    through done(). `awaits`: on the async actor's event loop (a
+    coroutine's result is awaited); otherwise on a thread of the pool,
+    where this never suspends (_run_now)."""
     token = _concurrent_call.set(context)
     try:
+        # Only actors of Ray's model take concurrent calls: the handles in
+        # the arguments are of that model too.
+        with _RayCall():
+            name, bound, args, kwargs, values, output_codecs, options = make_call()
         if options is not None:
             outputs = await _ray_outputs(name, bound, args, kwargs, values, output_codecs, options, awaits=awaits)
         else:

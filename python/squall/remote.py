@@ -613,6 +613,12 @@ class ActorMethod:
         they were made."""
         handle = self._handle
         context = handle._ray_context
+        if context is None:
+            # A handle that arrived in a task's arguments (unpickled before
+            # its Ray call began) is used in the model of where it is used.
+            here = _ray_context()
+            if here is not None and here.session.id == handle.actor.session_id:
+                context = handle._ray_context = here
         ray = {} if context is not None else None
         packed = _pack(self._name, args, kwargs, handle._session, lambda plain_args, plain_kwargs, codecs: (
             MAGIC, FORMAT, self._name, self._method, plain_args, plain_kwargs, codecs, self._codecs, ray), context)

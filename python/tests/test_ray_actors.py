@@ -188,3 +188,61 @@ def test_an_actors_methods_submit_and_get_tasks_of_their_own(driver):
 def test_max_concurrency_below_one_is_refused():
     with pytest.raises(ValueError, match="max_concurrency"):
         ThreadedHolder.options(max_concurrency=0)
+
+
+@ray.remote
+class Gate:
+    """Lets whoever waits through once it is opened."""
+
+    def __init__(self):
+        self.opened = asyncio.Event()
+
+    async def wait(self):
+        await asyncio.wait_for(self.opened.wait(), T)
+        return "through"
+
+    async def open(self):
+        self.opened.set()
+
+
+@ray.remote
+def reciprocal(x):
+    return 1 / x
+
+
+@ray.remote
+def pass_gate(gate):
+    return ray.get(gate.wait.remote())
+
+
+@ray.remote
+class Awaiter:
+    async def through(self, gate):
+        return await pass_gate.remote(gate)
+
+    async def open(self, gate):
+        await gate.open.remote()
+        return "opened"
+
+
+def test_await_on_a_ref_leaves_the_actors_loop_free_meanwhile(driver):
+    """Ray: in an async actor `await ref` waits without blocking the event
+    loop: a call made after it runs meanwhile (here the one that lets the
+    awaited task end, so a blocking wait would never end)."""
+    gate, awaiter = Gate.remote(), Awaiter.remote()
+    waiting = awaiter.through.remote(gate)
+    assert ray.get(awaiter.open.remote(gate), timeout=T) == "opened"
+    assert ray.get(waiting, timeout=T) == "through"
+
+
+def test_a_driver_awaits_refs_in_asyncio(driver):
+    """Ray: refs are awaitable in the driver too (asyncio.gather over them),
+    and a failed task's error is raised at the await."""
+
+    async def main():
+        values = await asyncio.gather(square.remote(2), square.remote(3))
+        with pytest.raises(ZeroDivisionError):
+            await reciprocal.remote(0)
+        return values
+
+    assert asyncio.run(main()) == [4, 9]
