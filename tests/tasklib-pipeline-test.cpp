@@ -162,7 +162,8 @@ TEST(TasklibPipelineTest, ACallGivenBackRunsOnlyWhereItWentBackTo) {
   for (int i = 0; i < 8; i++) quick.push_back(session.call("testfn/act", {session.blob("q" + std::to_string(i))}, "log=" + log.string()));
   session.submit();
   session.waitAll();  // the slow call too: its process had the time to run what it held
-  ASSERT_EQ(pc.count("event=executor-call-overran"), 1u);
+  // (The brief call may overrun too on a starved machine: at least one.)
+  ASSERT_GE(pc.count("event=executor-call-overran"), 1u);
   std::ifstream in(log);
   std::multiset<std::string> runs;
   for (std::string line; std::getline(in, line);) runs.insert(line);
