@@ -82,13 +82,17 @@ kj::Promise<void> recordDirectCalls(ServerContext& context, uint64_t sessionId, 
   auto& target = *submission;
   return target.commitThen([](uint64_t, uint64_t) {})
       .attach(kj::mv(submission))
-      .catch_([&context, sessionId, ids = kj::mv(ids)](kj::Exception&& e) {
+      .catch_([&context, sessionId, graphs, governor, ids = kj::mv(ids)](kj::Exception&& e) -> kj::Promise<void> {
         // Recorded meanwhile by the other way (the governor's report and
-        // the client's recordDirect crossed while both were written): done.
+        // the client's recordDirect crossed while both were written): done
+        // when all were; when only some were (the governor reports each
+        // call as it ends, the client records them together), the others
+        // are recorded again without them. Each retry follows progress.
         KJ_IF_MAYBE(session, context.sessions.find(sessionId)) {
-          bool all = true;
-          for (auto n : ids) all = all && session->tasks.count(n) != 0;
-          if (all) return;
+          size_t known = 0;
+          for (auto n : ids) known += session->tasks.count(n);
+          if (known == ids.size()) return kj::READY_NOW;
+          if (known > 0) return recordDirectCalls(context, sessionId, graphs, governor);
         }
         kj::throwFatalException(kj::mv(e));
       });
