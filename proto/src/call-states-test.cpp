@@ -45,6 +45,7 @@ TEST(CallStatesTest, EverySlotCanBeTakenAndThenNoneIsLeft) {
 TEST(CallStatesTest, ANumberOutsideTheTableIsRefused) {
   auto executor = CallStates::map(CallStates::create()->duplicateFd());
   EXPECT_ANY_THROW(executor->start(0));
+  EXPECT_FALSE(CallStates::create()->drop(0));
   EXPECT_ANY_THROW(executor->start(CallStates::SLOTS + 1));
 }
 

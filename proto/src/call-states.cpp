@@ -78,6 +78,7 @@ void CallStates::release(uint32_t n) {
 }
 
 bool CallStates::drop(uint32_t n) {
+  if (n == 0) return false;
   uint32_t expected = QUEUED;
   return at(n).compare_exchange_strong(expected, DROPPED, std::memory_order_acq_rel);
 }

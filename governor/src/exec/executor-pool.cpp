@@ -518,7 +518,7 @@ size_t ExecutorPool::giveBackQueued(Worker& worker, const char* why) {
     auto& slot = *worker.queue[i];
     // Only what the process has not started (it may have run calls whose
     // answers are on their way); it answers these without running them.
-    if (slot.lease == nullptr || slot.state == 0 || !worker.states->drop(slot.state)) continue;
+    if (slot.lease == nullptr || !worker.states->drop(slot.state)) continue;
     auto& lease = *slot.lease;
     lease.slot = nullptr;
     slot.lease = nullptr;
@@ -565,7 +565,7 @@ ExecutorLease::~ExecutorLease() noexcept(false) {
     // started. Waiting: it does not run there (unless it just started).
     if (started_) {
       kill();
-    } else if (slot->state != 0) {
+    } else {
       worker.states->drop(slot->state);
     }
   }

@@ -35,9 +35,11 @@ class CallStates {
   // Governor: a free slot, now QUEUED; its number (1..SLOTS), or 0 when
   // every slot is taken (the call then cannot be taken back).
   uint32_t take();
-  // Governor: the call of slot `n` was answered; the slot is free again.
+  // Governor: the call of slot `n` was answered; the slot is free again
+  // (nothing for 0).
   void release(uint32_t n);
-  // Governor: QUEUED -> DROPPED. False when the executor started it first.
+  // Governor: QUEUED -> DROPPED. False when the executor started it first
+  // (or for 0: a call without a state cannot be taken back).
   bool drop(uint32_t n);
   // Executor: QUEUED -> STARTED. False when the governor dropped it
   // first. Throws for a number outside the table.
