@@ -12,8 +12,12 @@ both in direct calls:
   refused the whole record ("id N is already used") instead of recording the
   rest. Fixed (server/src/services/submission.cpp, recordDirectCalls): none
   in 1,350 rounds since.
-- open: a call out of order, once in 900 rounds (`[5, 1, 2, 3, 4]`: the
-  first call ran last), which breaks the order of an actor's calls.
+- a call out of order, once in 900 rounds (`[5, 1, 2, 3, 4]`: the first
+  call ran last): the server told the client where the actor runs once it
+  had sent the assignment, and the first call could reach the governor
+  ahead of it (refused, then placed through the server behind the four
+  others). Fixed at stop 49 (ActorNode.heldBy: the address only once the
+  governor answered the assignment): none in 900 rounds since.
 
     PYTHONPATH=build/python tools/stress/direct-calls.py [--rounds 150] [--procs 3]
 """

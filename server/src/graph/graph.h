@@ -42,6 +42,13 @@ struct ActorNode {
   // Its name (ActorConfig.name), when named: reached from other sessions,
   // and its session outlives its client while it lives.
   std::string name;
+  // The governor that said it holds the actor (it answered the assignment,
+  // or reported the actor when it registered again); 0 while none has.
+  // Clients are told where an actor runs only then (ClientService.
+  // locateActor): a call sent straight to a governor the assignment had not
+  // reached yet was refused there and placed through the server, behind
+  // the calls sent right after it, which the governor took and ran first.
+  GovernorId heldBy = 0;
 };
 
 // Tasks joined by streams read live: a producer and its readers, and their

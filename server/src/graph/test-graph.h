@@ -39,6 +39,8 @@ struct TestTask {
   int32_t stdinInput = -1;
   uint64_t expectedMs = 0;  // the scheduler's hint (0: unknown)
   uint64_t parent = 0;      // the task that submitted it (0: a client)
+  // An actor of type executor/actorType (set: the task is one).
+  std::string actorType = {};
 };
 
 // An execute task running `program` with inputs and outputs at paths.
@@ -105,7 +107,11 @@ class TestGraph {
         out[k].setSession(session);
         out[k].setN(t.outputs[k]);
       }
-      if (t.args.empty()) {
+      if (!t.actorType.empty()) {
+        auto actor = ts[i].initConfig().initActor();
+        actor.setExecutor(t.actorType.substr(0, t.actorType.find('/')));
+        actor.setType(t.actorType.substr(t.actorType.find('/') + 1));
+      } else if (t.args.empty()) {
         ts[i].initConfig().setConcat();
       } else {
         auto e = ts[i].initConfig().initExecute();

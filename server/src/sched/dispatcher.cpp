@@ -390,11 +390,13 @@ void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assi
   auto req = governor.control.assignRequest();
   auto list = req.initTasks(which.size());
   std::vector<Id> sent;
+  std::vector<Id> actors;
   sent.reserve(which.size());
   for (size_t b = 0; b < which.size(); b++) {
     const Id& id = assign[which[b]];
     sent.push_back(id);
     auto& task = sessions.get(id.session).tasks.at(id.n);
+    if (task.isActor) actors.push_back(id);
     auto assignment = list[b];
     assignment.setTask(task.spec);
     assignment.setAttempt(task.attempt);
@@ -454,10 +456,23 @@ void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assi
   std::vector<Id> constantIds;
   for (auto* constant : constants) constantIds.push_back(constant->id);
   GovernorId gid = governor.id;
-  rpcs.add(req.send().ignoreResult().catch_(
+  rpcs.add(req.send().then(
+      [this, gid, actors = kj::mv(actors)](auto) { actorsHeld(gid, actors); },
       [this, gid, sent = kj::mv(sent), constantIds = kj::mv(constantIds)](kj::Exception&& e) {
         assignFailed(gid, sent, constantIds, kj::mv(e));
       }));
+}
+
+void Dispatcher::actorsHeld(GovernorId gid, const std::vector<Id>& actors) {
+  for (auto& id : actors) {
+    KJ_IF_MAYBE(session, sessions.find(id.session)) {
+      auto task = session->tasks.find(id.n);
+      auto actor = session->actors.find(id.n);
+      if (task == session->tasks.end() || actor == session->actors.end()) continue;
+      // Still placed there (not ended, lost or moved since).
+      if (task->second.state == TaskNode::State::ASSIGNED && task->second.governor == gid) actor->second.heldBy = gid;
+    }
+  }
 }
 
 void Dispatcher::assignFailed(GovernorId gid, const std::vector<Id>& sent, const std::vector<Id>& constants,

@@ -118,6 +118,9 @@ class Dispatcher final : private kj::TaskSet::ErrorHandler {
   // One assign call: the tasks assign[which...] and the constants.
   void sendAssign(GovernorState& governor, const std::vector<Id>& assign,
                   const std::vector<size_t>& which, const std::vector<ObjectNode*>& constants);
+  // The governor answered an assign carrying these actors: it holds them
+  // (ActorNode.heldBy).
+  void actorsHeld(GovernorId governor, const std::vector<Id>& actors);
   void assignFailed(GovernorId governor, const std::vector<Id>& sent, const std::vector<Id>& constants,
                     kj::Exception&& e);
   // Asks the order's governor to fetch its objects ahead of their readers.

@@ -183,7 +183,11 @@ class ClientServiceImpl final : public wire::ClientService::Server {
     SQUALL_REQUIRE(it != session.tasks.end() && it->second.isActor, "task ", params.getActor(), " of session ",
                    params.getSession(), " is not an actor");
     auto& task = it->second;
-    if (task.state == TaskNode::State::ASSIGNED) {
+    // Only once its governor said it holds it (ActorNode.heldBy): before,
+    // a call sent there could arrive ahead of the actor.
+    auto actor = session.actors.find(params.getActor());
+    if (task.state == TaskNode::State::ASSIGNED && actor != session.actors.end() &&
+        actor->second.heldBy == task.governor) {
       KJ_IF_MAYBE(governor, context.governors.find(task.governor)) {
         call.getResults().setAddress(governor->dataAddress);
         auto prefix = kj::str(actorTypeName(task.spec.getConfig().getActor()), ".");
