@@ -289,6 +289,12 @@ struct ObjectInfo {
   size @1 :UInt64;
   # xxh3-64 of a blob's bytes; of a dir's sorted (path, kind, bytes) list.
   hash @2 :UInt64;
+  # In a task's result: a small blob output's bytes, sent with it when
+  # asked (Assignment.inlineOutputBytes), so that a client waiting for the
+  # result needs no read from the governor. `inlined` says `data` holds
+  # them (a blob may be empty).
+  data @3 :Data;
+  inlined @4 :Bool;
 }
 
 # A task's outcome as a governor reports it.

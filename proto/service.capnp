@@ -416,6 +416,10 @@ struct Assignment {
   # arrival order among equals, so a task on the critical path that became
   # ready late does not wait behind a queue of side work.
   priority @7 :Float64;
+  # Some output is kept (a client may fetch it): blob outputs of at most
+  # this many bytes in all go with the result (ObjectInfo.data), so that a
+  # fetch is answered without a read from the governor; 0: none.
+  inlineOutputBytes @8 :UInt32;
 }
 
 struct InputLocation {

@@ -69,10 +69,12 @@ struct RawCall {
   std::string config = "0";
   uint64_t output;
   uint64_t constant = 0;
+  bool keep = false;
 
   void fill(wire::Graph::Builder graph) const {
     auto objects = graph.initObjects(constant != 0 ? 2 : 1);
     setId(objects[0].initId(), session, output);
+    objects[0].setKeep(keep);
     if (constant != 0) {
       setId(objects[1].initId(), session, constant);
       objects[1].setIsConstant(true);
@@ -97,17 +99,33 @@ wire::DataService::Client openData(kj::AsyncIoContext& io, kj::Own<RpcClient>& c
   return open.send().wait(io.waitScope).getService();
 }
 
-// Sends `call` to the governor at `address`: "" when it was taken (and
-// answered), else why it was refused.
-std::string callDirectly(const std::string& address, const RawCall& call) {
+// What a governor answered to a direct call: why it refused it ("": it
+// ran it), and the bytes of its output when the answer carried them.
+struct RawAnswer {
+  std::string refused;
+  std::optional<std::string> output;
+};
+
+RawAnswer answerTo(const std::string& address, const RawCall& call) {
   return onItsOwnLoop([&](kj::AsyncIoContext& io) {
     kj::Own<RpcClient> connection;
     auto data = openData(io, connection, address);
     auto req = data.callActorRequest();
     call.fill(req.initCall());
     auto answer = req.send().wait(io.waitScope);
-    return std::string(answer.getRefused().cStr());
+    RawAnswer raw{answer.getRefused().cStr(), std::nullopt};
+    if (answer.hasResult() && answer.getResult().getOutputs().size() == 1) {
+      auto output = answer.getResult().getOutputs()[0];
+      if (output.getInlined()) raw.output = std::string(output.getData().asChars().begin(), output.getData().size());
+    }
+    return raw;
   });
+}
+
+// Sends `call` to the governor at `address`: "" when it was taken (and
+// answered), else why it was refused.
+std::string callDirectly(const std::string& address, const RawCall& call) {
+  return answerTo(address, call).refused;
 }
 
 class Discard final : public wire::ByteSink::Server {
@@ -600,6 +618,49 @@ TEST_F(DirectChecksTest, ACallCutOffAfterItReachedTheGovernorRunsThereOnce) {
   unlink(theirs.c_str());
   unlink(mine.c_str());
   rmdir(dir);
+}
+
+// A direct call's kept small output comes back in its answer, as Ray's
+// small returns come in the task's reply: fetching it then asks neither
+// the server nor the governor (here it works with the server stopped). An
+// output not kept does not come back.
+TEST_F(DirectChecksTest, AKeptSmallOutputComesBackInItsDirectCallsAnswer) {
+  auto stopped = std::make_shared<std::atomic<bool>>(false);
+  auto options = patientClient(cluster->serverAddress());
+  options.whileBlocked = [stopped, patience = options.whileBlocked]() {
+    if (*stopped) throw Error("the fetch waited for an answer while the server was stopped");
+    patience();
+  };
+  Client client(options);
+  auto session = client.newSession("answered bytes");
+  // (Its first call went with the actor, through the server: the client
+  // asks where it runs at the next call, placed by then.)
+  auto counter = placedCounter(session);
+  auto call = counter.call("add", {}, "41");
+  call.output().keep();
+  session.submitAndWait({call});
+  pid_t server = cluster->server().pid();
+  ASSERT_EQ(kill(server, SIGSTOP), 0);
+  *stopped = true;
+  std::string value, error;
+  try {
+    value = call.output().fetch();
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  *stopped = false;
+  ASSERT_EQ(kill(server, SIGCONT), 0);
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(value, "41");
+
+  auto address = governorAddress(client);
+  std::pair<uint64_t, uint64_t> actor{session.id(), counter.id()};
+  auto kept = answerTo(address, RawCall{session.id(), 1u << 30, actor, "add", "1", (1u << 30) + 1, 0, true});
+  EXPECT_EQ(kept.refused, "");
+  EXPECT_EQ(kept.output.value_or("(not in the answer)"), "42");
+  auto unkept = answerTo(address, RawCall{session.id(), (1u << 30) + 2, actor, "add", "1", (1u << 30) + 3});
+  EXPECT_EQ(unkept.refused, "");
+  EXPECT_FALSE(unkept.output.has_value()) << *unkept.output;
 }
 
 }  // namespace

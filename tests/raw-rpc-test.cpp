@@ -556,6 +556,33 @@ TEST_F(RawRpcTest, OfTwoSubmitsRacingForTheSameIdsOnlyTheAppliedOneIsReplayed) {
   EXPECT_EQ(fetch.send().wait(io.waitScope).getLocation().getSize(), 5u);
 }
 
+// A kept output of at most CACHED_OUTPUT_BYTES (1 KiB) comes with its
+// task's result and the server answers its fetch with the bytes (no read
+// from the governor: a client waiting for one small result saves a round
+// trip); a bigger one is fetched from the governor that holds it.
+TEST_F(RawRpcTest, ASmallKeptOutputIsFetchedFromTheServerABigOneFromItsGovernor) {
+  ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
+  for (size_t size : {size_t(3), size_t(1024), size_t(1025)}) {
+    auto s = newSession();
+    std::string text(size, 'x');
+    ASSERT_EQ(submitGraph(s, [&](auto& add) { concatOfOneConstant(add, s, text); }), "");
+    auto fetch = service.fetchRequest();
+    fetch.setSession(s);
+    fetch.setIncarnation(incarnation);
+    fetch.setObject(2);
+    auto response = fetch.send().wait(io.waitScope);
+    auto location = response.getLocation();
+    EXPECT_EQ(location.getSize(), size);
+    if (size <= 1024) {
+      ASSERT_TRUE(location.isData()) << size << " bytes were not answered by the server";
+      EXPECT_EQ(std::string(location.getData().asChars().begin(), location.getData().size()), text);
+    } else {
+      ASSERT_TRUE(location.isGovernor()) << size << " bytes were answered by the server";
+      EXPECT_NE(std::string(location.getGovernor().cStr()), "");
+    }
+  }
+}
+
 TEST_F(RawRpcTest, UnknownSessionsAndObjectsAreNamed) {
   ASSERT_EQ(registerWith(wire::PROTOCOL_VERSION, "sesame"), "");
   auto req = service.getStateRequest();

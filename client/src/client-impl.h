@@ -281,6 +281,12 @@ struct DirectCall {
   std::string error;
   int exitStatus = -1;
   std::string stderrTail;
+  // Its kept outputs, and the bytes of those its answer carried (small
+  // blobs, governor's DIRECT_ANSWER_BYTES): a fetch of one is answered
+  // here, neither recorded first nor read from the governor. Dropped with
+  // unkeep, and with the call (pruneDirect).
+  std::vector<uint64_t> kept;
+  std::map<uint64_t, std::string> bytes;
   // The server has it (recordDirect answered; it may have had it before).
   bool recorded = false;
   // Its fate is the server's: the governor refused it (it is placed anew),
@@ -445,6 +451,9 @@ struct SessionImpl {
   const ActorPlace& actorPlace(uint64_t actor);
   // The direct call making `id` (a task or one of its outputs), if any.
   DirectCall* directOf(uint64_t id, uint64_t* task = nullptr);
+  // The bytes of object `id` that its direct call's answer carried (that
+  // call answered ok), or null.
+  const std::string* answeredBytes(uint64_t id);
   // Records (recordDirect) the direct calls named by `ids` (tasks or
   // objects; all when `all`) that the server may not know, so that a
   // request naming them finds them.

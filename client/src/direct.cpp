@@ -80,6 +80,13 @@ DirectCall* SessionImpl::directOf(uint64_t n, uint64_t* task) {
   return &it->second;
 }
 
+const std::string* SessionImpl::answeredBytes(uint64_t id) {
+  auto* call = directOf(id);
+  if (call == nullptr || !call->answered || !call->ok || call->viaServer) return nullptr;
+  auto it = call->bytes.find(id);
+  return it == call->bytes.end() ? nullptr : &it->second;
+}
+
 bool SessionImpl::sendDirect() {
   if (directOff || parent != 0 || tasks.empty() || tasks.size() > MAX_DIRECT_CALLS) return false;
   // A connection that broke while this thread was away from the loop (a
@@ -162,6 +169,9 @@ void SessionImpl::sendOne(const LocalTask& t, const std::string& address,
   call.address = address;
   call.connection = client.dataConnection[address];
   call.outputs = t.outputs;
+  for (auto out : t.outputs) {
+    if (byId.at(out)->keep) call.kept.push_back(out);
+  }
   call.name = t.name;
   {
     capnp::MallocMessageBuilder copy(graph.totalSize().wordCount + 8);
@@ -199,6 +209,15 @@ void SessionImpl::answered(uint64_t n, capnp::Response<wire::DataService::CallAc
   call.error = result.getError().cStr();
   call.exitStatus = result.getExitStatus();
   call.stderrTail = result.getStderrTail().cStr();
+  for (auto output : result.getOutputs()) {
+    uint64_t out = output.getId().getN();
+    if (!output.getInlined() || output.getData().size() != output.getSize() ||
+        std::find(call.kept.begin(), call.kept.end(), out) == call.kept.end()) {
+      continue;
+    }
+    auto data = output.getData();
+    call.bytes[out].assign(reinterpret_cast<const char*>(data.begin()), data.size());
+  }
 }
 
 kj::Promise<void> SessionImpl::cutOff(uint64_t n, kj::Exception&& e) {

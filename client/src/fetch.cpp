@@ -71,8 +71,18 @@ class SinkImpl final : public wire::ByteSink::Server {
 void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
   checkOpen();
   if (directOf(n) != nullptr) {
-    // Made by a direct call: once it ends, the server has it too.
     wait({n}, false, nullptr);
+    // A small blob its answer carried; else, once recorded, the server
+    // has it too.
+    if (auto* bytes = answeredBytes(n)) {
+      SQUALL_REQUIRE(!expect || *expect == ObjectKind::BLOB, "object ", n, " is a blob, not a dir");
+      if (text) text->assign(*bytes);
+      if (file) {
+        SQUALL_REQUIRE(fwrite(bytes->data(), 1, bytes->size(), file) == bytes->size(),
+                       "cannot write fetched data: ", strerror(errno));
+      }
+      return;
+    }
     recordNamed({n});
   }
   // It waits for an object not yet made: a function gives its cpus back
@@ -133,20 +143,32 @@ std::vector<ObjectBytes> SessionImpl::fetchAll(const std::vector<uint64_t>& all,
     }
     return values;
   }
-  const auto& ids = all;
   checkOpen();
+  std::vector<ObjectBytes> values(all.size());
+  // Those the server is asked for, and where each goes in `values`.
+  std::vector<uint64_t> ids;
+  std::vector<size_t> at;
   std::vector<uint64_t> directIds;
-  for (auto n : ids) {
+  for (auto n : all) {
     if (directOf(n) != nullptr) directIds.push_back(n);
   }
-  if (!directIds.empty()) {
-    // Made by direct calls: once they end, the server has them too.
-    wait(directIds, false, nullptr);
-    recordNamed(directIds);
+  if (!directIds.empty()) wait(directIds, false, nullptr);
+  directIds.clear();
+  for (size_t i = 0; i < all.size(); i++) {
+    // Small blobs their direct calls' answers carried are here already.
+    if (auto* bytes = answeredBytes(all[i])) {
+      values[i].text_ = *bytes;
+      continue;
+    }
+    if (directOf(all[i]) != nullptr) directIds.push_back(all[i]);
+    ids.push_back(all[i]);
+    at.push_back(i);
   }
+  if (ids.empty()) return values;
+  // Made by direct calls: once recorded, the server has them too.
+  recordNamed(directIds);
   if (client.aroundWait) client.aroundWait(true);
   KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
-  std::vector<ObjectBytes> values(ids.size());
   whileOpen([&]() { client.guard([&]() {
     using Answer = capnp::Response<wire::ClientService::FetchResults>;
     std::vector<kj::Maybe<Answer>> answers(ids.size());
@@ -173,16 +195,16 @@ std::vector<ObjectBytes> SessionImpl::fetchAll(const std::vector<uint64_t>& all,
       auto location = KJ_ASSERT_NONNULL(answers[i]).getLocation();
       if (location.isData()) {
         auto data = location.getData();
-        values[i].text_.assign(reinterpret_cast<const char*>(data.begin()), data.size());
+        values[at[i]].text_.assign(reinterpret_cast<const char*>(data.begin()), data.size());
         continue;
       }
       if (map && client.readLocal(location.getGovernor().cStr(), location.getId(), location.getSize(), nullptr,
-                                  nullptr, &values[i])) {
+                                  nullptr, &values[at[i]])) {
         sizes[i] = received[i] = location.getSize();
         continue;
       }
-      reserveFor(values[i].text_, location.getSize());
-      if (client.readLocal(location.getGovernor().cStr(), location.getId(), location.getSize(), &values[i].text_,
+      reserveFor(values[at[i]].text_, location.getSize());
+      if (client.readLocal(location.getGovernor().cStr(), location.getId(), location.getSize(), &values[at[i]].text_,
                            nullptr)) {
         sizes[i] = received[i] = location.getSize();
         continue;
@@ -191,7 +213,7 @@ std::vector<ObjectBytes> SessionImpl::fetchAll(const std::vector<uint64_t>& all,
       read.setId(location.getId());
       read.setOffset(0);
       read.setCompress(false);
-      read.setSink(kj::heap<SinkImpl>(&values[i].text_, nullptr, received[i]));
+      read.setSink(kj::heap<SinkImpl>(&values[at[i]].text_, nullptr, received[i]));
       reads.add(read.send().then([&sizes, i](auto&& result) { sizes[i] = result.getSize(); }));
     }
     client.block(kj::joinPromises(reads.releaseAsArray()));

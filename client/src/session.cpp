@@ -715,6 +715,9 @@ void Session::unkeep(const std::vector<DataObject>& objects) {
   std::vector<uint64_t> ids;
   for (auto& o : objects) ids.push_back(o.id());
   impl->recordNamed(ids);
+  for (auto id : ids) {
+    if (auto* call = impl->directOf(id)) call->bytes.erase(id);
+  }
   impl->whileOpen([&]() {
     impl->client.retrying([&]() {
       auto req = impl->client.svc().unkeepRequest();

@@ -236,7 +236,7 @@ def get(object_refs: Union[ObjectRef, Sequence[ObjectRef]], *, timeout: Optional
     if not refs:
         return []
     ctx = _context_of(refs)
-    ctx.sync()
+    ctx.sync(waiting_for=refs if timeout is None else None)
     if timeout is not None:
         if timeout < 0:
             raise ValueError(f"get: timeout must be >= 0, not {timeout}")

@@ -93,14 +93,23 @@ class Context:
         if self.built >= BATCH_MAX or now - self.batch_start >= BATCH_WINDOW:
             self.sync()
 
-    def sync(self):
+    def sync(self, waiting_for=None):
         """Submits what was built, then unkeeps released objects and ends
-        actors whose last handle went once their calls are done."""
+        actors whose last handle went once their calls are done. With
+        `waiting_for` (refs a get is about to read), the submit also waits
+        for their tasks: one round trip instead of a submit and a wait."""
         self.check_thread()
         if self.built:
             self.built = 0
+            tasks = [r._task for r in waiting_for or () if r._task is not None]
             try:
-                self.session.submit()
+                if tasks and len(tasks) == len(waiting_for):
+                    try:
+                        self.session.submit_and_wait(tasks)
+                    except _squall.TaskFailed:
+                        pass  # an error is a value: the get raises it
+                else:
+                    self.session.submit()
             finally:
                 self.last_sync = time.monotonic()
         if self.released and (len(self.released) >= UNKEEP_BATCH or

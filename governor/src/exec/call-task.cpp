@@ -95,7 +95,7 @@ kj::Array<kj::Promise<kj::Maybe<OutputInfo>>> adoptOutputs(TaskEnv& env, wire::A
     }
     anyFile = anyFile || outputs[i].isFile();
     adopted.add(adoptOutput(env, Id::from(ids[i]), kinds[i], outputs[i], outDir.path(), what)
-                    .then([](OutputInfo info) { return kj::Maybe<OutputInfo>(info); }));
+                    .then([](OutputInfo info) { return kj::Maybe<OutputInfo>(kj::mv(info)); }));
   }
   if (!anyFile) outDir.release();
   return adopted.finish();
@@ -356,7 +356,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
                     size_t nextStream = 0;  // stream outputs' results come in their order
                     for (uint i = 0; i < end.outputs.size(); i++) {
                       KJ_IF_MAYBE(info, end.outputs[i]) {
-                        outcome.outputs.add(*info);
+                        outcome.outputs.add(kj::mv(*info));
                       } else {
                         auto& r = streams[nextStream++];
                         outcome.outputs.add(OutputInfo{Id::from(ids[i]), r.size, r.hash});
@@ -447,7 +447,7 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
                   TaskOutcome outcome;
                   outcome.id = taskId;
                   outcome.ok = true;
-                  for (auto& info : done) outcome.outputs.add(KJ_ASSERT_NONNULL(info));
+                  for (auto& info : done) outcome.outputs.add(kj::mv(KJ_ASSERT_NONNULL(info)));
                   return outcome;
                 });
           },

@@ -115,7 +115,12 @@ kj::Promise<DirectCallPort::Answer> DirectCalls::callActor(wire::Graph::Reader c
     locations[i].setSize(constant.getData().size());
   }
   auto kinds = assignment.initOutputKinds(task.getOutputs().size());
-  for (uint i = 0; i < kinds.size(); i++) kinds.set(i, objects.at(task.getOutputs()[i].getN()).getKind());
+  for (uint i = 0; i < kinds.size(); i++) {
+    auto output = objects.at(task.getOutputs()[i].getN());
+    kinds.set(i, output.getKind());
+    // Its answer carries kept small outputs to the client that waits.
+    if (output.getKeep()) assignment.setInlineOutputBytes(DIRECT_ANSWER_BYTES);
+  }
   logger.debug("event=direct-call task={}", kj::str(id).cStr());
   taskQueue.assign(assignment.asReader());
   return kj::mv(paf.promise);

@@ -23,6 +23,11 @@ namespace squall {
 
 class TaskQueue;
 
+// The most bytes of kept blob outputs a direct call's answer carries: the
+// client that waits for it then reads them from the answer (as Ray's
+// owner gets small returns in the task's reply, up to 100 KiB).
+constexpr uint32_t DIRECT_ANSWER_BYTES = 64 * 1024;
+
 class DirectCalls final : public DirectCallPort {
  public:
   DirectCalls(ObjectStore& store, ActorHosts& actors, kj::StringPtr governorName, spdlog::logger& logger)

@@ -1,6 +1,8 @@
 // TaskOutcome helpers. Any thread.
 #include "task-outcome.h"
 
+#include "object-store.h"
+
 #include <capnp/serialize.h>
 #include <chrono>
 
@@ -33,6 +35,10 @@ void TaskOutcome::toWire(wire::TaskResult::Builder builder) const {
     outputs[i].id.to(list[i].initId());
     list[i].setSize(outputs[i].size);
     list[i].setHash(outputs[i].hash);
+    if (outputs[i].bytes.get() != nullptr) {
+      list[i].setData(outputs[i].bytes->bytes);
+      list[i].setInlined(true);
+    }
   }
   builder.setStartTimeUs(startTimeUs);
   builder.setDurationUs(durationUs);
@@ -47,8 +53,22 @@ void TaskOutcome::toWire(wire::TaskResult::Builder builder) const {
 }
 
 size_t TaskOutcome::wireSize() const {
-  return 128 + error.size() + stderrTail.size() + stdoutTail.size() + outputs.size() * 48 +
+  size_t inlined = 0;
+  for (auto& output : outputs) inlined += output.bytes.get() != nullptr ? output.bytes->bytes.size() : 0;
+  return 128 + error.size() + stderrTail.size() + stdoutTail.size() + outputs.size() * 48 + inlined +
          direct.size() * sizeof(capnp::word);
+}
+
+void TaskOutcome::inlineSmallOutputs(const ObjectStore& store, size_t budget) {
+  for (auto& output : outputs) {
+    if (output.size > budget) continue;
+    KJ_IF_MAYBE(data, store.data(output.id)) {
+      // Small blobs are held in memory (a dir's data is its path).
+      if (!data->is<kj::Own<const Blob>>()) continue;
+      output.bytes = kj::mv(data->get<kj::Own<const Blob>>());
+      budget -= output.size;
+    }
+  }
 }
 
 uint64_t wallClockUs() {

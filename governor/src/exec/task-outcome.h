@@ -2,6 +2,8 @@
 // Plain values; any thread.
 #pragma once
 
+#include "blob.h"
+
 #include <capnp/common.h>
 #include <cstdint>
 #include <kj/array.h>
@@ -12,10 +14,15 @@
 
 namespace squall {
 
+class ObjectStore;
+
 struct OutputInfo {
   Id id;
   uint64_t size = 0;
   uint64_t hash = 0;
+  // A small blob's bytes, sent with the result (ObjectInfo.data); null
+  // when not sent.
+  kj::Own<const Blob> bytes{};
 };
 
 // Something that must know when an outcome is forgotten (delivered to the
@@ -57,6 +64,9 @@ struct TaskOutcome {
   void toWire(wire::TaskResult::Builder builder) const;
   // Rough bytes this result takes in a message, for batch limits.
   size_t wireSize() const;
+  // Attaches the bytes of blob outputs held in `store`, up to `budget`
+  // bytes in all (Assignment.inlineOutputBytes).
+  void inlineSmallOutputs(const ObjectStore& store, size_t budget);
 };
 
 // Wall clock, microseconds since the Unix epoch.

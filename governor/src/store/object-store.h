@@ -25,6 +25,7 @@
 // the pool. A dir is read as a tar archive produced while it is sent.
 #pragma once
 
+#include "blob.h"
 #include "file-ops.h"
 #include "tar-archive.h"
 #include "uv-bridge.h"
@@ -41,12 +42,6 @@
 namespace squall {
 
 constexpr size_t SMALL_OBJECT_SIZE = 64 * 1024;
-
-// Immutable bytes shared between the loop and pool jobs.
-struct Blob final : public kj::AtomicRefcounted {
-  explicit Blob(kj::Array<const kj::byte> bytes) : bytes(kj::mv(bytes)) {}
-  kj::Array<const kj::byte> bytes;
-};
 
 struct ObjectMeta {
   wire::ObjectKind kind = wire::ObjectKind::BLOB;

@@ -26,6 +26,11 @@ struct Session;
 // the order they were submitted in (docs/actors.md). Calls are placed on
 // the actor's governor, in turn order, once the actor task is placed;
 // a call not ready yet holds back the calls behind it.
+// The most bytes of a kept output's result the server keeps to answer its
+// fetch (ObjectNode.data): small results (a pickled number, a short
+// string) are what a client waiting for one task fetches most.
+constexpr uint32_t CACHED_OUTPUT_BYTES = 1024;
+
 struct ActorNode {
   TaskNode* task = nullptr;
   // The next call's turn.
@@ -86,8 +91,12 @@ struct ObjectNode {
   // not `constant` (the server never has its bytes), held there like a
   // task's output, with no task to make it again if that copy is lost.
   std::string uploadedTo;
-  // A constant's bytes; freed when the object is removed.
+  // A constant's bytes, or a kept blob output's when it came with its
+  // task's result (`cached`; at most CACHED_OUTPUT_BYTES): a fetch is then
+  // answered here, without a read from its governor. Freed when the object
+  // is removed; not logged (after a restart fetches read the governor).
   std::vector<kj::byte> data;
+  bool cached = false;
   TaskNode* producer = nullptr;
   // Tasks that need it finished (a stream: read after its end).
   std::vector<TaskNode*> consumers;

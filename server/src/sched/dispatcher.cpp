@@ -437,6 +437,8 @@ void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assi
     for (uint i = 0; i < task.outputs.size(); i++) {
       auto& output = *task.outputs[i];
       kinds.set(i, output.kind);
+      // A kept small blob comes back with the result, for its fetch.
+      if (output.keep && output.kind == wire::ObjectKind::BLOB) assignment.setInlineOutputBytes(CACHED_OUTPUT_BYTES);
       if (output.kind != wire::ObjectKind::STREAM) continue;
       // Stored as it flows when kept or read after its end; readers added
       // by later submits must then find it stored (see PendingSubmit).
