@@ -264,12 +264,33 @@ TEST_F(PipelineRunTest, WordFrequencyMatchesPlainShellByteForByte) {
   for (auto& entry : fs::recursive_directory_iterator(ws.dir / "out" / "report")) entries += entry.is_regular_file();
   EXPECT_EQ(entries, 5u);
 
-  // Run again: collected dirs and stored files are replaced, not merged.
-  writeFile(ws.dir / "out" / "report" / "stale.txt", "old");
+  // Run again: a collected dir merges into the directory there (issue 41
+  // point 7: `collect` wiped a user's file): its files replace theirs, the
+  // user's own stay, and the dry run says so.
+  auto report = ws.dir / "out" / "report";
+  writeFile(report / "precious.txt", "mine");
+  writeFile(report / "totals.txt", "old");
+  auto dry = squall(ws.dir, "127.0.0.1:1", "run --dry-run wordfreq.toml");
+  EXPECT_NE(dry.out.find(report.string() + " (a directory is there: merged into it, nothing of it removed)"),
+            std::string::npos)
+      << dry.out << dry.err;
   result = run(ws.dir, "run wordfreq.toml");
   ASSERT_EQ(result.status, 0) << result.out << result.err;
-  EXPECT_FALSE(fs::exists(ws.dir / "out" / "report" / "stale.txt"));
-  EXPECT_EQ(slurp(ws.dir / "out" / "report" / "totals.txt"), expected);
+  EXPECT_EQ(slurp(report / "precious.txt"), "mine");
+  EXPECT_EQ(slurp(report / "totals.txt"), expected);
+  // Where a file of the output would replace a directory of the user's,
+  // the collect is refused and nothing there changes.
+  fs::remove(report / "totals.txt");
+  writeFile(report / "totals.txt" / "keep.txt", "kept");
+  writeFile(report / "parts" / "0.txt", "old part");
+  result = run(ws.dir, "run wordfreq.toml");
+  EXPECT_EQ(result.status, 1) << result.out << result.err;
+  EXPECT_NE(result.err.find("totals.txt' is a directory; it is not replaced by a file"), std::string::npos)
+      << result.err;
+  EXPECT_EQ(slurp(report / "totals.txt" / "keep.txt"), "kept");
+  EXPECT_EQ(slurp(report / "parts" / "0.txt"), "old part");
+  EXPECT_EQ(slurp(report / "precious.txt"), "mine");
+  EXPECT_FALSE(fs::exists(report.string() + ".squall-partial"));
 }
 
 // What can only go wrong on a governor, each in its own run: the run exits

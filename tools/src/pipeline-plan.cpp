@@ -484,6 +484,25 @@ std::string quoted(const std::string& arg) {
   return out + "'";
 }
 
+namespace {
+
+// What collecting into `path` will do with what is there (run-command.cpp,
+// writeCollected), for the dry run.
+std::string collectNote(const std::string& path, ObjectKind kind) {
+  if (path == "-") return "";
+  std::error_code ec;
+  auto there = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(there)) return "";
+  bool dir = fs::is_directory(there);
+  if (kind == ObjectKind::DIR) {
+    return dir ? " (a directory is there: merged into it, nothing of it removed)"
+               : " (refused: something that is not a directory is there)";
+  }
+  return dir ? " (refused: a directory is there)" : " (replaces the file there)";
+}
+
+}  // namespace
+
 // A config as a dry run shows it: short text as it is, else its size.
 std::string describeConfig(const std::string& config) {
   bool text = config.size() <= 60 && std::none_of(config.begin(), config.end(), [](char c) {
@@ -576,7 +595,9 @@ std::string describePlan(const PipelinePlan& plan) {
       out << "  output  " << o.name
           << (o.kind == ObjectKind::DIR ? " (dir)" : o.kind == ObjectKind::STREAM ? " (stream)" : "");
       if (task.kind == PlannedTask::Kind::EXECUTE) out << " <- " << (o.path.empty() ? "stdout" : o.path);
-      if (!o.collect.empty()) out << " => " << (o.collect == "-" ? "standard output" : o.collect);
+      if (!o.collect.empty()) {
+        out << " => " << (o.collect == "-" ? "standard output" : o.collect) << collectNote(o.collect, o.kind);
+      }
       out << "\n";
     }
   }

@@ -25,21 +25,68 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// Writes a finished output to its local path, replacing what was there only
-// once the new bytes are all here (fetched beside it, then renamed).
+// Moves what `from` holds into the directory `into`, entry by entry: a
+// file replaces the file of its name, a directory merges into the one of
+// its name; what `into` holds besides is left alone. With `check`, moves
+// nothing and throws where it would have to put a file where a directory
+// is, or a directory where something else is (so a refused merge leaves
+// `into` as it was).
+void mergeInto(const fs::path& from, const fs::path& into, bool check) {
+  for (auto& entry : fs::directory_iterator(from)) {
+    auto target = into / entry.path().filename();
+    auto there = fs::symlink_status(target);
+    if (entry.is_directory() && !entry.is_symlink()) {
+      if (fs::exists(there) && !fs::is_directory(there)) {
+        throw std::runtime_error("'" + target.string() + "' is there and is not a directory; it is not replaced");
+      }
+      if (fs::exists(there)) {
+        mergeInto(entry.path(), target, check);
+      } else if (!check) {
+        fs::rename(entry.path(), target);
+      }
+    } else {
+      if (fs::is_directory(there)) {
+        throw std::runtime_error("'" + target.string() + "' is a directory; it is not replaced by a file");
+      }
+      if (!check) fs::rename(entry.path(), target);
+    }
+  }
+}
+
+// Writes a finished output to its local path once its bytes are all here
+// (fetched beside it first). Nothing of the user's is deleted: a file
+// output replaces only a file (as `>` would), a dir output is merged into a
+// directory that is there (docs/pipelines.md, "Collecting results").
 void writeCollected(const CollectTarget& target) {
   fs::path path(target.path);
   if (path.has_parent_path()) fs::create_directories(path.parent_path());
   fs::path partial = path.string() + ".squall-partial";
   fs::remove_all(partial);
+  auto there = fs::symlink_status(path);
+  bool isDir = fs::is_directory(there);
+  if (target.kind == ObjectKind::DIR && fs::exists(there) && !isDir) {
+    throw std::runtime_error("'" + path.string() + "' is there and is not a directory; it is not replaced");
+  }
+  if (target.kind != ObjectKind::DIR && isDir) {
+    throw std::runtime_error("'" + path.string() + "' is a directory; it is not replaced by a file");
+  }
   if (target.kind == ObjectKind::DIR) {
     target.object.fetchDir(partial.string());
   } else {
     target.object.fetchToFile(partial.string());
   }
-  std::error_code ec;
-  if (fs::is_directory(fs::symlink_status(path, ec))) fs::remove_all(path);
-  fs::rename(partial, path);
+  if (target.kind == ObjectKind::DIR && isDir) {
+    try {
+      mergeInto(partial, path, true);
+      mergeInto(partial, path, false);
+    } catch (...) {
+      fs::remove_all(partial);
+      throw;
+    }
+    fs::remove_all(partial);
+  } else {
+    fs::rename(partial, path);
+  }
 }
 
 std::string indent(const std::string& text, const char* prefix) {
