@@ -22,6 +22,7 @@
 #include "uv-bridge.h"
 
 #include <CLI/CLI.hpp>
+#include <squall/proto/version.h>
 #include <capnp/rpc.h>
 #include <climits>
 #include <csignal>
@@ -542,6 +543,7 @@ int main(int argc, char** argv) {
   flags.cpus = squall::detectCpus();
 
   CLI::App app{"squall-governor: runs the tasks a squall server assigns to this node"};
+  app.set_version_flag("--version", squall::versionText("squall-governor"));
   app.add_option("--server", flags.server, "server address HOST:PORT (default $SQUALL_SERVER or 127.0.0.1:7210)");
   app.add_option("--listen", flags.listen, "address of the data service HOST:PORT (port 0: any free port)");
   app.add_option("--work-dir", flags.workDir, "directory for objects and task sandboxes (default: a new temp dir)");
@@ -643,6 +645,8 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     app.exit(e);

@@ -7,6 +7,7 @@
 #include "session-log.h"
 
 #include <CLI/CLI.hpp>
+#include <squall/proto/version.h>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -41,6 +42,7 @@ constexpr const char* EXPOSED = "run any program as the governors' users";
 
 int main(int argc, char** argv) {
   CLI::App app{"squall-server: sessions, the task graph and scheduling for squall governors"};
+  app.set_version_flag("--version", squall::versionText("squall-server"));
   std::string listen = "127.0.0.1:" + std::to_string(squall::SERVER_PORT);
   std::string http = "127.0.0.1:" + std::to_string(squall::STATUS_HTTP_PORT);
   std::string token, tokenFile, logLevel = "info";

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <squall/client/client.h>
 #include <squall/tools/local-cluster.h>
+#include <squall/proto/version.h>
+#include <squall/wire/common.capnp.h>
 
 #include "command-output.h"
 #include "isolation-probe.h"
@@ -183,6 +185,17 @@ class PortHolder {
  private:
   int fd;
 };
+
+// Issue 41 point 11: every program says its release and the protocol it
+// speaks (the flag was "unexpected").
+TEST(CliVersionTest, EveryProgramPrintsItsReleaseAndProtocol) {
+  for (const char* program : {"squall", "squall-server", "squall-governor"}) {
+    auto [out, status] = commandOutput("'" + findProgram(program) + "' --version 2>&1");
+    EXPECT_EQ(status, 0) << program << ": " << out;
+    EXPECT_EQ(out, std::string(program) + " " + versionText("").substr(1) + "\n");
+    EXPECT_NE(out.find("(protocol " + std::to_string(wire::PROTOCOL_VERSION) + ")"), std::string::npos) << out;
+  }
+}
 
 TEST(CliStartTest, StartRunsAClusterAndCtrlCStopsEverything) {
   // The defaults (7210, 7222) are taken, as when the user runs a squall of

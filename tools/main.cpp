@@ -3,6 +3,7 @@
 #include "src/commands.h"
 
 #include <CLI/CLI.hpp>
+#include <squall/proto/version.h>
 #include <sstream>
 #include <csignal>
 #include <cstdio>
@@ -12,6 +13,7 @@
 int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   CLI::App app{"squall: run graphs of tasks on squall governors"};
+  app.set_version_flag("--version", squall::versionText("squall"));
   app.require_subcommand(1);
 
   squall::ClusterOptions cluster;
