@@ -253,6 +253,10 @@ struct TaskPolicy {
   # How long the task is expected to run (0: unknown), a hint for the
   # scheduler's critical-path priority; never enforced.
   expectedMs @3 :UInt64;
+  # What it asks (cpus, resources) may be more than any governor connected
+  # now could ever give: it waits for one that can (a cluster that grows,
+  # an autoscaler) instead of being refused at submit.
+  waitForResources @4 :Bool;
 }
 
 struct SleepConfig {

@@ -121,6 +121,43 @@ TEST_F(ResourcesE2eTest, ImpossibleRequestsAreRefusedAtSubmitNamingTheResource) 
   EXPECT_THROW(task.resource("gpus", 0.5), Error);
 }
 
+// Issue 41 point 3: more cpus than any governor has were accepted and
+// waited silently for ever. Refused at submit now, naming the best
+// governor's, unless the task waits for a bigger governor; and so are
+// resources no governor has. `squall submit` and `squall run` say so and
+// take --wait-for-resources.
+TEST_F(ResourcesE2eTest, MoreCpusThanAnyGovernorHasAreRefusedUnlessTheTaskWaitsForResources) {
+  Client client(cluster->serverAddress());
+  auto message = submitFailure(client, [](Task& t) { t.cpus(5); });
+  EXPECT_NE(message.find("no governor could ever run it: it asks for 5 cpus and the best governor has 4"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("--wait-for-resources"), std::string::npos) << message;
+  EXPECT_EQ(submitFailure(client, [](Task& t) { t.cpus(4); }), "(accepted)");
+  // Waiting: accepted, and placed nowhere while no governor has 5 cpus.
+  EXPECT_EQ(submitFailure(client, [](Task& t) { t.cpus(5).waitForResources(); }), "(accepted)");
+  EXPECT_EQ(submitFailure(client, [](Task& t) { t.resource("gpus", 3.0).waitForResources(); }), "(accepted)");
+  auto session = client.newSession("waiting for resources");
+  auto waiting = session.execute(Program({"true"}));
+  waiting.cpus(8).waitForResources();
+  session.submit();
+  EXPECT_EQ(waiting.info().state, "ready");
+
+  auto squall = findProgram("squall");
+  auto dir = fs::temp_directory_path() / ("squall-too-big-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "big.toml") << "[step.big]\ncommand = [\"true\"]\ncpus = 5\n";
+  auto [printed, status] = commandOutput("cd '" + dir.string() + "' && '" + squall + "' run --server " +
+                                         cluster->serverAddress() + " big.toml 2>&1");
+  EXPECT_EQ(status, 1) << printed;
+  EXPECT_NE(printed.find("it asks for 5 cpus and the best governor has 4"), std::string::npos) << printed;
+  std::tie(printed, status) = commandOutput("'" + squall + "' submit --server " + cluster->serverAddress() +
+                                            " --cpus 5 -- true 2>&1");
+  EXPECT_NE(status, 0) << printed;
+  EXPECT_NE(printed.find("it asks for 5 cpus and the best governor has 4"), std::string::npos) << printed;
+  fs::remove_all(dir);
+}
+
 // The status port shows each governor's pools and what is held of them.
 TEST_F(ResourcesE2eTest, TheStatusPortShowsPoolsAndTheirUse) {
   auto governors = getJson(cluster->httpAddress(), "/api/governors");

@@ -82,6 +82,9 @@ int main(int argc, char** argv) {
       ->type_name("NAME=AMOUNT");
   sub->add_option("--name", submit.name, "task name");
   sub->add_flag("--shell", submit.shell, "run the command line with /bin/sh -c");
+  sub->add_flag("--wait-for-resources", submit.waitForResources,
+                "when no governor connected now has the cpus or resources asked, wait for one (a growing "
+                "cluster, an autoscaler) instead of refusing the task");
   sub->add_option("--call", submit.call,
                   "run a function of an executor the governors keep warm (docs/tasklib.md) instead of a "
                   "program; then --input FILE (in order), --output FILE (FILE/ for a dir output; none: one "
@@ -115,6 +118,9 @@ int main(int argc, char** argv) {
   runCommand->add_flag("--dry-run,-n", run.dryRun, "print the tasks it would run, run nothing");
   runCommand->add_flag("--keep-going,-k", run.keepGoing,
                        "after a failure, run everything that does not depend on it");
+  runCommand->add_flag("--wait-for-resources", run.waitForResources,
+                       "steps asking more cpus or resources than any governor connected now has wait for one "
+                       "(a growing cluster, an autoscaler) instead of being refused");
   auto* pipelineFile = runCommand->add_option("pipeline", run.file, "PIPELINE.toml");
   auto* commandLine = runCommand->add_option(
       "-c,--command", run.command, "LINE: a shell pipe ('a | b | c'); each stage runs as a task, its stdout "

@@ -238,6 +238,7 @@ struct LocalTask {
   bool overwrite = false;
   uint32_t retries = 0;
   bool allowFailure = false;
+  bool waitForResources = false;
   uint64_t timeLimitMs = 0;
   uint64_t expectedMs = 0;
   std::string attributes;

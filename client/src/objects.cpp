@@ -236,6 +236,11 @@ Task& Task::allowFailure(bool allow) {
   return *this;
 }
 
+Task& Task::waitForResources(bool wait) {
+  session->pendingTask(n).waitForResources = wait;
+  return *this;
+}
+
 Task& Task::expectedDuration(std::chrono::milliseconds expected) {
   session->pendingTask(n).expectedMs = expected.count() > 0 ? expected.count() : 0;
   return *this;

@@ -58,6 +58,7 @@ void fillTask(wire::TaskSpec::Builder out, const LocalTask& task, uint64_t sessi
   auto policy = out.initPolicy();
   policy.setRetries(task.retries);
   policy.setAllowFailure(task.allowFailure);
+  policy.setWaitForResources(task.waitForResources);
   policy.setTimeLimitMs(task.timeLimitMs);
   policy.setExpectedMs(task.expectedMs);
   auto inputs = out.initInputs(task.inputs.size());

@@ -34,6 +34,8 @@ struct SubmitOptions {
   uint32_t cpus = 1;
   // NAME=AMOUNT (or NAME=all): resources besides cpus (docs/resources.md).
   std::vector<std::string> resources;
+  // Wait for a governor that has them rather than be refused at submit.
+  bool waitForResources = false;
   std::string name;
   bool shell = false;
   std::vector<std::string> command;
@@ -66,6 +68,8 @@ struct RunOptions {
   std::string name;  // session name; empty = the pipeline's ("command" for -c)
   bool dryRun = false;
   bool keepGoing = false;
+  // Tasks wait for a governor that has what they ask (Task::waitForResources).
+  bool waitForResources = false;
   // -c LINE: a shell pipe run as one streamed task per stage.
   std::string command;
   std::string stdinFile;   // -c: stage 1's stdin ("-" = squall's); empty = /dev/null

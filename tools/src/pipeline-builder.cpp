@@ -101,6 +101,7 @@ BuiltPipeline PipelineBuilder::build(const PipelinePlan& plan) {
     for (auto& [name, amount] : planned.resources) task.resource(name, amount);
     if (planned.retries) task.retries(planned.retries);
     if (planned.allowFailure || keepGoing) task.allowFailure(true);
+    if (waitForResources) task.waitForResources(true);
     if (planned.timeLimit.count()) task.timeLimit(planned.timeLimit);
     if (planned.expected.count()) task.expectedDuration(planned.expected);
     for (size_t o = 0; o < planned.outputs.size(); o++) {

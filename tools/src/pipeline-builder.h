@@ -30,12 +30,15 @@ class PipelineBuilder {
  public:
   // With `keepGoing`, every task is submitted as allowed to fail, so one
   // failure skips only what depends on it (the caller still reports it).
-  PipelineBuilder(Session& session, bool keepGoing) : session(session), keepGoing(keepGoing) {}
+  PipelineBuilder(Session& session, bool keepGoing, bool waitForResources = false)
+      : session(session), keepGoing(keepGoing), waitForResources(waitForResources) {}
   BuiltPipeline build(const PipelinePlan& plan);
 
  private:
   Session& session;
   bool keepGoing;
+  // Every task waits for a governor that has what it asks.
+  bool waitForResources;
   std::map<std::string, DataObject> uploads;  // local path -> its constant
   std::map<size_t, Actor> actors;              // planned task index -> the actor it made
 

@@ -149,7 +149,7 @@ int runPipeline(const RunOptions& options) {
   try {
     Client client(options.server, options.token);
     auto session = client.newSession(plan.name);
-    PipelineBuilder builder(session, options.keepGoing);
+    PipelineBuilder builder(session, options.keepGoing, options.waitForResources);
     auto built = builder.build(plan);
     session.submit();
 

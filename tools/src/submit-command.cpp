@@ -132,6 +132,7 @@ int runCall(const SubmitOptions& options) {
   auto task = session.call(options.call, inputs, configOf(options), kinds);
   task.cpus(options.cpus);
   askResources(task, options.resources);
+  task.waitForResources(options.waitForResources);
   if (!options.name.empty()) task.name(options.name);
   return finishCall(options, session, task, kinds);
 }
@@ -247,6 +248,7 @@ int runSubmit(const SubmitOptions& options) {
     program.stdoutOutput();
     auto task = session.execute(program);
     askResources(task, options.resources);
+    task.waitForResources(options.waitForResources);
     if (auto failed = submitAndWait(session, task)) return *failed;
     for (size_t i = 0; i < destinations.size(); i++) {
       auto& [file, isDir] = destinations[i];

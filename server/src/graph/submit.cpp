@@ -285,7 +285,21 @@ void checkResources(kj::StringPtr label, wire::TaskSpec::Reader task, const Clus
     SQUALL_REQUIRE(request.getAll() || request.getAmount() > 0, label, " asks for 0 ", name);
     seen.push_back(name);
   }
-  if (requests.size() == 0 || capacity.governors == nullptr || capacity.governors->empty()) return;
+  // Checked against the governors connected now, unless the task may wait
+  // for a bigger one.
+  if (task.getPolicy().getWaitForResources() || capacity.governors == nullptr || capacity.governors->empty()) {
+    return;
+  }
+  constexpr const char* WAIT_HINT = "; to wait for a governor that has it, ask waitForResources "
+                                    "(squall run/submit --wait-for-resources)";
+  uint32_t cpus = task.getResources().getCpus();
+  if (requests.size() == 0) {
+    uint32_t best = 0;
+    for (auto& [offered, pools] : *capacity.governors) best = std::max(best, offered);
+    SQUALL_REQUIRE(cpus <= best, label, ": no governor could ever run it: it asks for ", cpus,
+                   " cpus and the best governor has ", best, WAIT_HINT);
+    return;
+  }
   auto asks = resourceAsks(task);
   std::string closest;
   for (auto& [cpus, pools] : *capacity.governors) {
@@ -300,10 +314,10 @@ void checkResources(kj::StringPtr label, wire::TaskSpec::Reader task, const Clus
   std::string names;
   for (auto& name : offered) names += (names.empty() ? "" : ", ") + name;
   if (closest.empty()) {
-    SQUALL_FAIL(label, ": no governor has its resources and ", task.getResources().getCpus(), " cpus at once");
+    SQUALL_FAIL(label, ": no governor has its resources and ", cpus, " cpus at once", WAIT_HINT);
   }
   SQUALL_FAIL(label, ": no governor could ever run it: the best has ", closest.c_str(), " (resources offered: ",
-              names.empty() ? "none but cpus" : names.c_str(), ")");
+              names.empty() ? "none but cpus" : names.c_str(), ")", WAIT_HINT);
 }
 
 }  // namespace

@@ -293,6 +293,10 @@ class Task {
   Task& retries(uint32_t n);
   Task& allowFailure(bool allow = true);
   Task& timeLimit(std::chrono::milliseconds limit);
+  // What it asks (cpus, resources) may be more than any governor connected
+  // now has: it waits for one that can run it (the cluster grows, an
+  // autoscaler adds one) instead of being refused at submit.
+  Task& waitForResources(bool wait = true);
   // How long the task is expected to run: a hint for the scheduler, which
   // starts the longest expected chains of work first (docs/scheduling.md).
   // Never enforced; unknown by default.
