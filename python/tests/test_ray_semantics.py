@@ -325,6 +325,16 @@ def test_more_actors_than_cpus_all_answer(driver):
     assert ray.get([square.remote(i) for i in range(cpus)], timeout=T) == [i * i for i in range(cpus)]
 
 
+def test_more_cpus_than_any_node_has_is_refused_and_the_driver_goes_on(driver):
+    """Where Ray leaves an infeasible task pending for ever (with a
+    warning), squall refuses it at its submit, naming the best node's cpus
+    (docs/ray.md, "What differs"); the driver's other work goes on."""
+    best = max(int(node["Resources"]["CPU"]) for node in ray.nodes())
+    with pytest.raises(squall.Error, match=f"it asks for {best + 1} cpus and the best governor has {best}"):
+        ray.get(square.options(num_cpus=best + 1).remote(3), timeout=T)
+    assert ray.get(square.options(num_cpus=best).remote(3), timeout=T) == 9
+
+
 @ray.remote(max_retries=1)
 def crash_once(marker):
     if not os.path.exists(marker):
