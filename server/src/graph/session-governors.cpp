@@ -45,6 +45,7 @@ void SessionTable::governorLost(GovernorId governor, kj::StringPtr name,
           continue;
         }
         actor.lostRestarts++;
+        actor.heldBy = 0;  // until a governor answers its next assignment
       }
       logger.info("event=task-requeued session={} task={} reason=governor-lost governor={}",
                   id.session, id.n, name.cStr());
