@@ -66,6 +66,16 @@ class SinkImpl final : public wire::ByteSink::Server {
   uint64_t& received;
 };
 
+// Hands bytes held here (inline in an answer) to a fetch: into `text`,
+// `file` or both.
+void deliver(kj::ArrayPtr<const kj::byte> bytes, std::string* text, FILE* file) {
+  if (text) text->assign(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  if (file) {
+    SQUALL_REQUIRE(fwrite(bytes.begin(), 1, bytes.size(), file) == bytes.size(),
+                   "cannot write fetched data: ", strerror(errno));
+  }
+}
+
 }  // namespace
 
 void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional<ObjectKind> expect) {
@@ -76,11 +86,7 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
     // has it too.
     if (auto* bytes = answeredBytes(n)) {
       SQUALL_REQUIRE(!expect || *expect == ObjectKind::BLOB, "object ", n, " is a blob, not a dir");
-      if (text) text->assign(*bytes);
-      if (file) {
-        SQUALL_REQUIRE(fwrite(bytes->data(), 1, bytes->size(), file) == bytes->size(),
-                       "cannot write fetched data: ", strerror(errno));
-      }
+      deliver(kj::arrayPtr(reinterpret_cast<const kj::byte*>(bytes->data()), bytes->size()), text, file);
       return;
     }
     recordNamed({n});
@@ -105,12 +111,7 @@ void SessionImpl::fetch(uint64_t n, std::string* text, FILE* file, std::optional
                      isDir ? "dir" : "blob", ", not a ", isDir ? "blob" : "dir");
     }
     if (location.isData()) {
-      auto data = location.getData();
-      if (text) text->assign(reinterpret_cast<const char*>(data.begin()), data.size());
-      if (file) {
-        SQUALL_REQUIRE(fwrite(data.begin(), 1, data.size(), file) == data.size(),
-                       "cannot write fetched data: ", strerror(errno));
-      }
+      deliver(location.getData(), text, file);
       return;
     }
     std::string where = location.getGovernor().cStr();
@@ -148,25 +149,21 @@ std::vector<ObjectBytes> SessionImpl::fetchAll(const std::vector<uint64_t>& all,
   // Those the server is asked for, and where each goes in `values`.
   std::vector<uint64_t> ids;
   std::vector<size_t> at;
-  std::vector<uint64_t> directIds;
-  for (auto n : all) {
-    if (directOf(n) != nullptr) directIds.push_back(n);
-  }
-  if (!directIds.empty()) wait(directIds, false, nullptr);
-  directIds.clear();
+  std::vector<uint64_t> direct;
+  std::copy_if(all.begin(), all.end(), std::back_inserter(direct), [&](uint64_t n) { return directOf(n); });
+  if (!direct.empty()) wait(direct, false, nullptr);
   for (size_t i = 0; i < all.size(); i++) {
     // Small blobs their direct calls' answers carried are here already.
     if (auto* bytes = answeredBytes(all[i])) {
       values[i].text_ = *bytes;
       continue;
     }
-    if (directOf(all[i]) != nullptr) directIds.push_back(all[i]);
     ids.push_back(all[i]);
     at.push_back(i);
   }
   if (ids.empty()) return values;
   // Made by direct calls: once recorded, the server has them too.
-  recordNamed(directIds);
+  recordNamed(ids);
   if (client.aroundWait) client.aroundWait(true);
   KJ_DEFER(if (client.aroundWait) client.aroundWait(false));
   whileOpen([&]() { client.guard([&]() {

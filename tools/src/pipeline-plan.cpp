@@ -484,8 +484,6 @@ std::string quoted(const std::string& arg) {
   return out + "'";
 }
 
-namespace {
-
 // What collecting into `path` will do with what is there (run-command.cpp,
 // writeCollected), for the dry run.
 std::string collectNote(const std::string& path, ObjectKind kind) {
@@ -493,15 +491,11 @@ std::string collectNote(const std::string& path, ObjectKind kind) {
   std::error_code ec;
   auto there = fs::symlink_status(path, ec);
   if (ec || !fs::exists(there)) return "";
-  bool dir = fs::is_directory(there);
-  if (kind == ObjectKind::DIR) {
-    return dir ? " (a directory is there: merged into it, nothing of it removed)"
-               : " (refused: something that is not a directory is there)";
-  }
-  return dir ? " (refused: a directory is there)" : " (replaces the file there)";
+  if (auto refused = collectRefusal(path, kind)) return " (refused: " + *refused + ")";
+  return kind == ObjectKind::DIR ? " (a directory is there: merged into it, nothing of it removed)"
+                                 : " (replaces the file there)";
 }
 
-}  // namespace
 
 // A config as a dry run shows it: short text as it is, else its size.
 std::string describeConfig(const std::string& config) {
@@ -522,6 +516,16 @@ std::string formatDuration(std::chrono::milliseconds limit) {
 }  // namespace
 
 PipelinePlan planPipeline(const Pipeline& pipeline) { return PipelinePlanner(pipeline).plan(); }
+
+std::optional<std::string> collectRefusal(const std::string& path, ObjectKind kind) {
+  std::error_code ec;
+  auto there = fs::symlink_status(path, ec);
+  if (ec || !fs::exists(there)) return std::nullopt;
+  bool dir = fs::is_directory(there);
+  if (kind == ObjectKind::DIR && !dir) return "'" + path + "' is there and is not a directory; it is not replaced";
+  if (kind != ObjectKind::DIR && dir) return "'" + path + "' is a directory; it is not replaced by a file";
+  return std::nullopt;
+}
 
 std::string describePlan(const PipelinePlan& plan) {
   std::ostringstream out;

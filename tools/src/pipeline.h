@@ -251,6 +251,11 @@ PipelinePlan planPipeline(const Pipeline& pipeline);
 // The plan as `squall run --dry-run` prints it.
 std::string describePlan(const PipelinePlan& plan);
 
+// Why collecting an output of `kind` into `path` is refused, or nullopt:
+// nothing of the user's is replaced but a file by a file output (a
+// directory output merges into a directory; docs/pipelines.md).
+std::optional<std::string> collectRefusal(const std::string& path, ObjectKind kind);
+
 // Replaces {item}, {index}, {name} and {stem} (and `{{item}}` by a literal
 // `{item}`); other braces are left alone so shell and awk code need no
 // escaping. Exposed for tests.

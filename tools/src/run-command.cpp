@@ -28,27 +28,19 @@ namespace {
 // Moves what `from` holds into the directory `into`, entry by entry: a
 // file replaces the file of its name, a directory merges into the one of
 // its name; what `into` holds besides is left alone. With `check`, moves
-// nothing and throws where it would have to put a file where a directory
-// is, or a directory where something else is (so a refused merge leaves
-// `into` as it was).
+// nothing and throws where collectRefusal refuses an entry (so a refused
+// merge leaves `into` as it was).
 void mergeInto(const fs::path& from, const fs::path& into, bool check) {
   for (auto& entry : fs::directory_iterator(from)) {
     auto target = into / entry.path().filename();
-    auto there = fs::symlink_status(target);
-    if (entry.is_directory() && !entry.is_symlink()) {
-      if (fs::exists(there) && !fs::is_directory(there)) {
-        throw std::runtime_error("'" + target.string() + "' is there and is not a directory; it is not replaced");
-      }
-      if (fs::exists(there)) {
-        mergeInto(entry.path(), target, check);
-      } else if (!check) {
-        fs::rename(entry.path(), target);
-      }
-    } else {
-      if (fs::is_directory(there)) {
-        throw std::runtime_error("'" + target.string() + "' is a directory; it is not replaced by a file");
-      }
-      if (!check) fs::rename(entry.path(), target);
+    bool dir = entry.is_directory() && !entry.is_symlink();
+    if (auto refused = collectRefusal(target.string(), dir ? ObjectKind::DIR : ObjectKind::BLOB)) {
+      throw std::runtime_error(*refused);
+    }
+    if (dir && fs::is_directory(fs::symlink_status(target))) {
+      mergeInto(entry.path(), target, check);
+    } else if (!check) {
+      fs::rename(entry.path(), target);
     }
   }
 }
@@ -59,34 +51,28 @@ void mergeInto(const fs::path& from, const fs::path& into, bool check) {
 // directory that is there (docs/pipelines.md, "Collecting results").
 void writeCollected(const CollectTarget& target) {
   fs::path path(target.path);
+  if (auto refused = collectRefusal(target.path, target.kind)) throw std::runtime_error(*refused);
   if (path.has_parent_path()) fs::create_directories(path.parent_path());
   fs::path partial = path.string() + ".squall-partial";
   fs::remove_all(partial);
-  auto there = fs::symlink_status(path);
-  bool isDir = fs::is_directory(there);
-  if (target.kind == ObjectKind::DIR && fs::exists(there) && !isDir) {
-    throw std::runtime_error("'" + path.string() + "' is there and is not a directory; it is not replaced");
-  }
-  if (target.kind != ObjectKind::DIR && isDir) {
-    throw std::runtime_error("'" + path.string() + "' is a directory; it is not replaced by a file");
-  }
+  bool merge = target.kind == ObjectKind::DIR && fs::is_directory(fs::symlink_status(path));
   if (target.kind == ObjectKind::DIR) {
     target.object.fetchDir(partial.string());
   } else {
     target.object.fetchToFile(partial.string());
   }
-  if (target.kind == ObjectKind::DIR && isDir) {
-    try {
-      mergeInto(partial, path, true);
-      mergeInto(partial, path, false);
-    } catch (...) {
-      fs::remove_all(partial);
-      throw;
-    }
-    fs::remove_all(partial);
-  } else {
+  if (!merge) {
     fs::rename(partial, path);
+    return;
   }
+  try {
+    mergeInto(partial, path, true);
+    mergeInto(partial, path, false);
+  } catch (...) {
+    fs::remove_all(partial);
+    throw;
+  }
+  fs::remove_all(partial);
 }
 
 std::string indent(const std::string& text, const char* prefix) {

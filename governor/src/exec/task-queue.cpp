@@ -478,7 +478,9 @@ void TaskQueue::finish(Id id, uint64_t serial, TaskOutcome outcome) {
     }
     auto spec = kj::mv(task->spec);
     tasks.erase(id);
-    if (outcome.ok && spec->getInlineOutputBytes() > 0) outcome.inlineSmallOutputs(env.store, spec->getInlineOutputBytes());
+    if (outcome.ok && spec->getInlineOutputBytes() > 0) {
+      outcome.inlineSmallOutputs(env.store, spec->getInlineOutputBytes());
+    }
     ended(*spec, kj::mv(outcome));
     checkIdle();
     pump();

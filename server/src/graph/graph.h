@@ -26,11 +26,6 @@ struct Session;
 // the order they were submitted in (docs/actors.md). Calls are placed on
 // the actor's governor, in turn order, once the actor task is placed;
 // a call not ready yet holds back the calls behind it.
-// The most bytes of a kept output's result the server keeps to answer its
-// fetch (ObjectNode.data): small results (a pickled number, a short
-// string) are what a client waiting for one task fetches most.
-constexpr uint32_t CACHED_OUTPUT_BYTES = 1024;
-
 struct ActorNode {
   TaskNode* task = nullptr;
   // The next call's turn.
@@ -76,6 +71,11 @@ struct Waiter {
   kj::Own<kj::PromiseFulfiller<void>> fulfiller;
 };
 
+// The most bytes of a kept output's result the server keeps to answer its
+// fetch (ObjectNode.data): small results (a pickled number, a short
+// string) are what a client waiting for one task fetches most.
+constexpr uint32_t CACHED_OUTPUT_BYTES = 1024;
+
 struct ObjectNode {
   // FAILED: its producer failed (allowed to) or was skipped; never made.
   enum class State { UNFINISHED, FINISHED, REMOVED, FAILED };
@@ -91,12 +91,12 @@ struct ObjectNode {
   // not `constant` (the server never has its bytes), held there like a
   // task's output, with no task to make it again if that copy is lost.
   std::string uploadedTo;
-  // A constant's bytes, or a kept blob output's when it came with its
-  // task's result (`cached`; at most CACHED_OUTPUT_BYTES): a fetch is then
-  // answered here, without a read from its governor. Freed when the object
-  // is removed; not logged (after a restart fetches read the governor).
+  // A constant's bytes, or a kept blob output's when they came with its
+  // task's result (at most CACHED_OUTPUT_BYTES): a fetch is then answered
+  // here, without a read from its governor (bytesHere). Freed when the
+  // object is removed; not logged (after a restart fetches read the
+  // governor).
   std::vector<kj::byte> data;
-  bool cached = false;
   TaskNode* producer = nullptr;
   // Tasks that need it finished (a stream: read after its end).
   std::vector<TaskNode*> consumers;
@@ -117,6 +117,12 @@ struct ObjectNode {
   // answered.
   std::vector<GovernorId> prefetching;
   std::vector<std::shared_ptr<Waiter>> waiters;
+
+  // Whether `data` holds all its bytes: a constant, or a finished blob
+  // whose bytes came with its result (an empty blob needs none).
+  bool bytesHere() const {
+    return constant || (kind == wire::ObjectKind::BLOB && state == State::FINISHED && data.size() == size);
+  }
 };
 
 struct TaskNode {

@@ -129,17 +129,14 @@ std::vector<TaskNode*> SessionTable::governorReturned(GovernorId governor, kj::S
         session->setTaskState(*task, TaskNode::State::ASSIGNED);
         task->governor = governor;
         adopted.push_back(task);
-        // Its calls may follow it now (Scheduler::placeCalls), and clients'
-        // calls go to it directly (it said it holds it).
-        if (task->isActor) {
-          pending.actorsPlaced.push_back(task->id);
-          session->actors.at(id.n).heldBy = governor;
-        }
+        // Its calls may follow it now (Scheduler::placeCalls).
+        if (task->isActor) pending.actorsPlaced.push_back(task->id);
       } else if (it != session->tasks.end() && it->second.state == TaskNode::State::ASSIGNED &&
                  it->second.governor == governor) {
-        if (it->second.isActor) session->actors.at(id.n).heldBy = governor;
-        continue;  // ours already
+        task = &it->second;  // ours already
       }
+      // An actor it reported: clients' calls may go to it directly.
+      if (task != nullptr && task->isActor) session->actors.at(id.n).heldBy = governor;
     }
     if (task == nullptr) {
       // Done, running elsewhere, or of a closed session; a live-stream task

@@ -545,12 +545,12 @@ void SessionTable::finishTask(Session& session, TaskNode& task, wire::TaskResult
         object.size = info.getSize();
         object.hash = info.getHash();
         counters.bytesProduced += object.size;
-        object.cached = info.getInlined() && object.keep && object.kind == wire::ObjectKind::BLOB &&
-                        info.getData().size() == object.size && object.size <= CACHED_OUTPUT_BYTES;
-        if (object.cached) {
+        bool keepBytes = info.getInlined() && object.keep && object.kind == wire::ObjectKind::BLOB &&
+                         info.getData().size() == object.size && object.size <= CACHED_OUTPUT_BYTES;
+        if (keepBytes) {
           object.data.assign(info.getData().begin(), info.getData().end());
         } else if (!object.constant) {
-          object.data.clear();
+          object.data.clear();  // (made again: the bytes of before are not these)
         }
       }
     }
@@ -609,7 +609,6 @@ void SessionTable::removeNow(ObjectNode& object) {
   object.locations.clear();
   object.data = {};
   object.data.shrink_to_fit();
-  object.cached = false;
 }
 
 void SessionTable::fail(Session& session, std::string message, const TaskNode* task,

@@ -302,9 +302,9 @@ void checkResources(kj::StringPtr label, wire::TaskSpec::Reader task, const Clus
   }
   auto asks = resourceAsks(task);
   std::string closest;
-  for (auto& [cpus, pools] : *capacity.governors) {
+  for (auto& [offered, pools] : *capacity.governors) {
     auto why = neverFits(pools, asks);
-    if (!why && cpus >= task.getResources().getCpus()) return;
+    if (!why && offered >= cpus) return;
     if (why && (closest.empty() || closest.rfind("no ", 0) == 0)) closest = *why;
   }
   std::set<std::string> offered;

@@ -438,7 +438,9 @@ void Dispatcher::sendAssign(GovernorState& governor, const std::vector<Id>& assi
       auto& output = *task.outputs[i];
       kinds.set(i, output.kind);
       // A kept small blob comes back with the result, for its fetch.
-      if (output.keep && output.kind == wire::ObjectKind::BLOB) assignment.setInlineOutputBytes(CACHED_OUTPUT_BYTES);
+      if (output.keep && output.kind == wire::ObjectKind::BLOB) {
+        assignment.setInlineOutputBytes(CACHED_OUTPUT_BYTES);
+      }
       if (output.kind != wire::ObjectKind::STREAM) continue;
       // Stored as it flows when kept or read after its end; readers added
       // by later submits must then find it stored (see PendingSubmit).
@@ -472,7 +474,9 @@ void Dispatcher::actorsHeld(GovernorId gid, const std::vector<Id>& actors) {
       auto actor = session->actors.find(id.n);
       if (task == session->tasks.end() || actor == session->actors.end()) continue;
       // Still placed there (not ended, lost or moved since).
-      if (task->second.state == TaskNode::State::ASSIGNED && task->second.governor == gid) actor->second.heldBy = gid;
+      if (task->second.state == TaskNode::State::ASSIGNED && task->second.governor == gid) {
+        actor->second.heldBy = gid;
+      }
     }
   }
 }

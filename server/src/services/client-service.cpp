@@ -365,7 +365,7 @@ class ClientServiceImpl final : public wire::ClientService::Server {
           // A kept stream that has ended is stored bytes: a blob.
           location.setKind(object.kind == wire::ObjectKind::STREAM ? wire::ObjectKind::BLOB : object.kind);
           location.setSize(object.size);
-          if (object.constant || object.cached) {
+          if (object.bytesHere()) {
             location.setData(kj::arrayPtr(object.data.data(), object.data.size()));
             return;
           }
