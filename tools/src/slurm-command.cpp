@@ -35,6 +35,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
+// How long an ended srun waits for the job's own stop signal (see runSlurmRun).
+constexpr int SRUN_CANCEL_GRACE_MS = 3000;
+
 std::optional<std::string> environment(const char* name) {
   const char* value = getenv(name);
   if (value == nullptr) return std::nullopt;
@@ -359,6 +362,16 @@ int runSlurmRun(SlurmRunOptions options) {
         perror("squall slurm run: poll");
         status = 1;
         break;
+      }
+      // A cancelled job (scancel, the end of its time limit) signals every
+      // step at once: srun may end a moment before this process gets its
+      // SIGTERM. That is a stop, not a loss: wait a little for the signal
+      // before calling srun's exit unexpected.
+      if (!fds[0].revents && fds[2].revents) {
+        struct pollfd stop = {sfd, POLLIN, 0};
+        while (::poll(&stop, 1, SRUN_CANCEL_GRACE_MS) < 0 && errno == EINTR) {
+        }
+        fds[0].revents = stop.revents;
       }
       if (fds[0].revents) {
         struct signalfd_siginfo info;
