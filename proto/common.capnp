@@ -37,7 +37,7 @@ $Cxx.namespace("squall::wire");
 # it for its own session of the same id.
 # 8: big constants skip the server: DataService.upload, ClientService
 # placeData, GovernorControl.claimUploads, ObjectSpec.placedOn.
-const protocolVersion :UInt32 = 8;
+const protocolVersion :UInt32 = 9;
 
 # Ids are chosen by the client: `n` is unique within one session across both
 # tasks and objects. The server checks them at submit.

@@ -101,6 +101,11 @@ interface UploadSink {
   # and xxh3-64 `hash` match what arrived (else FAILED, and nothing is
   # kept).
   finish @1 (hash :UInt64) -> ();
+  wrote @2 (upTo :UInt64) -> stream;
+  # A client on the governor's machine that writes the file itself
+  # (upload's `local`) says how far it wrote, in order: the governor hashes
+  # those bytes while the client writes on, so that finish has only the
+  # tail left to check.
 }
 
 interface ByteSink {

@@ -493,4 +493,7 @@ struct StoreStats {
   memoryObjects @3 :UInt64;
   spilledBytes @4 :UInt64;
   spilledObjects @5 :UInt64;
+  # Files of removed objects it keeps in memory for new ones to be written
+  # into (store/warm-files.h): bytes, within the tier's capacity.
+  warmBytes @6 :UInt64;
 }

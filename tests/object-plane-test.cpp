@@ -126,6 +126,15 @@ TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
   said = peer.uploadLocally(6, bytes.substr(0, 1000), bytes);
   EXPECT_NE(said.find("ended after 1000 of the"), std::string::npos) << said;
   EXPECT_EQ(peer.uploadLocally(7, bytes, bytes), "");
+  // Saying how far it wrote lets the governor hash behind the writer: in
+  // order and within the size, or refused.
+  EXPECT_EQ(peer.uploadLocally(8, bytes, bytes, {1 << 20, 2 << 20}), "");
+  said = peer.uploadLocally(9, bytes, bytes, {2 << 20, 1 << 20});
+  EXPECT_NE(said.find("said it wrote up to byte 1048576 out of order"), std::string::npos) << said;
+  said = peer.uploadLocally(10, bytes, bytes, {bytes.size() + 1});
+  EXPECT_NE(said.find("out of order"), std::string::npos) << said;
+  said = peer.uploadLocally(11, damaged, bytes, {1 << 20});
+  EXPECT_NE(said.find("arrived with another hash"), std::string::npos) << said;
   // Claimed by the first read; read from the governor's file.
   auto req = peer.service.readLocalRequest();
   req.initId().setSession(peer.session);
@@ -245,6 +254,61 @@ TEST(ObjectPlaneTest, ABigBlobOnThisMachineIsFetchedAsAMappingOfTheGovernorsFile
   auto text = moved.take();
   EXPECT_FALSE(moved.mapped());
   EXPECT_TRUE(text == big);
+}
+
+// Warm memory (governor/src/store/warm-files.h): an upload after a removal
+// is written into the removed object's file, with its pages, unless
+// something still maps it (a driver's array of a get).
+TEST(ObjectPlaneTest, AnUploadAfterARemovalTakesTheRemovedObjectsMemoryUnlessItIsStillMapped) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.governorArgs = {"--store-memory", "256M"};
+  // Heartbeats (which carry the store's figures) every second.
+  options.serverArgs = {"--governor-timeout", "3"};
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("warm");
+  const std::string warm = "squall_governor_store_warm_bytes{governor=\"governor-0\"} ";
+  auto warmBytesReach = [&](auto done) {
+    double bytes = -1;
+    for (int i = 0; i < 100 && !done(bytes = metric(cluster.httpAddress(), warm)); i++) {
+      std::this_thread::sleep_for(100ms);
+    }
+    return bytes;
+  };
+  auto upload = [&](const std::string& bytes) {
+    auto blob = session.blob(std::vector<std::string_view>{bytes});
+    blob.keep();
+    session.submit();
+    return blob;
+  };
+  // Several progress marks and a tail.
+  const size_t size = (40 << 20) + 12345;
+  auto first = pattern(size, 1);
+  auto a = upload(first);
+  auto held = session.fetchAllMapped({a});
+  ASSERT_TRUE(held[0].mapped());
+  session.unkeep({a});
+  // Mapped here: its file goes, its bytes stay this mapping's.
+  auto second = pattern(size, 2);
+  auto b = upload(second);
+  EXPECT_TRUE(b.fetch() == second);
+  EXPECT_TRUE(std::string_view(held[0].data(), held[0].size()) == first);
+  EXPECT_EQ(warmBytesReach([](double bytes) { return bytes == 0; }), 0);
+  // Nothing holds b's file once it is removed: it is kept warm...
+  session.unkeep({b});
+  EXPECT_EQ(warmBytesReach([&](double bytes) { return bytes == size; }), size);
+  // ...and the next upload is written into it, every byte its own.
+  auto third = pattern(size - 1000, 3);
+  auto c = upload(third);
+  EXPECT_EQ(warmBytesReach([](double bytes) { return bytes == 0; }), 0);
+  auto copy = session.execute(Program::shell("cat in").input(c, "in").stdoutOutput());
+  copy.output().keep();
+  session.submit();
+  EXPECT_TRUE(c.fetch() == third);
+  EXPECT_TRUE(copy.output().fetch() == third);
+  EXPECT_TRUE(std::string_view(held[0].data(), held[0].size()) == first);
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 namespace squall {
 
 // Entries of governor `i`'s store, name → size (-1 for a directory); those
-// in its memory tier named "memory/NAME".
+// in its memory tier named "memory/NAME". Warm files are not entries.
 inline std::map<std::string, int64_t> storeEntries(LocalCluster& cluster, size_t i) {
   namespace fs = std::filesystem;
   std::map<std::string, int64_t> out;
@@ -24,6 +24,9 @@ inline std::map<std::string, int64_t> storeEntries(LocalCluster& cluster, size_t
     for (auto& entry : fs::directory_iterator(dir, error)) {
       auto name = entry.path().filename().string();
       if (prefix.empty() && name == "memory") continue;
+      // Removed objects' files kept warm for new ones (governor/src/store/
+      // warm-files.h): memory the tier holds, no object.
+      if (name.rfind(".warm-", 0) == 0) continue;
       std::error_code sizeError;
       int64_t size = entry.is_directory(sizeError) ? -1 : static_cast<int64_t>(entry.file_size(sizeError));
       out[prefix + name] = sizeError ? 0 : size;

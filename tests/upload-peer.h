@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
 namespace squall {
 
@@ -77,9 +78,11 @@ struct RawPeer {
   }
 
 
-  // Uploads object `n` by writing `written` into the governor's file and
-  // finishing with the hash of `claimed`; the error, empty when it worked.
-  std::string uploadLocally(uint64_t n, const std::string& written, const std::string& claimed) {
+  // Uploads object `n` by writing `written` into the governor's file,
+  // saying it wrote up to each of `says` (UploadSink.wrote), and finishing
+  // with the hash of `claimed`; the error, empty when it worked.
+  std::string uploadLocally(uint64_t n, const std::string& written, const std::string& claimed,
+                            const std::vector<uint64_t>& says = {}) {
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
       auto req = service.uploadRequest();
       req.initObject().setSession(session);
@@ -91,6 +94,11 @@ struct RawPeer {
       KJ_ASSERT(answer.hasFile(), "no file offered");
       auto fd = KJ_ASSERT_NONNULL(openLocalFile(answer.getFile(), O_WRONLY), "the governor's file did not open");
       KJ_ASSERT(::write(fd, written.data(), written.size()) == static_cast<ssize_t>(written.size()));
+      for (auto upTo : says) {
+        auto wrote = answer.getSink().wroteRequest();
+        wrote.setUpTo(upTo);
+        wrote.send().wait(io.waitScope);
+      }
       auto finish = answer.getSink().finishRequest();
       finish.setHash(XXH3_64bits(claimed.data(), claimed.size()));
       finish.send().wait(io.waitScope);

@@ -600,6 +600,9 @@ constexpr size_t INLINE_CONSTANT_BYTES = 1 << 20;
 // A blob constant bigger than INLINE_CONSTANT_BYTES skips the server: it is
 // uploaded to a governor (DataService.upload) in pieces of this size.
 constexpr size_t UPLOAD_CHUNK_BYTES = 4 << 20;
+// How often a client writing a governor's file on its machine says how far
+// it got (UploadSink.wrote).
+constexpr uint64_t LOCAL_PROGRESS_BYTES = 16 << 20;
 // Blobs this big or bigger are read from the governor's file when it is on
 // this machine (readLocal); smaller ones are not worth the extra call.
 constexpr uint64_t LOCAL_READ_MIN = 1 << 20;

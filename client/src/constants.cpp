@@ -89,11 +89,22 @@ void SessionImpl::upload(LocalObject& o, const std::string& governor, const std:
     // Into the governor's file when it opened (same machine), else
     // through the sink.
     uint64_t written = 0;
+    // A local write says how far it got every LOCAL_PROGRESS_BYTES: the
+    // governor hashes behind it (UploadSink.wrote) instead of all at finish.
+    uint64_t said = 0;
+    kj::Vector<kj::Promise<void>> progress;
     auto send = [&](const kj::byte* bytes, size_t len) {
       XXH3_64bits_update(hash, bytes, len);
       KJ_IF_MAYBE(fd, local) {
         writeLocal(fd->get(), bytes, len, written);
         written += len;
+        if (written - said >= LOCAL_PROGRESS_BYTES && written < size) {
+          auto wrote = sink.wroteRequest();
+          wrote.setUpTo(written);
+          progress.add(wrote.send());
+          said = written;
+          ws.poll();  // on its way now, not after the last write
+        }
         return;
       }
       auto write = sink.writeRequest(capnp::MessageSize{len / sizeof(capnp::word) + 16, 0});
@@ -119,6 +130,7 @@ void SessionImpl::upload(LocalObject& o, const std::string& governor, const std:
         }
       }
     }
+    kj::joinPromises(progress.releaseAsArray()).wait(ws);
     auto finish = sink.finishRequest();
     finish.setHash(XXH3_64bits_digest(hash));
     finish.send().wait(ws);

@@ -203,7 +203,10 @@ def put(value: Any) -> ObjectRef:
     ctx.check_thread()
     # Big arrays out of band: read from their own memory at the submit
     # (squall._objects).
-    obj = ctx.session.blob(_objects.dumps(value), content_type="pickle")
+    parts = _objects.dumps(value)
+    if sum(memoryview(p).nbytes for p in parts) >= _objects.BIG_PUT_BYTES:
+        ctx.make_room()
+    obj = ctx.session.blob(parts, content_type="pickle")
     obj.keep()
     ref = ObjectRef(ctx, obj)
     ctx.task_built()

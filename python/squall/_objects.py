@@ -34,6 +34,11 @@ _SLOT = struct.Struct("<QQ")
 _PAD = bytes(ALIGN)
 
 
+# A put at least this big first gives back what released refs held
+# (_refs.Context.make_room).
+BIG_PUT_BYTES = 8 << 20
+
+
 def dumps(value):
     """The value's object as a list of parts (bytes-like, in order); the
     parts of an out-of-band pickle are views of the value's own memory, so

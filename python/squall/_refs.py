@@ -120,6 +120,14 @@ class Context:
             self.next_actor_check = time.monotonic() + ACTOR_CHECK
             self._end_actors()
 
+    def make_room(self):
+        """Before a big put: unkeeps what was released at once, so that
+        the store's memory it held (kept warm by the governor) takes the
+        new object, not fresh memory."""
+        self.check_thread()
+        if self.released:
+            self._unkeep()
+
     def _unkeep(self):
         self.last_unkeep = time.monotonic()
         released, self.released = self.released, []

@@ -1,5 +1,6 @@
 // Serving and fetching object bytes. Loop thread only.
 #include "data-service.h"
+#include "pool-chain.h"
 
 
 #include <fcntl.h>
@@ -209,7 +210,7 @@ namespace {
 // the store written on the pool. Writes are chained so they land in order.
 class FetchSink final : public kj::Refcounted {
  public:
-  FetchSink(UvBridge& bridge, ObjectStore& store) : bridge(bridge), store(store) {
+  FetchSink(UvBridge& bridge, ObjectStore& store) : store(store), writes(bridge) {
     hashState = XXH3_createState();
     KJ_ASSERT(hashState != nullptr);
     XXH3_64bits_reset(hashState);
@@ -217,7 +218,7 @@ class FetchSink final : public kj::Refcounted {
   ~FetchSink() noexcept(false) { XXH3_freeState(hashState); }
 
   kj::Promise<void> write(kj::Array<const kj::byte> bytes) {
-    KJ_IF_MAYBE(e, failure) { return kj::cp(*e); }
+    KJ_IF_MAYBE(e, writes.failed()) { return kj::cp(*e); }
     XXH3_64bits_update(hashState, bytes.begin(), bytes.size());
     uint64_t offset = received;
     received += bytes.size();
@@ -237,11 +238,11 @@ class FetchSink final : public kj::Refcounted {
       }
     }
     queueWrite(kj::mv(bytes), offset);
-    return tail.addBranch();
+    return writes.done();
   }
 
   // Resolves once every write landed.
-  kj::Promise<void> drained() { return tail.addBranch(); }
+  kj::Promise<void> drained() { return writes.done(); }
 
   uint64_t size() const { return received; }
 
@@ -269,29 +270,16 @@ class FetchSink final : public kj::Refcounted {
   }
 
  private:
-  UvBridge& bridge;
   ObjectStore& store;
   XXH3_state_t* hashState;
   uint64_t received = 0;
   kj::Vector<kj::byte> small;
   kj::Maybe<TempFile> file;
   kj::Own<const SharedFd> fd;
-  kj::ForkedPromise<void> tail = kj::Promise<void>(kj::READY_NOW).fork();
-  kj::Maybe<kj::Exception> failure;
+  PoolChain writes;
 
   void queueWrite(kj::Array<const kj::byte> bytes, uint64_t offset) {
-    auto job = [this, fd = kj::atomicAddRef(*fd), bytes = kj::mv(bytes), offset]() mutable {
-      return bridge.runOnPool<void>([fd = kj::mv(fd), bytes = kj::mv(bytes), offset]() {
-        pwriteAll(fd->fd, bytes, offset);
-      });
-    };
-    tail = tail.addBranch()
-               .then(kj::mv(job))
-               .catch_([this](kj::Exception&& e) -> kj::Promise<void> {
-                 if (failure == nullptr) failure = kj::cp(e);
-                 return kj::mv(e);
-               })
-               .fork();
+    writes.add([fd = kj::atomicAddRef(*fd), bytes = kj::mv(bytes), offset]() { pwriteAll(fd->fd, bytes, offset); });
   }
 };
 

@@ -2,9 +2,12 @@
 // hashed and written by one pool job, the jobs chained so they run in order.
 #include "uploads.h"
 
+#include "pool-chain.h"
+
 #include <fcntl.h>
 #include <squall/proto/errors.h>
 #include <squall/proto/local-file.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <xxhash.h>
 
@@ -24,6 +27,20 @@ struct UploadHash final : public kj::AtomicRefcounted {
   XXH3_state_t* state;
 };
 
+// Adds bytes [from, to) of the file to the running hash.
+void hashRange(int fd, XXH3_state_t* state, uint64_t from, uint64_t to) {
+  constexpr size_t PIECE = 1 << 20;
+  auto buffer = kj::heapArray<kj::byte>(PIECE);
+  while (from < to) {
+    size_t want = kj::min(static_cast<uint64_t>(PIECE), to - from);
+    ssize_t n;
+    KJ_SYSCALL(n = ::pread(fd, buffer.begin(), want, static_cast<off_t>(from)));
+    KJ_REQUIRE(n > 0, "the upload's file ended early", from, to);
+    XXH3_64bits_update(state, buffer.begin(), n);
+    from += n;
+  }
+}
+
 uint64_t freeBytes(kj::StringPtr dir) {
   struct statvfs fs;
   KJ_SYSCALL(::statvfs(dir.cStr(), &fs), dir);
@@ -38,9 +55,12 @@ uint64_t freeBytes(kj::StringPtr dir) {
 class UploadTable::Sink final : public wire::UploadSink::Server {
  public:
   Sink(UploadTable& table, Id id, uint64_t size, Tier tier)
-      : table(table), id(id), size(size), temp(table.store.newTempPath(tier)),
-        fd(kj::atomicRefcounted<SharedFd>(openOrThrow(temp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644))),
-        hash(kj::atomicRefcounted<UploadHash>()) {}
+      : table(table), id(id), size(size), temp(table.store.newFilePath(tier, size)),
+        // Not O_TRUNC: a warm file (newFilePath) keeps its pages; every
+        // byte is written before finish() checks the hash of the whole.
+        fd(kj::atomicRefcounted<SharedFd>(openOrThrow(temp, O_RDWR | O_CREAT | O_CLOEXEC, 0644))),
+        hash(kj::atomicRefcounted<UploadHash>()),
+        jobs(table.bridge) {}
 
   // The client writes the file itself (same machine): finish() hashes
   // what it holds.
@@ -57,8 +77,12 @@ class UploadTable::Sink final : public wire::UploadSink::Server {
   }
 
   kj::Promise<void> write(WriteContext context) override {
-    KJ_IF_MAYBE(e, failure) { return kj::cp(*e); }
+    KJ_IF_MAYBE(e, jobs.failed()) { return kj::cp(*e); }
     auto chunk = context.getParams().getChunk();
+    if (hashedTo > 0) {
+      return SQUALL_EXCEPTION(FAILED, "the upload of object ", id, " to governor ", table.governorName,
+                              " sent bytes after it said it wrote the file itself");
+    }
     if (received + chunk.size() > size) {
       return SQUALL_EXCEPTION(FAILED, "the upload of object ", id, " to governor ", table.governorName,
                               " is longer than the ", size, " bytes announced");
@@ -67,34 +91,39 @@ class UploadTable::Sink final : public wire::UploadSink::Server {
     context.releaseParams();
     uint64_t offset = received;
     received += bytes.size();
-    auto job = [this, bytes = kj::mv(bytes), offset]() mutable {
-      return table.bridge.runOnPool<void>(
-          [fd = kj::atomicAddRef(*fd), hash = kj::atomicAddRef(*hash), bytes = kj::mv(bytes), offset]() {
-            XXH3_64bits_update(hash->state, bytes.begin(), bytes.size());
-            pwriteAll(fd->fd, bytes, offset);
-          });
-    };
-    tail = tail.addBranch()
-               .then(kj::mv(job))
-               .catch_([this](kj::Exception&& e) -> kj::Promise<void> {
-                 if (failure == nullptr) failure = kj::cp(e);
-                 return kj::mv(e);
-               })
-               .fork();
-    return tail.addBranch();
+    jobs.add([fd = kj::atomicAddRef(*fd), hash = kj::atomicAddRef(*hash), bytes = kj::mv(bytes), offset]() {
+      XXH3_64bits_update(hash->state, bytes.begin(), bytes.size());
+      pwriteAll(fd->fd, bytes, offset);
+    });
+    return jobs.done();
+  }
+
+  kj::Promise<void> wrote(WroteContext context) override {
+    KJ_IF_MAYBE(e, jobs.failed()) { return kj::cp(*e); }
+    uint64_t upTo = context.getParams().getUpTo();
+    if (!writtenByClient || received > 0 || upTo < hashedTo || upTo > size) {
+      return SQUALL_EXCEPTION(FAILED, "the upload of object ", id, " to governor ", table.governorName,
+                              " said it wrote up to byte ", upTo, " out of order (", hashedTo, " of ", size, ")");
+    }
+    hashLocal(upTo);
+    return kj::READY_NOW;
   }
 
   kj::Promise<void> finish(FinishContext context) override {
     uint64_t expected = context.getParams().getHash();
     if (writtenByClient && received == 0) {
-      // Read back on the pool: the size it has and the hash of its bytes.
-      return table.bridge.runOnPool<HashedSize>([fd = kj::atomicAddRef(*fd)]() { return hashFd(fd->fd); })
-          .then([this, expected](HashedSize held) {
-            received = held.size;
-            check(held.hash, expected);
-          });
+      // What the client said it wrote is hashed (or being hashed) on the
+      // pool; the rest of the file now, then its size.
+      struct stat st;
+      KJ_SYSCALL(::fstat(fd->fd, &st));
+      uint64_t end = static_cast<uint64_t>(st.st_size);
+      if (end >= hashedTo) hashLocal(end);
+      return jobs.done().then([this, expected, end]() {
+        received = end;
+        check(XXH3_64bits_digest(hash->state), expected);
+      });
     }
-    return tail.addBranch().then([this, expected]() { check(XXH3_64bits_digest(hash->state), expected); });
+    return jobs.done().then([this, expected]() { check(XXH3_64bits_digest(hash->state), expected); });
   }
 
  private:
@@ -115,6 +144,17 @@ class UploadTable::Sink final : public wire::UploadSink::Server {
     table.done(id, kj::mv(temp), HashedSize{size, got});
   }
 
+  // Queues the hash of the file's bytes [hashedTo, upTo) on the pool,
+  // after the hashes queued before.
+  void hashLocal(uint64_t upTo) {
+    uint64_t from = hashedTo;
+    hashedTo = upTo;
+    if (upTo == from) return;
+    jobs.add([fd = kj::atomicAddRef(*fd), hash = kj::atomicAddRef(*hash), from, upTo]() {
+      hashRange(fd->fd, hash->state, from, upTo);
+    });
+  }
+
   UploadTable& table;
   Id id;
   uint64_t size;
@@ -123,8 +163,10 @@ class UploadTable::Sink final : public wire::UploadSink::Server {
   kj::String temp;
   kj::Own<const SharedFd> fd;
   kj::Own<UploadHash> hash;
-  kj::ForkedPromise<void> tail = kj::Promise<void>(kj::READY_NOW).fork();
-  kj::Maybe<kj::Exception> failure;
+  // A local upload: the bytes hashed so far (or queued to be).
+  uint64_t hashedTo = 0;
+  // Writes (remote) or hashes (local), in order, on the pool.
+  PoolChain jobs;
   bool writtenByClient = false;
 };
 

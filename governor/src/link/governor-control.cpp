@@ -68,6 +68,7 @@ kj::Promise<void> GovernorControlImpl::ping(PingContext context) {
   out.setMemoryObjects(stats.memoryObjects);
   out.setSpilledBytes(stats.spilledBytes);
   out.setSpilledObjects(stats.spilledObjects);
+  out.setWarmBytes(stats.warmBytes);
   return kj::READY_NOW;
 }
 

@@ -10,7 +10,9 @@
 
 #include <squall/proto/chunk-codec.h>
 
+#include <algorithm>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,6 +67,13 @@ class MemoryTierTest : public ::testing::Test {
   }
 
   bool inTier(Id id) { return pathOf(id).startsWith(dir.sub("objects/memory/")); }
+
+  std::vector<std::string> tierFiles() {
+    auto names = listDir(openDirectory(dir.sub("objects/memory")));
+    std::vector<std::string> out(names.begin(), names.end());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
 
   // Gives the loop (spills copy on the pool) until `done`, 10 s at most.
   template <typename Done>
@@ -134,9 +143,96 @@ TEST_F(MemoryTierTest, AReaderOpenedBeforeASpillReadsOnAndARemovalDuringOneLeave
   auto left = [&]() {
     size_t n = 0;
     for (auto& name : listDir(openDirectory(dir.sub("objects")))) n += name != "memory";
-    return n + listDir(openDirectory(dir.sub("objects/memory"))).size();
+    // What a removed object leaves warm (the test below) is no object.
+    for (auto& name : tierFiles()) n += name.rfind(".warm-", 0) != 0;
+    return n;
   };
   EXPECT_TRUE(within([&]() { return left() == 0; })) << left();
+}
+
+// Warm files (warm-files.h): a removed object's file in the tier is kept
+// when nothing else holds it, and the next upload of a size near it is
+// written into it, in place, with its old pages.
+TEST_F(MemoryTierTest, ARemovedObjectsFileIsWrittenIntoByTheNextUploadWhenNothingElseHoldsIt) {
+  put(Id{3, 1}, 4 * MIB, 'a');
+  struct stat before;
+  KJ_SYSCALL(::stat(pathOf(Id{3, 1}).cStr(), &before));
+  store.remove(Id{3, 1});
+  ASSERT_TRUE(within([&]() { return store.stats().warmFiles == 1; }));
+  EXPECT_EQ(store.stats().warmBytes, 4 * MIB);
+  EXPECT_EQ(tierFiles(), std::vector<std::string>{".warm-1"});
+  // Taken by a smaller object: the same inode, cut to its size, writable.
+  auto path = store.newFilePath(Tier::MEMORY, 3 * MIB);
+  struct stat after;
+  KJ_SYSCALL(::stat(path.cStr(), &after));
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_size, static_cast<off_t>(3 * MIB));
+  EXPECT_EQ(after.st_mode & 0777, 0644u);
+  EXPECT_EQ(store.stats().warmBytes, 0u);
+  {
+    auto fd = openOrThrow(path, O_WRONLY | O_CLOEXEC);
+    auto bytes = bytesOf(3 * MIB, 'b');
+    pwriteAll(fd, kj::arrayPtr(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()), 0);
+  }
+  store.adoptFile(Id{3, 2}, wire::ObjectKind::BLOB, kj::str(path), hashFile(path));
+  EXPECT_EQ(contents(pathOf(Id{3, 2})), bytesOf(3 * MIB, 'b'));
+  // None kept: a fresh path, no file yet.
+  auto fresh = store.newFilePath(Tier::MEMORY, MIB);
+  EXPECT_NE(::access(fresh.cStr(), F_OK), 0);
+  // On disk, never.
+  store.remove(Id{3, 2});
+  ASSERT_TRUE(within([&]() { return store.stats().warmFiles == 1; }));
+  auto onDisk = store.newFilePath(Tier::DISK, 3 * MIB);
+  EXPECT_NE(::access(onDisk.cStr(), F_OK), 0);
+  EXPECT_EQ(store.stats().warmFiles, 1u);
+}
+
+TEST_F(MemoryTierTest, AFileStillMappedOpenOrLinkedElsewhereIsNeverReused) {
+  put(Id{4, 1}, 2 * MIB, 'm');
+  put(Id{4, 2}, 2 * MIB, 'o');
+  put(Id{4, 3}, 2 * MIB, 'l');
+  // A mapping whose descriptor is closed (as a driver's array of a get).
+  void* mapped;
+  {
+    auto fd = openOrThrow(pathOf(Id{4, 1}), O_RDONLY | O_CLOEXEC);
+    mapped = ::mmap(nullptr, 2 * MIB, PROT_READ, MAP_SHARED, fd, 0);
+    ASSERT_NE(mapped, MAP_FAILED);
+  }
+  KJ_DEFER(::munmap(mapped, 2 * MIB));
+  auto open = openOrThrow(pathOf(Id{4, 2}), O_RDONLY | O_CLOEXEC);
+  auto link = dir.sub("elsewhere");
+  KJ_SYSCALL(::link(pathOf(Id{4, 3}).cStr(), link.cStr()));
+  for (uint64_t n : {1, 2, 3}) store.remove(Id{4, n});
+  // Each is unlinked: only the mapping, the descriptor and the link are left.
+  ASSERT_TRUE(within([&]() { return tierFiles().empty(); })) << tierFiles().size();
+  EXPECT_EQ(store.stats().warmFiles, 0u);
+  EXPECT_EQ(std::string(static_cast<const char*>(mapped), 2 * MIB), bytesOf(2 * MIB, 'm'));
+  EXPECT_EQ(preadUpTo(open, 0, 4)[0], 'o');
+  EXPECT_EQ(contents(link), bytesOf(2 * MIB, 'l'));
+}
+
+TEST_F(MemoryTierTest, WarmFilesStayWithinTheTiersCapacityBesideItsObjects) {
+  // 10 MiB tier: 3 + 3 MiB removed and kept warm.
+  put(Id{5, 1}, 3 * MIB, 'a');
+  put(Id{5, 2}, 3 * MIB, 'b');
+  store.remove(Id{5, 1});
+  store.remove(Id{5, 2});
+  ASSERT_TRUE(within([&]() { return store.stats().warmFiles == 2; }));
+  EXPECT_EQ(store.stats().warmBytes, 6 * MIB);
+  // 5 MiB of new objects in fresh files: the warm bytes give way, the
+  // largest first, so that objects and warm files stay within 10 MiB.
+  auto path = store.newTempPath(Tier::MEMORY);
+  auto bytes = bytesOf(5 * MIB, 'c');
+  writeFile(path, kj::arrayPtr(reinterpret_cast<const kj::byte*>(bytes.data()), bytes.size()), 0644);
+  store.adoptFile(Id{5, 3}, wire::ObjectKind::BLOB, kj::str(path), hashFile(path));
+  EXPECT_EQ(store.stats().warmFiles, 1u);
+  EXPECT_EQ(store.stats().warmBytes, 3 * MIB);
+  ASSERT_TRUE(within([&]() { return tierFiles().size() == 2; }));
+  // Small files are not kept.
+  put(Id{5, 4}, MIB / 2, 'd');
+  store.remove(Id{5, 4});
+  ASSERT_TRUE(within([&]() { return tierFiles().size() == 2; }));
+  EXPECT_EQ(store.stats().warmFiles, 1u);
 }
 
 TEST(MemoryTierDirTest, AShmDirectoryIsTheGovernorsAndDeadGovernorsOnesGo) {

@@ -76,7 +76,8 @@ ObjectStore::ObjectStore(UvBridge& bridge, kj::String dirParam, spdlog::logger& 
       memoryBudget(memoryBudget),
       limits(limits),
       errorLogger(logger),
-      background(errorLogger) {
+      background(errorLogger),
+      warm(bridge, background, logger) {
   KJ_IF_MAYBE(left, freshDirectory(dir)) {
     logger.warn("event=leftover-not-removed dir={} moved_to={} error=\"{}\"", dir.cStr(),
                 left->movedTo.cStr(), left->error.cStr());
@@ -91,10 +92,19 @@ kj::String ObjectStore::pathFor(Id id, Tier tier) const {
 
 kj::String ObjectStore::newTempPath(Tier tier) { return kj::str(directoryOf(tier), "/.tmp-", ++tempCounter); }
 
+kj::String ObjectStore::newFilePath(Tier tier, uint64_t size) {
+  auto path = newTempPath(tier);
+  if (tier == Tier::MEMORY && tierDir.size() > 0) warm.take(size, path);
+  return path;
+}
+
+void ObjectStore::tierChanged() { warm.limit(tierCapacity > tierBytes ? tierCapacity - tierBytes : 0); }
+
 void ObjectStore::useMemoryTier(kj::String tierDirParam, uint64_t capacity) {
   KJ_REQUIRE(objects.empty() && tierDir.size() == 0, "the memory tier is set once, before any object");
   tierDir = kj::mv(tierDirParam);
   tierCapacity = capacity;
+  tierChanged();
 }
 
 StoreStats ObjectStore::stats() const {
@@ -105,6 +115,8 @@ StoreStats ObjectStore::stats() const {
   out.memoryObjects = byLastUse.size();
   out.spilledBytes = spilledBytes;
   out.spilledObjects = spilledObjects;
+  out.warmBytes = warm.bytes();
+  out.warmFiles = warm.count();
   return out;
 }
 
@@ -295,6 +307,7 @@ void ObjectStore::insert(Id id, Entry entry) {
     tierBytes += entry.meta.size;
     entry.lastUse = ++useCounter;
     byLastUse.emplace(entry.lastUse, id);
+    tierChanged();
   }
   objects.emplace(id, kj::mv(entry));
   spillIfFull();
@@ -365,6 +378,7 @@ void ObjectStore::spilled(Id id, kj::String from, kj::String copy, kj::Maybe<kj:
   entry.data = kj::mv(finalPath);
   entry.memoryLink = kj::mv(from);
   tierBytes -= entry.meta.size;
+  tierChanged();
   spilledBytes += entry.meta.size;
   spilledObjects++;
   logger.info("event=object-spilled object={} size={} memory_used={}", kj::str(id).cStr(), entry.meta.size,
@@ -389,6 +403,7 @@ void ObjectStore::discard(Entry& entry) {
   if (entry.inMemory) {
     byLastUse.erase(entry.lastUse);
     tierBytes -= entry.meta.size;
+    tierChanged();
   }
   KJ_SWITCH_ONEOF(entry.data) {
     KJ_CASE_ONEOF(blob, kj::Own<const Blob>) { memoryBytes -= entry.meta.size; }
@@ -402,6 +417,11 @@ void ObjectStore::discard(Entry& entry) {
       }
       if (entry.meta.kind == wire::ObjectKind::DIR) {
         removeLater(kj::mv(trash));
+        return;
+      }
+      if (entry.inMemory) {
+        // Its pages may serve the next object (when nothing else sees them).
+        warm.offer(kj::mv(trash), entry.meta.size);
         return;
       }
       background.add(bridge.runOnPool<void>([trash = kj::mv(trash)]() {

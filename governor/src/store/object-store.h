@@ -29,6 +29,7 @@
 #include "file-ops.h"
 #include "tar-archive.h"
 #include "uv-bridge.h"
+#include "warm-files.h"
 
 #include <kj/async.h>
 #include <kj/one-of.h>
@@ -110,6 +111,9 @@ struct StoreStats {
   // Since start: what was spilled from memory to disk.
   uint64_t spilledBytes = 0;
   uint64_t spilledObjects = 0;
+  // Removed objects' files kept warm for new ones (warm-files.h).
+  uint64_t warmBytes = 0;
+  size_t warmFiles = 0;
 };
 
 class ObjectStore {
@@ -169,6 +173,10 @@ class ObjectStore {
   // A fresh path in the directory of `tier` for a producer to write into;
   // the same filesystem as the object's, so adoptFile() is a rename.
   kj::String newTempPath(Tier tier = Tier::DISK);
+  // The same for a file of `size` bytes: in the memory tier a warm file of
+  // that size may be there already (its bytes are old ones: the producer
+  // writes every byte; open it without O_TRUNC, which would free its pages).
+  kj::String newFilePath(Tier tier, uint64_t size);
   // The finished file at `path` (size and hash known) becomes object `id`,
   // in the tier `path` is in.
   ObjectMeta adoptFile(Id id, wire::ObjectKind kind, kj::String path, HashedSize sizeAndHash);
@@ -236,6 +244,8 @@ class ObjectStore {
   } errorLogger;
   // Unlinks of dropped files.
   kj::TaskSet background;
+  // Removed memory-tier files kept for new objects.
+  WarmFiles warm;
 
   kj::String pathFor(Id id, Tier tier = Tier::DISK) const;
   bool inTier(kj::StringPtr path) const;
@@ -244,6 +254,8 @@ class ObjectStore {
   // is in (adoptFile, adoptDir).
   ObjectMeta adopt(Id id, kj::String path, ObjectMeta meta);
   void insert(Id id, Entry entry);
+  // After the tier's bytes changed: what the warm files may keep.
+  void tierChanged();
   void discard(Entry& entry);
   // Starts spilling the least recently used memory blob when the tier is
   // past SPILL_PERCENT and no spill is under way; each spill's end starts

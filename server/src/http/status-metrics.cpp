@@ -130,6 +130,9 @@ std::string StatusView::metrics(size_t eventClients) {
              "Bytes a governor spilled from its memory tier to disk.", &GovernorStore::spilledBytes);
   storeGauge("squall_governor_store_spilled_objects_total", "counter",
              "Objects a governor spilled from its memory tier to disk.", &GovernorStore::spilledObjects);
+  storeGauge("squall_governor_store_warm_bytes", "gauge",
+             "Bytes of removed objects' files a governor keeps in memory for new objects to be written into.",
+             &GovernorStore::warmBytes);
 
   header("squall_bytes_moved_total", "counter",
          "Bytes moved to governors: inputs fetched from another governor (when their task ran, or sent ahead "

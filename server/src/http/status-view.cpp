@@ -132,7 +132,8 @@ Json storeJson(const GovernorStore& store) {
           {"memoryCapacity", store.memoryCapacity},
           {"memoryObjects", store.memoryObjects},
           {"spilledBytes", store.spilledBytes},
-          {"spilledObjects", store.spilledObjects}};
+          {"spilledObjects", store.spilledObjects},
+          {"warmBytes", store.warmBytes}};
 }
 
 // A page view kept as JSON text (see SessionHistory).

@@ -21,6 +21,7 @@ struct GovernorStore {
   uint64_t memoryObjects = 0;
   uint64_t spilledBytes = 0;
   uint64_t spilledObjects = 0;
+  uint64_t warmBytes = 0;
 };
 
 struct GovernorState {

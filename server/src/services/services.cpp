@@ -61,6 +61,7 @@ class GovernorUpstreamImpl final : public wire::GovernorUpstream::Server {
       store.memoryObjects = stats.getMemoryObjects();
       store.spilledBytes = stats.getSpilledBytes();
       store.spilledObjects = stats.getSpilledObjects();
+      store.warmBytes = stats.getWarmBytes();
     }
   }
 
