@@ -78,6 +78,18 @@ struct CallInput {
   }
 }
 
+# A file of the governor's store lent to one call (governor/src/store/
+# warm-files.h): its memory is in place already, so writing a big output
+# into it is several times faster than into a new file. An output of known
+# size may take it: renamed to the output's path in outputDir (the same
+# file system), cut or grown to that size, and every byte written (it holds
+# old bytes; opened without O_TRUNC, which would free its pages). Not
+# taken, it goes back to the governor after the call.
+struct WarmFile {
+  path @0 :Text;
+  size @1 :UInt64;
+}
+
 struct CallOutput {
   union {
     # A file (blob) or directory (dir) the function left under the call's
@@ -104,6 +116,7 @@ struct MethodCall {
   outputKinds @4 :List(Common.ObjectKind);
   outputDir @5 :Text;
   context @6 :CallContext;
+  warmFiles @7 :List(WarmFile);
 }
 
 # The answer to a MethodCall, in the order the calls came (for an actor
@@ -135,7 +148,8 @@ interface Executor {
   # function that throws fails the call with its message.
   call @1 (function :Text, config :Data, inputs :List(CallInput),
            outputKinds :List(Common.ObjectKind), outputDir :Text,
-           outputStreams :List(PipeEnd), context :CallContext, state :UInt32)
+           outputStreams :List(PipeEnd), context :CallContext, state :UInt32,
+           warmFiles :List(WarmFile))
       -> (outputs :List(CallOutput), runUs :UInt64);
 
   # Makes this process the home of one actor: runs the constructor of the

@@ -7,6 +7,7 @@
 // bad local upload keeps nothing.
 #include "http-get.h"
 #include "store-files.h"
+#include "test-executor.h"
 #include "upload-peer.h"
 
 #include <gtest/gtest.h>
@@ -309,6 +310,54 @@ TEST(ObjectPlaneTest, AnUploadAfterARemovalTakesTheRemovedObjectsMemoryUnlessItI
   EXPECT_TRUE(c.fetch() == third);
   EXPECT_TRUE(copy.output().fetch() == third);
   EXPECT_TRUE(std::string_view(held[0].data(), held[0].size()) == first);
+}
+
+// A function's output is written into warm memory too: its next call is
+// lent the file its last output left once that was removed (StoreTemp::lend),
+// and a big output of known size takes it.
+TEST(ObjectPlaneTest, AFunctionsNextOutputIsWrittenIntoTheMemoryItsLastOneLeft) {
+  ClusterOptions options;
+  options.governors = 1;
+  options.governorArgs = {"--store-memory", "256M", "--executor", "testfn=" + testExecutor()};
+  options.serverArgs = {"--governor-timeout", "3"};
+  LocalCluster cluster(options);
+  cluster.start();
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("lent");
+  const std::string warm = "squall_governor_store_warm_bytes{governor=\"governor-0\"} ";
+  auto warmBytesReach = [&](auto done) {
+    double bytes = -1;
+    for (int i = 0; i < 100 && !done(bytes = metric(cluster.httpAddress(), warm)); i++) {
+      std::this_thread::sleep_for(100ms);
+    }
+    return bytes;
+  };
+  // "line 1\n" ... "line 300000\n": about 3.3 MB, written by the executor
+  // from its buffer once the function returned.
+  std::string expected;
+  for (int n = 1; n <= 300000; n++) expected += "line " + std::to_string(n) + "\n";
+  auto lines = [&]() {
+    auto call = session.call("testfn/lines", {}, "300000");
+    call.output().keep();
+    session.submit();
+    return call.output();
+  };
+  auto first = lines();
+  EXPECT_TRUE(first.fetch() == expected);
+  session.unkeep({first});
+  EXPECT_EQ(warmBytesReach([&](double bytes) { return bytes == expected.size(); }), expected.size());
+  // Lent to the next call and taken by its output: none left warm.
+  auto second = lines();
+  EXPECT_EQ(warmBytesReach([](double bytes) { return bytes == 0; }), 0);
+  EXPECT_TRUE(second.fetch() == expected);
+  // Another function made nothing big before: it is lent nothing.
+  session.unkeep({second});
+  EXPECT_EQ(warmBytesReach([&](double bytes) { return bytes == expected.size(); }), expected.size());
+  auto count = session.call("testfn/wordcount", {session.blob("a b c")});
+  count.output().keep();
+  session.submit();
+  EXPECT_EQ(count.output().fetch(), "3");
+  EXPECT_EQ(metric(cluster.httpAddress(), warm), expected.size());
 }
 
 }  // namespace

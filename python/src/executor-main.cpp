@@ -151,8 +151,9 @@ void writeOutput(squall::Output& output, py::handle value) {
     for (auto& part : parts) output.write(bytesOf(part));
     return;
   }
-  const std::string& path = output.file();
-  int fd = open(path.c_str(), O_WRONLY | O_TRUNC | O_CLOEXEC);
+  // Every byte is written: a file the governor lent may hold old ones.
+  const std::string& path = output.fileOfSize(total);
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("cannot open output " + output.name() + ": " + strerror(errno));
   struct Closer {
     int fd;

@@ -63,6 +63,42 @@ void writeAll(const std::string& path, std::string_view bytes) {
   if (close(fd.release()) < 0) throw std::runtime_error(errnoText("cannot write output", path));
 }
 
+void writeOver(const std::string& path, std::string_view bytes) {
+  kj::AutoCloseFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw std::runtime_error(errnoText("cannot open output", path));
+  if (!writeFully(fd, bytes)) throw std::runtime_error(errnoText("cannot write output", path));
+  if (close(fd.release()) < 0) throw std::runtime_error(errnoText("cannot write output", path));
+}
+
+bool LentFiles::take(uint64_t size, const std::string& path) {
+  std::lock_guard<std::mutex> hold(lock);
+  File* best = nullptr;
+  for (auto& f : files) {
+    if (f.taken) continue;
+    bool fits = f.size >= size;
+    if (best == nullptr || (fits && (best->size < size || f.size < best->size)) ||
+        (!fits && best->size < size && f.size > best->size)) {
+      best = &f;
+    }
+  }
+  if (best == nullptr) return false;
+  best->taken = true;
+  // Not ours to write (another user's governor): a new file instead.
+  if (access(best->path.c_str(), W_OK) < 0) return false;
+  if (rename(best->path.c_str(), path.c_str()) < 0) return false;
+  if (truncate(path.c_str(), static_cast<off_t>(size)) < 0) {
+    throw std::runtime_error(errnoText("cannot size output", path));
+  }
+  return true;
+}
+
+std::shared_ptr<LentFiles> lentFiles(capnp::List<wire::WarmFile>::Reader files) {
+  if (files.size() == 0) return nullptr;
+  auto lent = std::make_shared<LentFiles>();
+  for (auto f : files) lent->files.push_back({std::string(f.getPath().cStr(), f.getPath().size()), f.getSize()});
+  return lent;
+}
+
 DataKind dataKind(wire::ObjectKind kind) {
   switch (kind) {
     case wire::ObjectKind::DIR: return DataKind::DIR;
@@ -161,6 +197,30 @@ const std::string& Output::file() {
     ensureDir(dirPath_);
     path_ = dirPath_ + "/" + entry_;
     writeAll(path_, {});
+    usedPath_ = true;
+  }
+  return path_;
+}
+
+const std::string& Output::fileOfSize(uint64_t size) {
+  if (kind_ != DataKind::BLOB) {
+    throw std::logic_error("output " + name_ + " is " + kindName(kind_) +
+                           (kind_ == DataKind::DIR ? ": use dir()" : ": use write() or fd()"));
+  }
+  if (usedBuffer_) throw std::logic_error("output " + name_ + " is written through write(): not file() as well");
+  return placeFile(size);
+}
+
+const std::string& Output::placeFile(uint64_t size) {
+  if (!usedPath_) {
+    ensureDir(dirPath_);
+    path_ = dirPath_ + "/" + entry_;
+    if (lent_ == nullptr || !lent_->take(size, path_)) {
+      writeAll(path_, {});
+      if (size > 0 && truncate(path_.c_str(), static_cast<off_t>(size)) < 0) {
+        throw std::runtime_error(errnoText("cannot size output", path_));
+      }
+    }
     usedPath_ = true;
   }
   return path_;

@@ -201,13 +201,14 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     KJ_ON_SCOPE_FAILURE(writeMark());
     prepared = prepare(params.getFunction(), params.getConfig(), params.getInputs(), params.getOutputKinds(),
                        params.getOutputDir(), params.getContext(), params.getOutputStreams(), pipes);
+    lend(*prepared.call, params.getWarmFiles());
     return whenPipesArrive(
         kj::mv(prepared.call), kj::mv(pipes),
-        [this, body = kj::mv(prepared.body), context, outputDir = kj::mv(prepared.outputDir)](Call& call) mutable {
+        [this, body = kj::mv(prepared.body), context](Call& call) mutable {
           uint64_t runUs = runBody(body, call);
           auto results = context.getResults(answerSize(call));
           results.setRunUs(runUs);
-          fillOutputs(call, results.initOutputs(call.outputs_.size()), outputDir);
+          fillOutputs(call, results.initOutputs(call.outputs_.size()));
         },
         params.getState(), true);
   }
@@ -387,6 +388,12 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     return prepared;
   }
 
+  // The warm files the governor lent the call, for its outputs to take.
+  static void lend(Call& call, capnp::List<wire::WarmFile>::Reader files) {
+    auto lent = lentFiles(files);
+    for (auto& output : call.outputs_) output.lent_ = lent;
+  }
+
   // ---- the calls channel (openCalls)
 
   struct Channel {
@@ -420,7 +427,6 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   void runMethodCall(Channel& ch, kj::Own<capnp::MessageReader> message) {
     uint64_t serial = 0;
     kj::Own<Call> call;
-    std::string outputDir;
     uint64_t runUs = 0;
     auto failure = kj::runCatchingExceptions([&]() {
       auto params = message->getRoot<wire::MethodCall>();
@@ -428,9 +434,9 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
       Pipes pipes;
       auto prepared = prepare(params.getFunction(), params.getConfig(), params.getInputs(), params.getOutputKinds(),
                               params.getOutputDir(), params.getContext(), nullptr, pipes);
+      lend(*prepared.call, params.getWarmFiles());
       SQUALL_REQUIRE(pipes.ends.size() == 0, "a method call over the calls channel carries no live streams");
       call = kj::mv(prepared.call);
-      outputDir = kj::mv(prepared.outputDir);
       call->detachable_ = concurrency > 1;
       runningSerial = serial;
       runningBegan = std::chrono::steady_clock::now();
@@ -443,30 +449,28 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
       auto& handed = detached[serial];
       handed.message = kj::mv(message);
       handed.call = kj::mv(call);
-      handed.outputDir = kj::mv(outputDir);
       handed.returned = true;
       if (error != nullptr) {
         // It threw after it detached: the call fails now; the Call stays
         // until its CallEnd ends (another thread may still hold it).
         handed.answered = true;
-        writeAnswer(ch, serial, nullptr, "", runUs, kj::mv(error));
+        writeAnswer(ch, serial, nullptr, runUs, kj::mv(error));
       }
       if (handed.ended) detachedEnded(serial);
       return;
     }
-    writeAnswer(ch, serial, call.get(), outputDir, runUs, kj::mv(error));
+    writeAnswer(ch, serial, call.get(), runUs, kj::mv(error));
   }
 
   // Writes a MethodAnswer: `call`'s outputs, or `error`.
-  void writeAnswer(Channel& ch, uint64_t serial, Call* call, const std::string& outputDir, uint64_t runUs,
-                   kj::Maybe<std::string> error) {
+  void writeAnswer(Channel& ch, uint64_t serial, Call* call, uint64_t runUs, kj::Maybe<std::string> error) {
     capnp::MallocMessageBuilder answer(call != nullptr && error == nullptr ? answerSize(*call).wordCount + 8 : 64);
     auto root = answer.initRoot<wire::MethodAnswer>();
     root.setSerial(serial);
     root.setRunUs(runUs);
     if (error == nullptr) {
       KJ_IF_MAYBE(e, kj::runCatchingExceptions(
-                         [&]() { fillOutputs(*call, root.initOutputs(call->outputs_.size()), outputDir); })) {
+                         [&]() { fillOutputs(*call, root.initOutputs(call->outputs_.size())); })) {
         error = std::string(userMessage(*e).cStr());
       }
     }
@@ -488,7 +492,6 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     // returned).
     kj::Own<capnp::MessageReader> message;
     kj::Own<Call> call;
-    std::string outputDir;
     std::chrono::steady_clock::time_point began;
     bool returned = false;
     // Its CallEnd ended it (with `error`, or none); its answer went.
@@ -533,8 +536,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
     detached.erase(it);
     if (call.answered || channel.get() == nullptr) return;
     KJ_IF_MAYBE(e, kj::runCatchingExceptions([&]() {
-                  writeAnswer(*channel, serial, call.call.get(), call.outputDir, sinceUs(call.began),
-                              kj::mv(call.error));
+                  writeAnswer(*channel, serial, call.call.get(), sinceUs(call.began), kj::mv(call.error));
                 })) {
       // The governor went: this process goes with it.
       (void)e;
@@ -737,7 +739,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
   }
 
   // The answer's outputs: where each of the call's outputs is.
-  static void fillOutputs(Call& call, capnp::List<wire::CallOutput>::Builder outs, const std::string& outputDir) {
+  static void fillOutputs(Call& call, capnp::List<wire::CallOutput>::Builder outs) {
     for (uint i = 0; i < call.outputs_.size(); i++) {
       auto& output = call.outputs_[i];
       auto out = outs[i];
@@ -757,8 +759,7 @@ class ExecutorService final : public wire::Executor::Server, public Call::Host {
         } else if (output.buffer_.size() <= Executor::INLINE_LIMIT) {
           out.setData(kj::arrayPtr(reinterpret_cast<const kj::byte*>(output.buffer_.data()), output.buffer_.size()));
         } else {
-          ensureDir(outputDir);
-          writeAll(outputDir + "/" + output.entry_, output.buffer_);
+          writeOver(output.placeFile(output.buffer_.size()), output.buffer_);
           out.setFile(output.entry_);
         }
         return 0;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <kj/array.h>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <squall/wire/executor.capnp.h>
 #include <string>
@@ -28,6 +29,26 @@ void ensureDir(const std::string& path);
 // Writes all of `bytes` to `fd`; false with errno set when it cannot.
 bool writeFully(int fd, std::string_view bytes);
 void writeAll(const std::string& path, std::string_view bytes);
+// Writes `bytes` over the start of the file at `path` (no O_TRUNC: a lent
+// file keeps its pages; Output::placeFile sized it).
+void writeOver(const std::string& path, std::string_view bytes);
+
+// The warm files the governor lent one call (executor.capnp WarmFile),
+// taken by its outputs (Output::fileOfSize) from any of its threads.
+struct LentFiles {
+  struct File {
+    std::string path;
+    uint64_t size;
+    bool taken = false;
+  };
+  std::mutex lock;
+  std::vector<File> files;
+  // Renames the smallest untaken file of at least `size` bytes (else the
+  // largest) to `path` at `size` bytes; false when none could be.
+  bool take(uint64_t size, const std::string& path);
+};
+// The call's lent files; null when none.
+std::shared_ptr<LentFiles> lentFiles(capnp::List<wire::WarmFile>::Reader files);
 DataKind dataKind(wire::ObjectKind kind);
 // For kj::str(), which takes no std::string_view.
 inline kj::ArrayPtr<const char> chars(std::string_view text) { return kj::arrayPtr(text.data(), text.size()); }

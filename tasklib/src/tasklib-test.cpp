@@ -16,6 +16,7 @@
 #include <squall/proto/errors.h>
 #include <squall/wire/executor.capnp.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
@@ -357,6 +358,61 @@ TEST_F(TasklibTest, MisuseIsANamedErrorNotACrash) {
   Served served(ex);
   EXPECT_EQ(refusal(served, "both", {wire::ObjectKind::BLOB}),
             "output 0 is written through write(): not file() as well");
+}
+
+// Files the governor lends a call (executor.capnp WarmFile): an output of
+// known size takes the smallest that holds it, renamed and cut to its size,
+// and writes every byte over the old ones; with none left, a new file.
+TEST_F(TasklibTest, OutputsOfKnownSizeTakeTheFilesTheGovernorLentAndWriteEveryByte) {
+  const size_t MIB = 1 << 20;
+  writeFile(dir / "lent-big", std::string(4 * MIB, 'o'));
+  writeFile(dir / "lent-small", std::string(MIB, 'p'));
+  auto inode = [](const fs::path& path) {
+    struct stat st;
+    return ::stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+  };
+  auto big = inode(dir / "lent-big"), small = inode(dir / "lent-small");
+  Executor ex("sized");
+  ex.add(
+      "two",
+      [MIB](Call& call) {
+        int fd = ::open(call.output(0).fileOfSize(3 * MIB).c_str(), O_WRONLY | O_CLOEXEC);
+        ASSERT_GE(fd, 0);
+        std::string bytes(3 * MIB, 'n');
+        ASSERT_EQ(::write(fd, bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+        ::close(fd);
+        // Past the inline limit: the executor writes it into a file itself,
+        // once the function returned: the other lent file is gone by then.
+        call.output(1).write(std::string(600 << 10, 'w'));
+        std::ofstream(call.output(2).fileOfSize(1000), std::ios::in | std::ios::out) << std::string(1000, 'x');
+      },
+      3);
+  Served served(ex);
+  auto out = outputDir();
+  auto request = served.cap.callRequest();
+  request.setFunction("two");
+  auto kinds = request.initOutputKinds(3);
+  for (uint i = 0; i < 3; i++) kinds.set(i, wire::ObjectKind::BLOB);
+  request.setOutputDir(out);
+  auto lent = request.initWarmFiles(2);
+  lent[0].setPath((dir / "lent-small").string());
+  lent[0].setSize(MIB);
+  lent[1].setPath((dir / "lent-big").string());
+  lent[1].setSize(4 * MIB);
+  auto answer = request.send().wait(served.io.waitScope);
+  auto outputs = answer.getOutputs();
+  ASSERT_EQ(outputs.size(), 3u);
+  auto path = [&](uint i) { return fs::path(out) / outputs[i].getFile().cStr(); };
+  EXPECT_EQ(inode(path(0)), big);
+  EXPECT_EQ(readFile(path(0)), std::string(3 * MIB, 'n'));
+  EXPECT_EQ(inode(path(2)), small);
+  EXPECT_EQ(readFile(path(2)), std::string(1000, 'x'));
+  // Nothing left to lend: a new file.
+  EXPECT_NE(inode(path(1)), big);
+  EXPECT_NE(inode(path(1)), small);
+  EXPECT_EQ(readFile(path(1)), std::string(600 << 10, 'w'));
+  EXPECT_FALSE(fs::exists(dir / "lent-big"));
+  EXPECT_FALSE(fs::exists(dir / "lent-small"));
 }
 
 TEST_F(TasklibTest, StartedByHandItExplainsWhatItIs) {

@@ -36,6 +36,15 @@ bool isEntryName(kj::StringPtr name) {
          name.findFirst('\0') == nullptr;
 }
 
+// The warm files lent to a call (StoreTemp::lend).
+void setWarmFiles(capnp::List<wire::WarmFile>::Builder list, const StoreTemp& outDir) {
+  auto lent = outDir.lent();
+  for (uint i = 0; i < lent.size(); i++) {
+    list[i].setPath(lent[i].path);
+    list[i].setSize(lent[i].size);
+  }
+}
+
 // Stores output `i` of a finished call.
 kj::Promise<OutputInfo> adoptOutput(TaskEnv& env, Id id, wire::ObjectKind kind, wire::CallOutput::Reader out,
                                  kj::StringPtr dir, kj::StringPtr function) {
@@ -63,7 +72,9 @@ kj::Promise<OutputInfo> adoptOutput(TaskEnv& env, Id id, wire::ObjectKind kind, 
         SQUALL_REQUIRE(S_ISREG(st.st_mode), what, " should be a regular file");
         return hashFile(path);
       })
-      .then([&env, id, kind, path = kj::mv(path)](HashedSize hashed) mutable {
+      .then([&env, id, kind, path = kj::mv(path), function = kj::str(function)](HashedSize hashed) mutable {
+        // What the next call of it is lent a warm file for.
+        if (kind == wire::ObjectKind::BLOB) env.store.rememberOutput(function, hashed.size);
         auto meta = kind == wire::ObjectKind::DIR ? env.store.adoptDir(id, kj::mv(path), hashed)
                                                   : env.store.adoptFile(id, kind, kj::mv(path), hashed);
         return OutputInfo{id, meta.size, meta.hash};
@@ -218,6 +229,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         // The executor makes the directory when an output needs it (most
         // calls answer with bytes and never do).
         auto outDir = kj::heap<StoreTemp>(env.store, env.store.placeFor(0));
+        outDir->lend(function);
         auto callConfig = task.getConfig().getCall();
         auto request = lease->executor().callRequest(callSize(task, callConfig.getFunction(),
                                                               callConfig.getConfig().size(),
@@ -255,6 +267,7 @@ kj::Promise<TaskOutcome> runCall(TaskEnv& env, wire::Assignment::Reader spec, Ta
         auto outKinds = request.initOutputKinds(kinds.size());
         for (uint i = 0; i < kinds.size(); i++) outKinds.set(i, kinds[i]);
         request.setOutputDir(outDir->path());
+        setWarmFiles(request.initWarmFiles(outDir->lent().size()), *outDir);
         if (ends->taskOutputEnds.size() > 0) {
           auto pipes = request.initOutputStreams(ends->taskOutputEnds.size());
           for (uint i = 0; i < pipes.size(); i++) {
@@ -416,10 +429,11 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
     }
   }
   // Made again for each attempt: a restarted actor gets the call anew.
-  auto build = [&env, spec, function = kj::str(function)]() {
+  auto build = [&env, spec, function = kj::str(function), producer = kj::str(method)]() {
     auto task = spec.getTask();
     auto config = task.getConfig().getActorCall();
     auto outDir = kj::heap<StoreTemp>(env.store, env.store.placeFor(0));
+    outDir->lend(producer);
     auto kinds = spec.getOutputKinds();
     auto message = kj::heap<capnp::MallocMessageBuilder>(
         callSize(task, function, config.getConfig().size(), kinds.size(), outDir->path()).wordCount);
@@ -431,6 +445,7 @@ kj::Promise<TaskOutcome> runActorCall(TaskEnv& env, wire::Assignment::Reader spe
     auto outKinds = call.initOutputKinds(kinds.size());
     for (uint i = 0; i < kinds.size(); i++) outKinds.set(i, kinds[i]);
     call.setOutputDir(outDir->path());
+    setWarmFiles(call.initWarmFiles(outDir->lent().size()), *outDir);
     return ActorHosts::Built{kj::mv(message), kj::mv(outDir)};
   };
   return hosts->call(actorId, taskId, kj::mv(build))

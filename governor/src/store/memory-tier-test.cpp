@@ -187,6 +187,49 @@ TEST_F(MemoryTierTest, ARemovedObjectsFileIsWrittenIntoByTheNextUploadWhenNothin
   EXPECT_EQ(store.stats().warmFiles, 1u);
 }
 
+// A call's output directory is lent a warm file when its function made a
+// big blob last time; what the executor did not take comes back.
+TEST_F(MemoryTierTest, ACallIsLentAWarmFileForWhatItsFunctionMadeLastTime) {
+  put(Id{6, 1}, 4 * MIB, 'a');
+  store.remove(Id{6, 1});
+  ASSERT_TRUE(within([&]() { return store.stats().warmFiles == 1; }));
+  {
+    // Nothing known of f yet: nothing lent.
+    StoreTemp outDir(store, Tier::MEMORY);
+    outDir.lend("ex/f");
+    EXPECT_EQ(outDir.lent().size(), 0u);
+  }
+  store.rememberOutput("ex/f", 3 * MIB);
+  store.rememberOutput("ex/small", 1000);  // too small to count
+  {
+    StoreTemp small(store, Tier::MEMORY);
+    small.lend("ex/small");
+    EXPECT_EQ(small.lent().size(), 0u);
+    StoreTemp onDisk(store, Tier::DISK);
+    onDisk.lend("ex/f");
+    EXPECT_EQ(onDisk.lent().size(), 0u);
+  }
+  {
+    StoreTemp outDir(store, Tier::MEMORY);
+    outDir.lend("ex/f");
+    ASSERT_EQ(outDir.lent().size(), 1u);
+    EXPECT_EQ(outDir.lent()[0].size, 4 * MIB);
+    EXPECT_EQ(contents(outDir.lent()[0].path).size(), 4 * MIB);
+    EXPECT_EQ(store.stats().warmFiles, 0u);
+  }
+  // Not taken: back, warm again.
+  ASSERT_TRUE(within([&]() { return store.stats().warmFiles == 1; }));
+  {
+    StoreTemp outDir(store, Tier::MEMORY);
+    outDir.lend("ex/f");
+    ASSERT_EQ(outDir.lent().size(), 1u);
+    // Taken by an output (renamed away): nothing comes back.
+    KJ_SYSCALL(::rename(outDir.lent()[0].path.cStr(), dir.sub("objects/memory/taken").cStr()));
+  }
+  EXPECT_TRUE(within([&]() { return tierFiles() == std::vector<std::string>{"taken"}; }));
+  EXPECT_EQ(store.stats().warmFiles, 0u);
+}
+
 TEST_F(MemoryTierTest, AFileStillMappedOpenOrLinkedElsewhereIsNeverReused) {
   put(Id{4, 1}, 2 * MIB, 'm');
   put(Id{4, 2}, 2 * MIB, 'o');

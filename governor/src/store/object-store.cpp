@@ -98,6 +98,23 @@ kj::String ObjectStore::newFilePath(Tier tier, uint64_t size) {
   return path;
 }
 
+uint64_t ObjectStore::lendWarm(kj::StringPtr producer, kj::StringPtr path) {
+  uint64_t want = warm.lastMade(producer);
+  return want == 0 || !inTier(path) ? 0 : warm.lend(want, path);
+}
+
+StoreTemp::~StoreTemp() noexcept(false) {
+  for (auto& loan : loans) store.giveBack(kj::mv(loan.path), loan.size);
+  if (tempPath.size() > 0) store.removeLater(kj::mv(tempPath));
+}
+
+void StoreTemp::lend(kj::StringPtr producer) {
+  // Beside the directory (which does not exist yet), in the same tier.
+  auto path = kj::str(tempPath, ".lent");
+  uint64_t size = store.lendWarm(producer, path);
+  if (size > 0) loans.add(Lent{kj::mv(path), size});
+}
+
 void ObjectStore::tierChanged() { warm.limit(tierCapacity > tierBytes ? tierCapacity - tierBytes : 0); }
 
 void ObjectStore::useMemoryTier(kj::String tierDirParam, uint64_t capacity) {

@@ -199,6 +199,13 @@ class ObjectStore {
   // Removes a file or tree at `path` (one of ours) on the pool.
   void removeLater(kj::String path);
 
+  // Warm files lent to calls (StoreTemp::lend): what `producer` made last
+  // time, a file lent for that size renamed to `path` (its size; 0: none),
+  // and a lent file back (taken or not: a file no longer there is no loss).
+  void rememberOutput(kj::StringPtr producer, uint64_t size) { warm.remember(producer, size); }
+  uint64_t lendWarm(kj::StringPtr producer, kj::StringPtr path);
+  void giveBack(kj::String path, uint64_t size) { warm.offer(kj::mv(path), size); }
+
   // Drops an object; unknown ids are fine. An object still arriving is
   // dropped when it arrives.
   void remove(Id id);
@@ -274,16 +281,25 @@ class ObjectStore {
 class StoreTemp {
  public:
   explicit StoreTemp(ObjectStore& store, Tier tier = Tier::DISK) : store(store), tempPath(store.newTempPath(tier)) {}
-  ~StoreTemp() noexcept(false) {
-    if (tempPath.size() > 0) store.removeLater(kj::mv(tempPath));
-  }
+  ~StoreTemp() noexcept(false);
   KJ_DISALLOW_COPY(StoreTemp);
   kj::StringPtr path() const { return tempPath; }
   kj::String release() { return kj::mv(tempPath); }
 
+  // A call's output directory in the tier: lends it a warm file when
+  // `producer` made a big blob last time (executor.capnp WarmFile), given
+  // back when this goes unless the executor took it for an output.
+  void lend(kj::StringPtr producer);
+  struct Lent {
+    kj::String path;
+    uint64_t size;
+  };
+  kj::ArrayPtr<const Lent> lent() const { return loans; }
+
  private:
   ObjectStore& store;
   kj::String tempPath;
+  kj::Vector<Lent> loans;
 };
 
 }  // namespace squall

@@ -71,26 +71,59 @@ void WarmFiles::keep(kj::String path, uint64_t size) {
   logger.debug("event=warm-file-kept size={} warm_bytes={} warm_files={}", size, held, files.size());
 }
 
-bool WarmFiles::take(uint64_t size, kj::StringPtr path) {
-  if (files.empty()) return false;
+uint64_t WarmFiles::pick(uint64_t size, kj::StringPtr path) {
+  if (files.empty()) return 0;
   auto it = files.lower_bound(size);
   if (it == files.end()) it = std::prev(it);
   uint64_t had = it->first;
   auto from = kj::mv(it->second);
   files.erase(it);
   held -= had;
+  // Writable again (the store made it read-only when it held an object).
+  if (::rename(from.cStr(), path.cStr()) < 0 || ::chmod(path.cStr(), 0644) < 0) {
+    logger.warn("event=warm-file-unusable path={} error=\"{}\"", from.cStr(), strerror(errno));
+    unlinkLater(kj::str(path));
+    unlinkLater(kj::mv(from));
+    return 0;
+  }
+  return had;
+}
+
+bool WarmFiles::take(uint64_t size, kj::StringPtr path) {
+  uint64_t had = pick(size, path);
+  if (had == 0) return false;
   // Shrinking gives the tail's pages back; growing adds fresh ones for the
   // part past the old size. Both are metadata work, cheap on the loop.
-  // Writable again (the store made it read-only when it held an object).
-  if (::rename(from.cStr(), path.cStr()) < 0 || ::chmod(path.cStr(), 0644) < 0 ||
-      ::truncate(path.cStr(), static_cast<off_t>(size)) < 0) {
-    logger.warn("event=warm-file-unusable path={} error=\"{}\"", from.cStr(), strerror(errno));
+  if (::truncate(path.cStr(), static_cast<off_t>(size)) < 0) {
+    logger.warn("event=warm-file-unusable path={} error=\"{}\"", path.cStr(), strerror(errno));
     ::unlink(path.cStr());
-    unlinkLater(kj::mv(from));
     return false;
   }
   logger.debug("event=warm-file-taken size={} had={} warm_bytes={}", size, had, held);
   return true;
+}
+
+uint64_t WarmFiles::lend(uint64_t size, kj::StringPtr path) {
+  uint64_t had = pick(size, path);
+  if (had > 0) logger.debug("event=warm-file-lent size={} for={} warm_bytes={}", had, size, held);
+  return had;
+}
+
+void WarmFiles::remember(kj::StringPtr producer, uint64_t size) {
+  if (size < MIN_BYTES) return;
+  std::string_view name(producer.cStr(), producer.size());
+  auto it = made.find(name);
+  if (it != made.end()) {
+    it->second = size;
+    return;
+  }
+  if (made.size() >= MAX_PRODUCERS) made.clear();
+  made.emplace(name, size);
+}
+
+uint64_t WarmFiles::lastMade(kj::StringPtr producer) const {
+  auto it = made.find(std::string_view(producer.cStr(), producer.size()));
+  return it == made.end() ? 0 : it->second;
 }
 
 void WarmFiles::unlinkLater(kj::String path) {

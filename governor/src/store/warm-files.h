@@ -28,6 +28,8 @@
 #include <kj/string.h>
 #include <spdlog/logger.h>
 #include <map>
+#include <string>
+#include <string_view>
 
 namespace squall {
 
@@ -36,6 +38,7 @@ class WarmFiles {
   // Smaller files are unlinked: their pages are few, a slot is not.
   static constexpr uint64_t MIN_BYTES = 1 << 20;
   static constexpr size_t MAX_FILES = 64;
+  static constexpr size_t MAX_PRODUCERS = 1024;
 
   WarmFiles(UvBridge& bridge, kj::TaskSet& background, spdlog::logger& logger)
       : bridge(bridge), background(background), logger(logger) {}
@@ -55,6 +58,16 @@ class WarmFiles {
   // kept (or the rename failed: then the caller makes a fresh file).
   bool take(uint64_t size, kj::StringPtr path);
 
+  // Lends the file take() would pick for `size` to a call's executor,
+  // renamed to `path` (writable, its size as it was); how big it is, 0 when
+  // none. What the executor does not take goes back with offer().
+  uint64_t lend(uint64_t size, kj::StringPtr path);
+
+  // What a producer (a function, a method) made last time, its largest
+  // blob of MIN_BYTES or more: what a call of it is lent for. 0: nothing.
+  void remember(kj::StringPtr producer, uint64_t size);
+  uint64_t lastMade(kj::StringPtr producer) const;
+
   uint64_t bytes() const { return held; }
   size_t count() const { return files.size(); }
 
@@ -69,6 +82,12 @@ class WarmFiles {
   uint64_t allowed = 0;
   uint64_t counter = 0;
   std::multimap<uint64_t, kj::String> files;
+  // remember(): bounded (forgotten all at once when full).
+  std::map<std::string, uint64_t, std::less<>> made;
+
+  // Takes the best kept file for `size` out of the set and renames it to
+  // `path`, writable; its size, or 0 (nothing moved) when none.
+  uint64_t pick(uint64_t size, kj::StringPtr path);
 
   void unlinkLater(kj::String path);
   void keep(kj::String path, uint64_t size);

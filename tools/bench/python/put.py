@@ -3,6 +3,8 @@
 
 For each size, a float64 array of ones made in the driver:
 
+- put alone (Ray's model): the array into the governor's store, the ref
+  dropped before the next (so later puts reuse the memory: best of --reps);
 - put -> task -> result: squall `session.pickled(x)` (and Ray's `put`)
   read by one task that returns `x.sum()`; Dask `client.scatter(x)` and
   `submit(sum)`;
@@ -90,6 +92,18 @@ def ray_put(n):
     return rate(n, time.perf_counter() - start)
 
 
+def ray_put_alone(n):
+    """`put` alone: the array into the store (a governor on this machine:
+    written into its memory tier). The ref goes before the next, so from
+    the second on the put writes into memory the last one had."""
+    x = np.ones(n // 8)
+    start = time.perf_counter()
+    ref = squall.put(x)
+    seconds = time.perf_counter() - start
+    del ref
+    return rate(n, seconds)
+
+
 def ray_get(n):
     start = time.perf_counter()
     assert squall.get(ones.remote(n // 8)).shape == (n // 8,)
@@ -150,6 +164,7 @@ def main():
         try:
             for n in sizes:
                 mb = n // 1000000
+                say(f"ray_model_put_mb_per_s_{mb}mb", best(args.reps, lambda: ray_put_alone(n)))
                 say(f"ray_model_put_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: ray_put(n)))
                 say(f"ray_model_task_get_mb_per_s_{mb}mb", best(args.reps, lambda: ray_get(n)))
             for n in [8000] + sizes:
@@ -171,6 +186,7 @@ def main():
     for n in sizes:
         mb = n // 1000000
         warm = figures[f"copy_warm_mb_per_s_{mb}mb"]
+        print(f"ratio_ray_model_put_to_warm_copy_{mb}mb {figures[f'ray_model_put_mb_per_s_{mb}mb'] / warm:.3f}")
         for what in ("put_task_result", "task_get"):
             ours = figures[f"squall_{what}_mb_per_s_{mb}mb"]
             print(f"ratio_squall_{what}_to_warm_copy_{mb}mb {ours / warm:.3f}")

@@ -151,6 +151,10 @@ class Input {
 // filling the directory at dir(); a stream by write() (straight to its
 // readers, blocking while they are behind) or through fd(). A stream's
 // readers see its end when the function returns.
+namespace detail {
+struct LentFiles;
+}  // namespace detail
+
 class Output {
  public:
   DataKind kind() const { return kind_; }
@@ -166,12 +170,21 @@ class Output {
   // The file to write a blob output into (created empty; the function may
   // replace it), for outputs too big for memory or written by a library.
   const std::string& file();
+  // The file for a blob output of exactly `size` bytes that the function
+  // writes in full (every byte, from the start), opened without O_TRUNC.
+  // The governor may lend the call a file whose memory is in place already
+  // (a removed object's): writing a big output into it is several times
+  // faster than into a new one, and until written it holds that object's
+  // old bytes. Otherwise as file(), but `size` bytes long (zeros).
+  const std::string& fileOfSize(uint64_t size);
   // The directory to fill for a dir output (created empty).
   const std::string& dir();
 
  private:
   friend class ExecutorService;
   friend class Call;
+  // fileOfSize() without the checks (the executor writes a big buffer).
+  const std::string& placeFile(uint64_t size);
   DataKind kind_ = DataKind::BLOB;
   std::string name_;
   std::string dirPath_;   // the call's output directory
@@ -181,6 +194,8 @@ class Output {
   bool usedBuffer_ = false;
   bool usedPath_ = false;
   int fd_ = -1;
+  // The files the governor lent the call (shared by its outputs).
+  std::shared_ptr<detail::LentFiles> lent_;
 };
 
 // How a call handed over with Call::detach() ends: finish() once its
