@@ -257,6 +257,18 @@ TEST(ObjectPlaneTest, ABigBlobOnThisMachineIsFetchedAsAMappingOfTheGovernorsFile
   EXPECT_TRUE(text == big);
 }
 
+// A one-governor cluster's warm bytes (/metrics: heartbeats carry them)
+// once `done(bytes)` holds, 10 s at most: the last value read.
+const std::string warmBytesMetric = "squall_governor_store_warm_bytes{governor=\"governor-0\"} ";
+template <typename Done>
+double warmBytesOnceThey(LocalCluster& cluster, Done&& done) {
+  double bytes = -1;
+  for (int i = 0; i < 100 && !done(bytes = metric(cluster.httpAddress(), warmBytesMetric)); i++) {
+    std::this_thread::sleep_for(100ms);
+  }
+  return bytes;
+}
+
 // Warm memory (governor/src/store/warm-files.h): an upload after a removal
 // is written into the removed object's file, with its pages, unless
 // something still maps it (a driver's array of a get).
@@ -270,14 +282,7 @@ TEST(ObjectPlaneTest, AnUploadAfterARemovalTakesTheRemovedObjectsMemoryUnlessItI
   cluster.start();
   Client client(cluster.serverAddress());
   auto session = client.newSession("warm");
-  const std::string warm = "squall_governor_store_warm_bytes{governor=\"governor-0\"} ";
-  auto warmBytesReach = [&](auto done) {
-    double bytes = -1;
-    for (int i = 0; i < 100 && !done(bytes = metric(cluster.httpAddress(), warm)); i++) {
-      std::this_thread::sleep_for(100ms);
-    }
-    return bytes;
-  };
+  auto warmBytesReach = [&](auto done) { return warmBytesOnceThey(cluster, done); };
   auto upload = [&](const std::string& bytes) {
     auto blob = session.blob(std::vector<std::string_view>{bytes});
     blob.keep();
@@ -324,14 +329,8 @@ TEST(ObjectPlaneTest, AFunctionsNextOutputIsWrittenIntoTheMemoryItsLastOneLeft) 
   cluster.start();
   Client client(cluster.serverAddress());
   auto session = client.newSession("lent");
-  const std::string warm = "squall_governor_store_warm_bytes{governor=\"governor-0\"} ";
-  auto warmBytesReach = [&](auto done) {
-    double bytes = -1;
-    for (int i = 0; i < 100 && !done(bytes = metric(cluster.httpAddress(), warm)); i++) {
-      std::this_thread::sleep_for(100ms);
-    }
-    return bytes;
-  };
+  const std::string warm = warmBytesMetric;
+  auto warmBytesReach = [&](auto done) { return warmBytesOnceThey(cluster, done); };
   // "line 1\n" ... "line 300000\n": about 3.3 MB, written by the executor
   // from its buffer once the function returned.
   std::string expected;
