@@ -9,6 +9,7 @@
 #include "isolation-probe.h"
 #include "test-executor.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -261,6 +262,91 @@ TEST(CliStartTest, StartGivesEveryGovernorItsExecutors) {
   EXPECT_NE(misnamed.find("squall start: squall-governor exited before saying 'registered governor='"),
             std::string::npos)
       << misnamed;
+}
+
+}  // namespace
+}  // namespace squall
+
+namespace squall {
+namespace {
+
+// The child of `parent` running `program` whose command line holds `word`
+// (read from /proc); -1 when there is none.
+pid_t childRunning(pid_t parent, const std::string& program, const std::string& word) {
+  for (auto& entry : fs::directory_iterator("/proc")) {
+    auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream in(entry.path() / "cmdline");
+    std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+    std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+    if (cmdline.find(program) != std::string::npos && cmdline.find(word) != std::string::npos) {
+      return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+// Issue 41: one part's death stopped `squall start` whole, and without
+// --work-dir its session log went with its temp dir. Now a governor or the
+// server that dies is started again, and the log is kept in the state dir,
+// so the restarted server carries the sessions on.
+TEST(CliStartTest, AGovernorOrTheServerThatDiesIsStartedAgainOnTheKeptLog) {
+  ChildProcess start("/bin/sh", {"-c", "exec '" + findProgram("squall") +
+                                           "' start --governors 2 --cpus 1 --listen 127.0.0.1:0 --http off 2>&1"});
+  auto line = start.expectLine("squall is running: server=", std::chrono::seconds(30));
+  auto address = line.substr(line.find('=') + 1, line.find(' ', line.find('=')) - line.find('=') - 1);
+  auto workDir = line.substr(line.find("work-dir=") + 9);
+  auto state = getenv("XDG_STATE_HOME");
+  ASSERT_NE(state, nullptr);
+  EXPECT_EQ(workDir, std::string(state) + "/squall/start");
+  EXPECT_EQ(start.expectLine("session log: ", std::chrono::seconds(5)),
+            "session log: " + workDir + "/server.sqlite (kept: squall start with this work dir carries on its "
+            "sessions)");
+  Client client(address);
+  auto session = client.newSession("through restarts");
+  auto before = session.execute(Program::shell("echo before").stdoutOutput());
+  before.output().keep();
+  session.submit();
+  EXPECT_EQ(before.output().fetch(), "before\n");
+
+  pid_t governor = childRunning(start.pid(), "squall-governor", "--name governor-0");
+  ASSERT_GT(governor, 0);
+  ::kill(governor, SIGKILL);
+  EXPECT_NO_THROW(start.expectLine("squall start: governor-0 was killed by Killed; starting it again",
+                                   std::chrono::seconds(30)));
+  EXPECT_NO_THROW(start.expectLine("squall start: governor-0 is running again", std::chrono::seconds(30)));
+  EXPECT_EQ(client.governors().size(), 2u);
+
+  pid_t server = childRunning(start.pid(), "squall-server", "--listen");
+  ASSERT_GT(server, 0);
+  ::kill(server, SIGKILL);
+  EXPECT_NO_THROW(start.expectLine("squall start: the server was killed by Killed; starting it again",
+                                   std::chrono::seconds(30)));
+  EXPECT_NO_THROW(start.expectLine("squall start: the server is running again", std::chrono::seconds(30)));
+  // The session goes on from the log: what it made before, and new work.
+  EXPECT_EQ(before.output().fetch(), "before\n");
+  auto after = session.execute(Program::shell("echo after").stdoutOutput());
+  after.output().keep();
+  session.submit();
+  EXPECT_EQ(after.output().fetch(), "after\n");
+  session.close();
+
+  start.signal(SIGINT);
+  EXPECT_TRUE(start.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(20)));
+  auto status = start.poll();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << describeStatus(*status);
+  EXPECT_TRUE(fs::exists(workDir + "/server.sqlite"));
 }
 
 }  // namespace

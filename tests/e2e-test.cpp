@@ -172,7 +172,16 @@ TEST_F(E2eTest, MissingProgramFailsWithItsName) {
 TEST_F(E2eTest, ProgramsAreLookedUpInTheTasksOwnPath) {
   Client client(cluster->serverAddress());
   auto f = failureOf(client, Program({"true"}).env("PATH", "/nonexistent"));
-  EXPECT_NE(std::string(f.what()).find("program 'true' not found"), std::string::npos) << f.what();
+  // Naming the governor and the PATH searched (issue 41: a caller's PATH
+  // that does not travel looked like a missing program).
+  EXPECT_NE(std::string(f.what()).find("program 'true' not found on governor governor-"), std::string::npos)
+      << f.what();
+  EXPECT_NE(std::string(f.what()).find("in its PATH (/nonexistent); the caller's PATH does not travel"),
+            std::string::npos)
+      << f.what();
+  f = failureOf(client, Program({"./bin/tool"}));
+  EXPECT_NE(std::string(f.what()).find("(a relative path starts from the task's sandbox)"), std::string::npos)
+      << f.what();
   auto session = client.newSession("path");
   auto t = session.execute(Program({"sh", "-c", "echo $PATH"}).env("PATH", "/bin:/usr/bin").stdoutOutput());
   t.output().keep();

@@ -48,6 +48,28 @@ TEST(PipelineParseTest, PlansArraysSlicesAndGathers) {
   }
 }
 
+// [env] (issue 41: tasks get the governor's environment, so a tool of the
+// caller's PATH needs the pipeline to say where tools are).
+TEST(PipelineParseTest, ThePipelinesEnvGoesToEveryProgramStepAndAStepsOwnWins) {
+  Workspace ws;
+  auto plan = planText(ws.dir,
+                       "[env]\nPATH = \"/opt/tools/bin:/usr/bin:/bin\"\nLANG = \"C\"\n"
+                       "[step.a]\ncommand = [\"mytool\"]\n"
+                       "[step.b]\nshell = \"echo $LANG\"\nenv = { LANG = \"de_DE.UTF-8\" }\n");
+  ASSERT_EQ(plan.tasks.size(), 2u);
+  using Env = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(plan.tasks[0].env, (Env{{"PATH", "/opt/tools/bin:/usr/bin:/bin"}, {"LANG", "C"}}));
+  EXPECT_EQ(plan.tasks[1].env, (Env{{"PATH", "/opt/tools/bin:/usr/bin:/bin"}, {"LANG", "de_DE.UTF-8"}}));
+  EXPECT_NE(describePlan(plan).find("  env     PATH=/opt/tools/bin:/usr/bin:/bin\n  env     LANG=C\n"),
+            std::string::npos)
+      << describePlan(plan);
+  EXPECT_EQ(planError(ws.dir, "env = \"PATH=/bin\"\n[step.a]\ncommand = [\"true\"]\n"),
+            "p.toml:1:7: 'env' must be a table, not a string");
+  EXPECT_EQ(planError(ws.dir, "[evn]\nPATH = \"/bin\"\n[step.a]\ncommand = [\"true\"]\n"),
+            "p.toml:1:2: unknown key 'evn' (did you mean 'env'?); a pipeline has 'name', [env], [step.NAME] "
+            "and [actor.NAME] tables");
+}
+
 TEST(PipelineParseTest, DocumentedErrorsAreTheOnesGiven) {
   Workspace ws;
   size_t checked = 0;
@@ -64,7 +86,8 @@ TEST(PipelineParseTest, BadFilesNameTheLineAndTheProblem) {
   expectPlanErrors(ws.dir, {
       {"[step.a]\ncommand = [\"x\"\n", "p.toml:2:16: Error while parsing array"},  // TOML syntax (toml++'s words)
       {"nme = \"x\"\n[step.a]\nshell = \"true\"\n",
-       "p.toml:1:1: unknown key 'nme' (did you mean 'name'?); a pipeline has 'name', [step.NAME] and [actor.NAME] tables"},
+       "p.toml:1:1: unknown key 'nme' (did you mean 'name'?); a pipeline has 'name', [env], [step.NAME] and "
+       "[actor.NAME] tables"},
       {"[[step]]\nshell = \"true\"\n", "p.toml:1:1: 'step' must hold one table per step, written [step.NAME]"},
       {"[step.a]\nshell = \"true\"\ncpus = \"two\"\n", "p.toml:3:8: 'step.a.cpus' must be an integer, not a string"},
       {"[step.a]\nshell = \"true\"\ncpus = 0\n", "p.toml:3:8: 'step.a.cpus' must be between 1 and 4096 (got 0)"},
@@ -198,7 +221,7 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
     EXPECT_EQ(result.status, 0) << example.file << "\n" << result.out << result.err;
     EXPECT_NE(result.out.find("done "), std::string::npos) << result.out;
   }
-  EXPECT_EQ(ran, 10u);
+  EXPECT_EQ(ran, 11u);
   auto out = ws.dir / "out";
   EXPECT_EQ(slurp(out / "hello.txt"), "hello, squall\n");
   EXPECT_EQ(slurp(out / "count.txt"), "4\n");
@@ -210,6 +233,7 @@ TEST_F(PipelineRunTest, DocumentedExamplesRun) {
   EXPECT_EQ(slurp(out / "sizes" / "ch2.txt"), "35\n");
   EXPECT_EQ(slurp(out / "labels" / "ch1.txt"), "ch1.txt: 17 bytes\n");
   EXPECT_EQ(slurp(out / "cities" / "2-Oslo.txt"), "Oslo has 4 letters\n");
+  EXPECT_EQ(slurp(out / "env-sorted.txt"), "apple\napple\nbanana\nfig\npear\n");
   EXPECT_EQ(slurp(*governorRoot / "archive" / "sorted.txt"), "apple\nfig\npear\n");
   EXPECT_TRUE(fs::exists(out / "report" / "totals.txt"));
   EXPECT_EQ(slurp(out / "in-place" / "words.txt"), "pear\nAPPLE\nfig\nbanana\nAPPLE\nkiwi\n");

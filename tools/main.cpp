@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
   start->add_option("--http", cluster.http,
                     "status page address (host:port; port 0: any free one; 'off': none)")
       ->capture_default_str();
-  start->add_option("--work-dir", cluster.workDir, "governors' work dirs go under it (default: temp)");
+  start->add_option("--work-dir", cluster.workDir,
+                    "the session log and governors' work dirs go under it, kept "
+                    "(default: $XDG_STATE_HOME/squall/start)");
   start->add_option("--cpus", cluster.cpus, "cpus each governor offers (default: detected)");
   start->add_option("--token-file", cluster.tokenFile,
                     "file holding the shared secret every part and client presents (default: made if need "

@@ -35,16 +35,16 @@ int64_t msLeft(std::chrono::steady_clock::time_point deadline) {
   return std::max<int64_t>(0, left.count());
 }
 
+// What LocalCluster::stop() found, for uncleanStops(). Any thread.
+std::mutex uncleanMutex;
+std::vector<std::string> uncleanList;
+}  // namespace
+
 std::string describeStatus(int status) {
   if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("was killed by ") + strsignal(WTERMSIG(status));
   return "stopped";
 }
-
-// What LocalCluster::stop() found, for uncleanStops(). Any thread.
-std::mutex uncleanMutex;
-std::vector<std::string> uncleanList;
-}  // namespace
 
 std::vector<std::string> uncleanStops() {
   std::lock_guard<std::mutex> lock(uncleanMutex);
@@ -318,6 +318,7 @@ void LocalCluster::addSshGovernor(const std::string& destination) {
   stopped = false;
   // Its stdin is the lifeline's read end: ssh carries its end of file there.
   governorProcesses.push_back(run(line, lifelineRead));
+  overSsh.push_back(true);
   governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
 }
 
@@ -382,6 +383,19 @@ void LocalCluster::restartServer() {
 
 size_t LocalCluster::addGovernor() {
   size_t index = governorProcesses.size();
+  governorProcesses.push_back(launchGovernor(index));
+  overSsh.push_back(false);
+  return index;
+}
+
+void LocalCluster::restartGovernor(size_t i) {
+  auto& old = governorProcesses.at(i);
+  if (overSsh.at(i)) throw std::logic_error("governor-" + std::to_string(i) + " runs over ssh: not restarted here");
+  if (old->running()) old->stop();
+  old = launchGovernor(i);
+}
+
+std::unique_ptr<ChildProcess> LocalCluster::launchGovernor(size_t index) {
   auto args = governorArgs(index, lifelineRead);
   if (index < options.governorListenEach.size() && !options.governorListenEach[index].empty()) {
     args.insert(args.end(), {"--listen", options.governorListenEach[index]});
@@ -392,10 +406,9 @@ size_t LocalCluster::addGovernor() {
   std::vector<std::string> wrap;
   if (index < options.governorWrapEach.size()) wrap = options.governorWrapEach[index];
   stopped = false;
-  governorProcesses.push_back(std::make_unique<ChildProcess>(governorProgram(), args,
-                                                             std::vector<int>{lifelineRead}, wrap));
-  governorProcesses.back()->expectLine("registered governor=", options.startTimeout);
-  return index;
+  auto process = std::make_unique<ChildProcess>(governorProgram(), args, std::vector<int>{lifelineRead}, wrap);
+  process->expectLine("registered governor=", options.startTimeout);
+  return process;
 }
 
 namespace {

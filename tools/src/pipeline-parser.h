@@ -18,6 +18,11 @@
 namespace squall {
 namespace pipeline_detail {
 
+// A step's, output's or variable's name: letters, digits, '_' and '-'.
+bool validName(std::string_view name);
+// "a table", "a string", ... (for messages).
+const char* typeName(toml::node_type type);
+SourcePos posOf(const toml::source_region& region);
 // " (did you mean 'x'?)" when one candidate is close, else "".
 std::string suggestion(std::string_view word, const std::vector<std::string>& candidates);
 std::string join(const std::vector<std::string>& parts, const char* separator);
@@ -63,6 +68,9 @@ class PipelineParser {
   void parseResources(Step& step, const toml::node& value, const std::string& where);
   // "call step 'x'", "method step 'x'" or "actor 'x'", for messages.
   static std::string what(const Step& step);
+
+  // pipeline-parse-edges.cpp: what names data, durations, array items.
+
   static ObjectKind sliceKind(const std::string& path);
   void requireAbsolute(const std::string& path, SourcePos pos, const char* what) const;
 

@@ -161,6 +161,8 @@ struct Pipeline {
   std::string file;  // as given, for messages
   std::string dir;   // the directory local paths are relative to
   std::string name;  // session name
+  // [env]: NAME = VALUE for every program step (a step's own env wins).
+  std::vector<std::pair<std::string, std::string>> env;
   std::vector<Step> steps;  // in file order
   const Step* find(const std::string& name) const;
 };

@@ -5,6 +5,8 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <deque>
+#include <filesystem>
 #include <poll.h>
 #include <squall/client/client.h>
 #include <squall/proto/errors.h>
@@ -56,20 +58,54 @@ bool resolveExecutors(std::vector<std::string>& executors) {
 
 }  // namespace
 
+namespace {
+
+// A part of the cluster that ends is started again, unless it ended
+// RESTARTS_PER_WINDOW times within RESTART_WINDOW (it will not stay up:
+// its log says why) or with a sanitizer's report (a bug to see, not hide).
+constexpr size_t RESTARTS_PER_WINDOW = 5;
+constexpr auto RESTART_WINDOW = std::chrono::seconds(60);
+
+struct Part {
+  std::string name;  // "the server", "governor-0"
+  std::deque<std::chrono::steady_clock::time_point> ends;
+  bool givenUp = false;
+};
+
+// Where `squall start` keeps its work dir when not told: beside the
+// default token file (XDG_STATE_HOME/squall/start), so that the session
+// log is where the next start finds it; empty when there is no home.
+std::string defaultWorkDir() {
+  auto token = defaultTokenFile();
+  if (token.empty()) return "";
+  return (std::filesystem::path(token).parent_path() / "start").string();
+}
+
+}  // namespace
+
 int runStart(ClusterOptions options) {
   if (!resolveExecutors(options.executors)) return 2;
   if (!useDefaultToken(options, "squall start")) return 1;
+  bool defaultDir = options.workDir.empty();
+  if (defaultDir) options.workDir = defaultWorkDir();
   int sfd = stopSignalFd();
   LocalCluster cluster(options);
   try {
     cluster.start();
   } catch (const std::exception& e) {
-    fprintf(stderr, "squall start: %s\n", e.what());
+    fprintf(stderr, "squall start: %s%s\n", e.what(),
+            defaultDir && !options.workDir.empty()
+                ? (" (is another squall start using " + options.workDir + "? give it --work-dir)").c_str()
+                : "");
     cluster.stop();
     return 1;
   }
   printf("squall is running: server=%s governors=%zu work-dir=%s\n",
          cluster.serverAddress().c_str(), cluster.governorCount(), cluster.workDir().c_str());
+  if (!options.workDir.empty()) {
+    printf("session log: %s/server.sqlite (kept: squall start with this work dir carries on its sessions)\n",
+           cluster.workDir().c_str());
+  }
   if (!cluster.httpAddress().empty()) {
     printf("status page: http://%s/\n", cluster.httpAddress().c_str());
   }
@@ -81,14 +117,21 @@ int runStart(ClusterOptions options) {
          cluster.serverAddress().c_str());
   fflush(stdout);
 
-  std::vector<struct pollfd> fds;
-  fds.push_back({sfd, POLLIN, 0});
-  fds.push_back({cluster.server().exitFd(), POLLIN, 0});
-  for (size_t i = 0; i < cluster.governorCount(); i++) {
-    fds.push_back({cluster.governor(i).exitFd(), POLLIN, 0});
-  }
+  std::vector<Part> parts(1 + cluster.governorCount());
+  parts[0].name = "the server";
+  for (size_t i = 0; i < cluster.governorCount(); i++) parts[i + 1].name = "governor-" + std::to_string(i);
+  auto process = [&](size_t k) -> ChildProcess& { return k == 0 ? cluster.server() : cluster.governor(k - 1); };
   int status = 0;
-  while (true) {
+  bool stopping = false;
+  while (!stopping) {
+    // Rebuilt each turn: a part started again has a new exit descriptor.
+    std::vector<struct pollfd> fds{{sfd, POLLIN, 0}};
+    std::vector<size_t> watched;
+    for (size_t k = 0; k < parts.size(); k++) {
+      if (parts[k].givenUp) continue;
+      fds.push_back({process(k).exitFd(), POLLIN, 0});
+      watched.push_back(k);
+    }
     int rc = poll(fds.data(), fds.size(), -1);
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) {
@@ -103,17 +146,54 @@ int runStart(ClusterOptions options) {
       }
       break;
     }
-    bool died = false;
-    for (size_t i = 1; i < fds.size(); i++) {
-      if (fds[i].revents) {
-        fprintf(stderr, "squall start: %s exited unexpectedly; stopping everything\n",
-                i == 1 ? "the server" : ("governor-" + std::to_string(i - 2)).c_str());
-        died = true;
+    for (size_t w = 0; w < watched.size(); w++) {
+      if (!fds[w + 1].revents) continue;
+      auto& part = parts[watched[w]];
+      auto ended = process(watched[w]).poll();
+      if (!ended) continue;  // readable before it was reaped
+      auto how = describeStatus(*ended);
+      auto now = std::chrono::steady_clock::now();
+      part.ends.push_back(now);
+      while (!part.ends.empty() && now - part.ends.front() > RESTART_WINDOW) part.ends.pop_front();
+      if (WIFEXITED(*ended) && WEXITSTATUS(*ended) == SANITIZER_EXIT_CODE) {
+        fprintf(stderr, "squall start: %s %s: a sanitizer report (above); stopping everything\n", part.name.c_str(),
+                how.c_str());
+        status = 1;
+        stopping = true;
+        break;
       }
-    }
-    if (died) {
-      status = 1;
-      break;
+      if (part.ends.size() > RESTARTS_PER_WINDOW) {
+        fprintf(stderr, "squall start: %s %s, %zu times within %lld s: not starting it again (its log in %s says "
+                        "why)\n",
+                part.name.c_str(), how.c_str(), part.ends.size(),
+                static_cast<long long>(RESTART_WINDOW.count()), cluster.workDir().c_str());
+        part.givenUp = true;
+        if (watched[w] == 0) {
+          // Nothing works without it.
+          fprintf(stderr, "squall start: stopping everything\n");
+          status = 1;
+          stopping = true;
+          break;
+        }
+        continue;
+      }
+      fprintf(stderr, "squall start: %s %s; starting it again\n", part.name.c_str(), how.c_str());
+      try {
+        if (watched[w] == 0) {
+          cluster.restartServer();
+        } else {
+          cluster.restartGovernor(watched[w] - 1);
+        }
+        fprintf(stderr, "squall start: %s is running again\n", part.name.c_str());
+      } catch (const std::exception& e) {
+        fprintf(stderr, "squall start: %s did not start again: %s\n", part.name.c_str(), e.what());
+        part.givenUp = true;
+        if (watched[w] == 0) {
+          status = 1;
+          stopping = true;
+          break;
+        }
+      }
     }
   }
   auto problems = cluster.stop();

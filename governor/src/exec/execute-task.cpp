@@ -148,9 +148,18 @@ kj::String trimTrailingNewlines(kj::StringPtr text) {
   return kj::heapString(text.slice(0, end));
 }
 
-kj::String spawnError(kj::StringPtr program, int code) {
+// Why `program` did not start on governor `governor`; `path` is the PATH
+// the task had (where a bare name was looked for).
+kj::String spawnError(kj::StringPtr program, int code, kj::StringPtr governor, kj::StringPtr path) {
   switch (code) {
-    case UV_ENOENT: return kj::str("program '", program, "' not found");
+    case UV_ENOENT:
+      if (program.findFirst('/') != nullptr) {
+        return kj::str("program '", program, "' not found on governor ", governor,
+                       program.startsWith("/") ? "" : " (a relative path starts from the task's sandbox)");
+      }
+      return kj::str("program '", program, "' not found on governor ", governor, " in its PATH (", path,
+                     "); the caller's PATH does not travel with a task: give the program's full path, or "
+                     "set PATH in the task's environment (a pipeline's env)");
     case UV_EACCES:
       return kj::str("program '", program, "' is not executable (permission denied)");
     default: return kj::str("cannot start program '", program, "': ", uvErrorText(code));
@@ -560,6 +569,11 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
     environment.add(kj::str(set->environmentEntry()));
     processSet = kj::mv(set);
   }
+  // Where a bare program name is looked for (named if it is not found).
+  kj::String searchPath = kj::str(getenv("PATH") != nullptr ? getenv("PATH") : "");
+  for (auto& entry : environment) {
+    if (entry.startsWith("PATH=")) searchPath = kj::str(entry.slice(5));
+  }
   options.env = kj::mv(environment);
   options.cwd = kj::str(sandbox);
 
@@ -611,7 +625,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
 
   return prepare.then(
       [&env, &control, spec, taskId, sandbox = kj::str(sandbox), program = kj::mv(program),
-       options = kj::mv(options), wantsStdout, stdoutIsStream, liveInputs = kj::mv(liveInputs),
+       searchPath = kj::mv(searchPath), options = kj::mv(options), wantsStdout, stdoutIsStream, liveInputs = kj::mv(liveInputs),
        streamOutputs = kj::mv(streamOutputs), processSet = kj::mv(processSet),
        placed = kj::atomicAddRef(*placed)](kj::AutoCloseFd stdinFd) mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) {
@@ -640,7 +654,7 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
         ends->taskOutputEnds.clear();
         stdinFd = nullptr;
         if (spawned.is<int>()) {
-          auto error = spawnError(program, spawned.get<int>());
+          auto error = spawnError(program, spawned.get<int>(), env.governorName, searchPath);
           ends->producerExited(kj::StringPtr(kj::str("could not start: ", error)));
           return cleanUp(env, control, sandbox, kj::mv(placed), TaskOutcome::failure(taskId, kj::mv(error)));
         }

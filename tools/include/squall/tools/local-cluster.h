@@ -62,6 +62,10 @@ class ChildProcess {
 // (tools/sanitizer/ctest-env.cmake.in), told apart from squall's own 1 and 2.
 constexpr int SANITIZER_EXIT_CODE = 66;
 
+// How a process ended, from its wait status: "exited with status 1", "was
+// killed by Killed".
+std::string describeStatus(int status);
+
 // Every problem the LocalClusters of this process found when they stopped
 // (see LocalCluster::stop()), for a test program to fail on. Any thread.
 std::vector<std::string> uncleanStops();
@@ -144,6 +148,11 @@ class LocalCluster {
   void restartServer();
   // Starts one more governor; returns its index.
   size_t addGovernor();
+  // Starts governor `i` again once it ended (reaped first): the same index,
+  // work dir and arguments; returns once it registered. Throws
+  // std::runtime_error naming what failed; a governor started over ssh is
+  // not started again (std::logic_error).
+  void restartGovernor(size_t i);
   const std::string& serverAddress() const { return address; }
   // host:port of the status page; empty when it is off.
   const std::string& httpAddress() const { return httpAddr; }
@@ -169,6 +178,8 @@ class LocalCluster {
   bool ownsWorkDir = false;
   std::unique_ptr<ChildProcess> serverProcess;
   std::vector<std::unique_ptr<ChildProcess>> governorProcesses;
+  // Per governor: started over ssh (not restartGovernor's).
+  std::vector<bool> overSsh;
   // Both close-on-exec; the children get the read end by --lifeline-fd.
   int lifelineRead = -1;
   int lifelineWrite = -1;
@@ -176,6 +187,8 @@ class LocalCluster {
   bool stopped = false;
 
   void startServer(const std::string& listen);
+  // Starts local governor `index` and waits for it to register.
+  std::unique_ptr<ChildProcess> launchGovernor(size_t index);
   // A governor on `destination` over ssh (ClusterOptions::sshHosts).
   void addSshGovernor(const std::string& destination);
   // What every governor is started with (governor `index`, its lifeline
