@@ -302,7 +302,8 @@ pid_t childRunning(pid_t parent, const std::string& program, const std::string& 
 // so the restarted server carries the sessions on.
 TEST(CliStartTest, AGovernorOrTheServerThatDiesIsStartedAgainOnTheKeptLog) {
   ChildProcess start("/bin/sh", {"-c", "exec '" + findProgram("squall") +
-                                           "' start --governors 2 --cpus 1 --listen 127.0.0.1:0 --http off 2>&1"});
+                                           "' start --governors 2 --cpus 1 --listen 127.0.0.1:0 --http off "
+                                           "--resource widgets=3 2>&1"});
   auto line = start.expectLine("squall is running: server=", std::chrono::seconds(30));
   auto address = line.substr(line.find('=') + 1, line.find(' ', line.find('=')) - line.find('=') - 1);
   auto workDir = line.substr(line.find("work-dir=") + 9);
@@ -325,7 +326,10 @@ TEST(CliStartTest, AGovernorOrTheServerThatDiesIsStartedAgainOnTheKeptLog) {
   EXPECT_NO_THROW(start.expectLine("squall start: governor-0 was killed by Killed; starting it again",
                                    std::chrono::seconds(30)));
   EXPECT_NO_THROW(start.expectLine("squall start: governor-0 is running again", std::chrono::seconds(30)));
-  EXPECT_EQ(client.governors().size(), 2u);
+  auto governors = client.governors();
+  ASSERT_EQ(governors.size(), 2u);
+  // --resource reached both, the one started again too.
+  for (auto& g : governors) EXPECT_EQ(g.resources["widgets"].first, 3) << g.name;
 
   pid_t server = childRunning(start.pid(), "squall-server", "--listen");
   ASSERT_GT(server, 0);

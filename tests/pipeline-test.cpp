@@ -374,6 +374,34 @@ TEST_F(PipelineRunTest, AFailingArrayItemFailsTheRunWithItsStderr) {
   EXPECT_FALSE(fs::exists(ws.dir / "all.txt"));
 }
 
+// Issue 41: Ctrl-C threw finished work away and said nothing. Now the run
+// collects what finished, says what it leaves, and exits 128 + the signal.
+TEST_F(PipelineRunTest, AnInterruptedRunCollectsWhatFinishedAndSaysWhatItLeft) {
+  Workspace ws;
+  auto started = (ws.dir / "slow-started").string();
+  writeFile(ws.dir / "i.toml", "[step.fast]\nshell = \"echo quick\"\nstdout = true\ncollect = \"out/fast.txt\"\n"
+                               "[step.slow]\nshell = \"touch '" + started + "'; sleep 60; cat in\"\n"
+                               "inputs = { \"in\" = \"@fast\" }\nstdout = true\ncollect = \"out/slow.txt\"\n");
+  ChildProcess run("/bin/sh", {"-c", "cd '" + ws.dir.string() + "' && SQUALL_SERVER=" + cluster->serverAddress() +
+                                         " exec '" + findProgram("squall") + "' run i.toml 2>&1"});
+  // slow reads fast's output: once it started, fast had finished.
+  for (int i = 0; i < 300 && !fs::exists(started); i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(fs::exists(started));
+  run.signal(SIGINT);
+  std::string said;
+  while (auto line = run.readLine(std::chrono::seconds(30))) said += *line + "\n";
+  ASSERT_TRUE(run.waitExit(std::chrono::steady_clock::now() + std::chrono::seconds(30)));
+  auto status = run.poll();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 130) << describeStatus(*status) << "\n" << said;
+  EXPECT_NE(said.find("collected fast -> " + (ws.dir / "out/fast.txt").string()), std::string::npos) << said;
+  EXPECT_NE(said.find("INTERRUPTED i (Interrupt): 1 finished and collected, 0 failed, 0 skipped, 1 cancelled"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(slurp(ws.dir / "out/fast.txt"), "quick\n");
+  EXPECT_FALSE(fs::exists(ws.dir / "out/slow.txt"));
+}
+
 TEST_F(PipelineRunTest, RetriesRerunAFailedItem) {
   Workspace ws;
   // Each item fails on its first attempt (it leaves a mark outside its

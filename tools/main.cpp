@@ -50,6 +50,11 @@ int main(int argc, char** argv) {
                     "an executor program (tasklib) every governor keeps warm, whose functions run as call "
                     "tasks (docs/tasklib.md); repeatable")
       ->type_name("NAME=PROGRAM");
+  std::vector<std::string> startResources;
+  start->add_option("--resource", startResources,
+                    "a resource every governor offers besides cpus, as squall-governor --resource takes it: "
+                    "NAME=COUNT, NAME=[ID,...] or NAME=sum(AMOUNT); repeatable (docs/resources.md)")
+      ->type_name("NAME=VALUE");
   bool startPython = false;
   start->add_flag("--python", startPython,
                   "every governor keeps squall-python-executor warm too, for @squall.remote functions "
@@ -302,6 +307,7 @@ int main(int argc, char** argv) {
   if (*start) {
     std::istringstream words(sshCommand);
     for (std::string word; words >> word;) cluster.sshCommand.push_back(word);
+    for (auto& resource : startResources) cluster.governorArgs.insert(cluster.governorArgs.end(), {"--resource", resource});
     if (startPython) {
       try {
         cluster.executors.push_back("python=" + squall::findProgram("squall-python-executor"));

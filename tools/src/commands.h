@@ -8,7 +8,7 @@
 
 namespace squall {
 
-// Blocks SIGINT/SIGTERM for this thread and returns a signalfd for them, so
+// Blocks SIGINT/SIGTERM/SIGHUP for this thread and returns a signalfd for them, so
 // that Ctrl-C (or Slurm's SIGTERM) is an event a foreground command polls
 // for beside its children's exits.
 int stopSignalFd();

@@ -5,10 +5,16 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <poll.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
 
 namespace squall {
 
 namespace {
+
+// How often a watch with a stop signal looks at it.
+constexpr std::chrono::milliseconds STOP_CHECK{200};
 
 // For files, pipes and CI logs: failures as they happen, and a summary
 // line at most once per `interval` (and once at the end) instead of a line
@@ -117,7 +123,7 @@ std::unique_ptr<ProgressReporter> makeProgressReporter(std::FILE* out, bool term
 }
 
 WatchResult watchTasks(Session& session, const std::vector<WatchedTask>& tasks,
-                       ProgressReporter& reporter) {
+                       ProgressReporter& reporter, int stopFd) {
   WatchResult result;
   result.outcomes.resize(tasks.size());
   std::map<uint64_t, size_t> byId;
@@ -134,9 +140,18 @@ WatchResult watchTasks(Session& session, const std::vector<WatchedTask>& tasks,
   // TODO(perf): each round sends every unfinished id; fine for thousands of
   // tasks, a server-side cursor would suit millions.
   while (!remaining.empty()) {
+    if (stopFd >= 0) {
+      struct pollfd stop = {stopFd, POLLIN, 0};
+      struct signalfd_siginfo info;
+      if (::poll(&stop, 1, 0) > 0 && ::read(stopFd, &info, sizeof(info)) == sizeof(info)) {
+        result.interruptedBy = static_cast<int>(info.ssi_signo);
+        break;
+      }
+    }
     std::vector<uint64_t> finished;
     try {
-      finished = session.waitSome(remaining);
+      // With a stop signal to watch, in rounds short enough to answer it.
+      finished = session.waitSome(remaining, stopFd >= 0 ? WaitTimeout(STOP_CHECK) : std::nullopt);
     } catch (const TaskFailed& failure) {
       // waitSome reports the first of our tasks that ended without its
       // outputs: either a failure the session survives (allowed, or skipped

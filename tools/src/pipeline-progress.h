@@ -51,11 +51,15 @@ struct WatchResult {
   // Set when the session failed as a whole (a task not allowed to fail, or
   // a cancel): unfinished tasks were cancelled.
   std::optional<TaskFailed> sessionFailure;
+  // The stop signal (SIGINT, SIGTERM, SIGHUP) that ended the watch early;
+  // 0 when none did.
+  int interruptedBy = 0;
 };
 
 // Blocks until every task has finished, failed or been skipped, or the
-// session fails; reports each as it ends.
+// session fails, or a signal arrives on `stopFd` (a signalfd; -1: none);
+// reports each as it ends.
 WatchResult watchTasks(Session& session, const std::vector<WatchedTask>& tasks,
-                       ProgressReporter& reporter);
+                       ProgressReporter& reporter, int stopFd = -1);
 
 }  // namespace squall

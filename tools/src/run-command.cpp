@@ -150,7 +150,12 @@ int runPipeline(const RunOptions& options) {
     }
     auto reporter = makeProgressReporter(stdout, isatty(STDOUT_FILENO));
     reporter->start(plan.name + " (session " + std::to_string(session.id()) + ")", watched.size());
-    auto result = watchTasks(session, watched, *reporter);
+    // Ctrl-C, a kill or a hung-up terminal: what finished is still collected.
+    struct StopFd {
+      int fd = stopSignalFd();
+      ~StopFd() { ::close(fd); }
+    } stop;
+    auto result = watchTasks(session, watched, *reporter, stop.fd);
 
     int status = 0;
     size_t finished = 0, failed = 0, skipped = 0;
@@ -195,6 +200,15 @@ int runPipeline(const RunOptions& options) {
     }
 
     auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+    if (result.interruptedBy != 0) {
+      // Closing the session cancels what is left (it is not persistent).
+      printf("INTERRUPTED %s (%s): %zu finished and collected, %zu failed, %zu skipped, %zu cancelled (%.1fs)\n",
+             plan.name.c_str(), strsignal(result.interruptedBy), finished, failed, skipped,
+             watched.size() - finished - failed - skipped, seconds);
+      fflush(stdout);
+      session.close();
+      return 128 + result.interruptedBy;
+    }
     printf("%s %s: %zu finished, %zu failed, %zu skipped, %zu not run (%.1fs)\n",
            status == 0 ? "done" : "FAILED", plan.name.c_str(), finished, failed, skipped,
            watched.size() - finished - failed - skipped, seconds);
