@@ -372,6 +372,14 @@ TEST_F(PipelineRunTest, AFailingArrayItemFailsTheRunWithItsStderr) {
   EXPECT_NE(result.err.find("checking 2"), std::string::npos) << result.err;
   EXPECT_NE(result.out.find("FAILED fail:"), std::string::npos) << result.out;
   EXPECT_FALSE(fs::exists(ws.dir / "all.txt"));
+  // Its stderr once, under the error (issue 41: it came three times), and
+  // no task id in the progress line.
+  auto all = result.out + result.err;
+  EXPECT_EQ(all.find("\nchecking 2"), std::string::npos) << all;
+  EXPECT_NE(result.err.find("  | checking 2\n"), std::string::npos) << result.err;
+  EXPECT_EQ(all.find("| checking 2"), all.rfind("| checking 2")) << all;
+  EXPECT_EQ(result.out.find("FAILED check[2]: task "), std::string::npos) << result.out;
+  EXPECT_NE(result.out.find("FAILED check[2]: program '"), std::string::npos) << result.out;
 }
 
 // Issue 41: Ctrl-C threw finished work away and said nothing. Now the run

@@ -35,7 +35,7 @@ class PlainProgress final : public ProgressReporter {
   }
   void failed(const std::string& task, const std::string& error, bool skipped) override {
     (skipped ? skippedCount : failedCount)++;
-    fprintf(out, "%s %s: %s\n", skipped ? "skipped" : "FAILED", task.c_str(), error.c_str());
+    fprintf(out, "%s %s: %s\n", skipped ? "skipped" : "FAILED", task.c_str(), errorHeadline(error).c_str());
     summarise(false);
   }
   void end() override { summarise(true); }
@@ -82,7 +82,8 @@ class TerminalProgress final : public ProgressReporter {
   }
   void failed(const std::string& task, const std::string& error, bool skipped) override {
     (skipped ? skippedCount : failedCount)++;
-    fprintf(out, "\r\033[K%s %s: %s\n", skipped ? "skipped" : "FAILED", task.c_str(), error.c_str());
+    fprintf(out, "\r\033[K%s %s: %s\n", skipped ? "skipped" : "FAILED", task.c_str(),
+            errorHeadline(error).c_str());
     draw();
   }
   void end() override {
@@ -120,6 +121,16 @@ std::unique_ptr<ProgressReporter> makeProgressReporter(std::FILE* out, bool term
                                                        std::function<Clock::time_point()> now) {
   if (terminal) return std::make_unique<TerminalProgress>(out);
   return std::make_unique<PlainProgress>(out, interval, std::move(now));
+}
+
+std::string errorHeadline(const std::string& error) {
+  auto line = error.substr(0, error.find('\n'));
+  const std::string stderrMark = "; stderr:";
+  if (line.size() >= stderrMark.size() && line.compare(line.size() - stderrMark.size(), stderrMark.size(),
+                                                        stderrMark) == 0) {
+    line.resize(line.size() - stderrMark.size());
+  }
+  return line;
 }
 
 WatchResult watchTasks(Session& session, const std::vector<WatchedTask>& tasks,
@@ -161,8 +172,12 @@ WatchResult watchTasks(Session& session, const std::vector<WatchedTask>& tasks,
       if (!open || it == byId.end()) {
         result.sessionFailure = failure;
         if (it != byId.end()) {
-          result.outcomes[it->second] = {TaskOutcome::State::FAILED, failure.what()};
-          reporter.failed(tasks[it->second].name, failure.what(), false);
+          // The task's own error ("task 7 (a) failed: " is the session's
+          // wording around it; the reporter names the task itself).
+          auto info = session.tasks({failure.task});
+          std::string error = info.empty() || info[0].error.empty() ? failure.what() : info[0].error;
+          result.outcomes[it->second] = {TaskOutcome::State::FAILED, error};
+          reporter.failed(tasks[it->second].name, error, false);
         }
         break;
       }

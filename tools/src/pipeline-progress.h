@@ -29,6 +29,10 @@ class ProgressReporter {
 
 using Clock = std::chrono::steady_clock;
 
+// A task's error without the stderr a failed program's error carries
+// ("...; stderr:\n..."): its first line, for one line a failure.
+std::string errorHeadline(const std::string& error);
+
 // Writes to `out`; `terminal` picks the live bar. Otherwise a summary line
 // at most every `interval` (`now` is injected for tests).
 std::unique_ptr<ProgressReporter> makeProgressReporter(

@@ -172,17 +172,16 @@ int runPipeline(const RunOptions& options) {
     }
 
     // The failures in full: error, then the tail of stderr.
+    // Once each: the error's first line, then the program's stderr tail.
     if (result.sessionFailure) {
       auto& f = *result.sessionFailure;
-      fprintf(stderr, "squall run: %s\n", f.what());
-      if (!f.stderrTail.empty() && std::string(f.what()).find(f.stderrTail) == std::string::npos) {
-        fputs(indent(f.stderrTail, "  | ").c_str(), stderr);
-      }
+      fprintf(stderr, "squall run: %s\n", errorHeadline(f.what()).c_str());
+      if (!f.stderrTail.empty()) fputs(indent(f.stderrTail, "  | ").c_str(), stderr);
     } else if (!failedIds.empty()) {
       for (auto& info : session.tasks(failedIds)) {
         fprintf(stderr, "squall run: task %s failed%s: %s\n", info.name.c_str(),
                 info.attempt > 1 ? (" (attempt " + std::to_string(info.attempt) + ")").c_str() : "",
-                info.error.c_str());
+                errorHeadline(info.error).c_str());
         if (!info.stderrTail.empty()) fputs(indent(info.stderrTail, "  | ").c_str(), stderr);
       }
     }
