@@ -307,7 +307,9 @@ int main(int argc, char** argv) {
   if (*start) {
     std::istringstream words(sshCommand);
     for (std::string word; words >> word;) cluster.sshCommand.push_back(word);
-    for (auto& resource : startResources) cluster.governorArgs.insert(cluster.governorArgs.end(), {"--resource", resource});
+    for (auto& resource : startResources) {
+      cluster.governorArgs.insert(cluster.governorArgs.end(), {"--resource", resource});
+    }
     if (startPython) {
       try {
         cluster.executors.push_back("python=" + squall::findProgram("squall-python-executor"));

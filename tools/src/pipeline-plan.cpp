@@ -395,9 +395,9 @@ class PipelinePlanner {
           }
           // The pipeline's [env], then the step's (a name set twice: the
           // step's value).
-          for (auto& [name, value] : pipeline.env) {
-            bool own = std::any_of(step.env.begin(), step.env.end(), [&](auto& e) { return e.first == name; });
-            if (!own) task.env.emplace_back(name, expand(value, step, item, i, step.actionPos, "env value"));
+          for (auto& var : pipeline.env) {
+            bool own = std::any_of(step.env.begin(), step.env.end(), [&](auto& e) { return e.first == var.first; });
+            if (!own) task.env.emplace_back(var.first, expand(var.second, step, item, i, step.actionPos, "env value"));
           }
           for (auto& [name, value] : step.env) {
             task.env.emplace_back(name, expand(value, step, item, i, step.actionPos, "env value"));
