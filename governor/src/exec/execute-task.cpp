@@ -625,7 +625,8 @@ kj::Promise<TaskOutcome> runExecute(TaskEnv& env, wire::Assignment::Reader spec,
 
   return prepare.then(
       [&env, &control, spec, taskId, sandbox = kj::str(sandbox), program = kj::mv(program),
-       searchPath = kj::mv(searchPath), options = kj::mv(options), wantsStdout, stdoutIsStream, liveInputs = kj::mv(liveInputs),
+       searchPath = kj::mv(searchPath), options = kj::mv(options), wantsStdout, stdoutIsStream,
+       liveInputs = kj::mv(liveInputs),
        streamOutputs = kj::mv(streamOutputs), processSet = kj::mv(processSet),
        placed = kj::atomicAddRef(*placed)](kj::AutoCloseFd stdinFd) mutable -> kj::Promise<TaskOutcome> {
         if (control.isCancelled()) {
