@@ -430,6 +430,8 @@ TEST_F(PipelineRunTest, RetriesRerunAFailedItem) {
   EXPECT_EQ(result.status, 0) << result.out << result.err;
   EXPECT_EQ(slurp(ws.dir / "out" / "2.txt"), "ok 2\n");
   EXPECT_TRUE(fs::exists(marks / "3"));
+  // The summary says so (it said "0 failed" and nothing else).
+  EXPECT_NE(result.out.find("done retry: 3 finished (3 after a retry), 0 failed"), std::string::npos) << result.out;
 
   // Without retries, the same first failure ends the run.
   fs::remove_all(marks);

@@ -98,8 +98,12 @@ class SilentProgress final : public ProgressReporter {
 // Stage 1's --stdin is uploaded as a constant, so it must fit one.
 constexpr uintmax_t MAX_STDIN_BYTES = 48u << 20;
 
+// A run's summary counts retried tasks up to this many finished tasks.
+constexpr size_t RETRIES_ASKED_MAX = 100000;
+
 // The locale of this shell (LANG, LANGUAGE, LC_*), so that sort, grep and
 // friends on the governors behave as they do here.
+
 std::vector<std::pair<std::string, std::string>> localeEnvironment() {
   std::vector<std::pair<std::string, std::string>> env;
   for (char** e = environ; *e != nullptr; e++) {
@@ -159,7 +163,7 @@ int runPipeline(const RunOptions& options) {
 
     int status = 0;
     size_t finished = 0, failed = 0, skipped = 0;
-    std::vector<uint64_t> failedIds;
+    std::vector<uint64_t> failedIds, finishedIds;
     std::vector<TaskOutcome::State> states(plan.tasks.size(), TaskOutcome::State::FINISHED);
     for (size_t w = 0; w < result.outcomes.size(); w++) {
       auto i = watchedTask[w];
@@ -168,6 +172,7 @@ int runPipeline(const RunOptions& options) {
       failed += state == TaskOutcome::State::FAILED;
       skipped += state == TaskOutcome::State::SKIPPED;
       if (state == TaskOutcome::State::FAILED) failedIds.push_back(built.tasks[i].id());
+      if (state == TaskOutcome::State::FINISHED) finishedIds.push_back(built.tasks[i].id());
       if (state != TaskOutcome::State::FINISHED && !plan.tasks[i].allowFailure) status = 1;
     }
 
@@ -208,8 +213,16 @@ int runPipeline(const RunOptions& options) {
       session.close();
       return 128 + result.interruptedBy;
     }
-    printf("%s %s: %zu finished, %zu failed, %zu skipped, %zu not run (%.1fs)\n",
-           status == 0 ? "done" : "FAILED", plan.name.c_str(), finished, failed, skipped,
+    // Retries, which a summary of outcomes alone hides (issue 41): asked
+    // of the server for runs small enough to ask in one call.
+    std::string retried;
+    if (!finishedIds.empty() && finishedIds.size() <= RETRIES_ASKED_MAX) {
+      size_t n = 0;
+      for (auto& info : session.tasks(finishedIds)) n += info.attempt > 1;
+      if (n > 0) retried = " (" + std::to_string(n) + " after a retry)";
+    }
+    printf("%s %s: %zu finished%s, %zu failed, %zu skipped, %zu not run (%.1fs)\n",
+           status == 0 ? "done" : "FAILED", plan.name.c_str(), finished, retried.c_str(), failed, skipped,
            watched.size() - finished - failed - skipped, seconds);
     fflush(stdout);
     session.close();
