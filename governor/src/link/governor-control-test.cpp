@@ -179,7 +179,11 @@ TEST_F(GovernorControlTest, StderrTailIsBounded) {
 TEST_F(GovernorControlTest, MissingProgramIsReported) {
   auto r = runExec({.id = {1, 1}, .args = {"squall-no-such-program", "x"}});
   EXPECT_FALSE(r.ok);
-  EXPECT_EQ(r.error, "program 'squall-no-such-program' not found");
+  // Naming the governor and the PATH it searched (issue 41).
+  EXPECT_EQ(r.error.rfind("program 'squall-no-such-program' not found on governor ", 0), 0u) << r.error;
+  EXPECT_NE(r.error.find(" in its PATH (" + std::string(getenv("PATH")) + "); the caller's PATH does not travel"),
+            std::string::npos)
+      << r.error;
   EXPECT_TRUE(sandboxesGone());
 }
 
