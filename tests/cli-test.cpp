@@ -313,6 +313,13 @@ TEST(CliStartTest, AGovernorOrTheServerThatDiesIsStartedAgainOnTheKeptLog) {
   EXPECT_EQ(start.expectLine("session log: ", std::chrono::seconds(5)),
             "session log: " + workDir + "/server.sqlite (kept: squall start with this work dir carries on its "
             "sessions)");
+  // A second squall start of this user would wipe the first's governors:
+  // it is refused (the work dir is locked), and the first goes on.
+  auto [second, secondStatus] = commandOutput("'" + findProgram("squall") +
+                                              "' start --listen 127.0.0.1:0 --http off 2>&1");
+  EXPECT_EQ(secondStatus, 1) << second;
+  EXPECT_EQ(second, "squall start: another squall start uses " + workDir +
+                        "; give this one a --work-dir of its own\n");
   Client client(address);
   auto session = client.newSession("through restarts");
   auto before = session.execute(Program::shell("echo before").stdoutOutput());

@@ -577,6 +577,29 @@ TEST(RecoveryTest, ALogThatIsNotALogStopsTheServerWithAClearErrorAndIsLeftAlone)
   fs::remove_all(dir);
 }
 
+// One server a log: a second one on a log in use would write the same
+// sessions (it opened and served it before the log was locked).
+TEST(RecoveryTest, ASecondServerOnALogInUseStopsWithAClearErrorAndTheFirstGoesOn) {
+  LocalCluster cluster(recoveryCluster());
+  cluster.start();
+  auto log = fs::path(cluster.workDir()) / "server.sqlite";
+  auto [output, status] = serverOn(log);
+  EXPECT_EQ(status, 1) << output;
+  EXPECT_NE(output.find("session log " + log.string() + " is in use by another squall-server"), std::string::npos)
+      << output;
+  Client client(cluster.serverAddress());
+  auto session = client.newSession("still served");
+  auto task = session.execute(Program::shell("echo fine").stdoutOutput());
+  task.output().keep();
+  session.submit();
+  EXPECT_EQ(task.output().fetch(), "fine\n");
+  // Free again once the first one has gone (a SIGKILL too: the kernel
+  // drops the lock with the process).
+  cluster.killServer();
+  cluster.restartServer();
+  EXPECT_EQ(task.output().fetch(), "fine\n");
+}
+
 TEST(RecoveryTest, AFullLogRefusesTheSubmitClearlyAndTheServerCarriesOn) {
   ClusterOptions options = recoveryCluster();
   options.serverArgs = {"--log-max-mb", "1"};

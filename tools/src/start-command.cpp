@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <filesystem>
 #include <poll.h>
 #include <squall/client/client.h>
@@ -84,20 +86,50 @@ std::string defaultWorkDir() {
 
 }  // namespace
 
+// Holds `dir`/squall-start.lock (flock) for this process's life: one
+// `squall start` a work dir (a second would wipe the first's governors'
+// stores). -1 after saying why when another holds it.
+int lockWorkDir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    // The cluster's state (the session log, governors' objects): ours alone.
+    fs::create_directories(dir, ec);
+    fs::permissions(dir, fs::perms::owner_all, ec);
+  }
+  auto path = dir + "/squall-start.lock";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    fprintf(stderr, "squall start: cannot open %s: %s\n", path.c_str(), strerror(errno));
+    return -1;
+  }
+  if (::flock(fd, LOCK_EX | LOCK_NB) < 0) {
+    fprintf(stderr, "squall start: another squall start uses %s; give this one a --work-dir of its own\n",
+            dir.c_str());
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 int runStart(ClusterOptions options) {
   if (!resolveExecutors(options.executors)) return 2;
   if (!useDefaultToken(options, "squall start")) return 1;
-  bool defaultDir = options.workDir.empty();
-  if (defaultDir) options.workDir = defaultWorkDir();
+  if (options.workDir.empty()) options.workDir = defaultWorkDir();
+  int lock = -1;
+  if (!options.workDir.empty() && (lock = lockWorkDir(options.workDir)) < 0) return 1;
+  struct Unlock {
+    int fd;
+    ~Unlock() {
+      if (fd >= 0) ::close(fd);
+    }
+  } unlock{lock};
   int sfd = stopSignalFd();
   LocalCluster cluster(options);
   try {
     cluster.start();
   } catch (const std::exception& e) {
-    fprintf(stderr, "squall start: %s%s\n", e.what(),
-            defaultDir && !options.workDir.empty()
-                ? (" (is another squall start using " + options.workDir + "? give it --work-dir)").c_str()
-                : "");
+    fprintf(stderr, "squall start: %s\n", e.what());
     cluster.stop();
     return 1;
   }

@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <capnp/serialize-packed.h>
 #include <capnp/serialize.h>
+#include <cerrno>
 #include <cstring>
+#include <fcntl.h>
 #include <kj/debug.h>
 #include <kj/io.h>
 #include <map>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/random.h>
 #include <squall/proto/errors.h>
 #include <squall/wire/log.capnp.h>
@@ -190,6 +193,15 @@ void SessionLog::transaction(const char* what, Body&& body) {
 SessionLog::SessionLog(const std::string& path, spdlog::logger& logger) : file(path), logger(logger) {
   // Sessions' graphs, constants and errors: the server's user's alone.
   preparePrivateDatabase(path);
+  {
+    auto lockPath = path + "-lock";
+    int fd = ::open(lockPath.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) SQUALL_FAIL("session log ", path, ": cannot open ", lockPath, ": ", strerror(errno));
+    serverLock = kj::AutoCloseFd(fd);
+    SQUALL_REQUIRE(::flock(fd, LOCK_EX | LOCK_NB) == 0, "session log ", path,
+                   " is in use by another squall-server (", lockPath,
+                   " is locked): one server a log; give this one another --log");
+  }
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
   if (rc != SQLITE_OK) {
     std::string detail = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);

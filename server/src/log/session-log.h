@@ -43,6 +43,7 @@
 #include <kj/array.h>
 #include <kj/async.h>
 #include <kj/common.h>
+#include <kj/io.h>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -245,6 +246,10 @@ class SessionLog {
   // The SQLite handle, used under dbMutex (loop and writer thread).
   std::mutex dbMutex;
   sqlite3* db = nullptr;
+  // `<log>-lock`, flock()ed for the log's life: one server a log. (SQLite's
+  // EXCLUSIVE locking mode did not keep a second server out: with WAL it
+  // opened and served the same log.) Closed last, after the database.
+  kj::AutoCloseFd serverLock;
   // The writer thread and its one job; `retry`: a batch whose write failed,
   // written again first by the next commit. Guarded by jobMutex.
   std::mutex jobMutex;
