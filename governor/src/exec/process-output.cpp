@@ -173,9 +173,18 @@ void ProcessOutput::drain() {
 
 void ProcessOutput::workFor(kj::Maybe<OutputOwner> next) {
   drain();
-  flushPartial(out);
-  flushPartial(err);
+  // Not a mark's start the process is still writing: handed on as text it
+  // would land in a call's output and the mark after it be lost.
+  for (auto* stream : {&out, &err}) handOn(*stream, stream->held.size() - markStartAtEnd(stream->held), true);
   owner = kj::mv(next);
+}
+
+size_t ProcessOutput::markStartAtEnd(const std::string& held) const {
+  if (mark.empty()) return 0;
+  for (size_t k = std::min(held.size(), mark.size() - 1); k > 0; k--) {
+    if (held.compare(held.size() - k, k, mark, 0, k) == 0) return k;
+  }
+  return 0;
 }
 
 void ProcessOutput::expect(OutputOwner next) { owners.push_back(kj::mv(next)); }
@@ -206,7 +215,7 @@ void ProcessOutput::took(Stream& stream, kj::ArrayPtr<const char> bytes) {
     }
   }
   // What may be the start of a mark waits for the next read.
-  size_t open = mark.empty() ? 0 : std::min(stream.held.size(), mark.size() - 1);
+  size_t open = markStartAtEnd(stream.held);
   handOn(stream, stream.held.size() - open, false);
   if (stream.held.size() >= TaskOutputs::TAIL_BYTES + mark.size()) handOn(stream, stream.held.size() - open, true);
 }

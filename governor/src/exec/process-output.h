@@ -162,6 +162,8 @@ class ProcessOutput {
   void handOn(Stream& stream, size_t length, bool all);
   // Hands the partial line on (the owner changes, or it grew too long).
   void flushPartial(Stream& stream);
+  // How many bytes at the end of `held` could begin a mark (0 without one).
+  size_t markStartAtEnd(const std::string& held) const;
   kj::Maybe<const OutputOwner&> ownerOf(const Stream& stream) const;
   void give(Stream& stream, kj::ArrayPtr<const char> text);
 };
