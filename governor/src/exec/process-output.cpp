@@ -215,7 +215,7 @@ void ProcessOutput::took(Stream& stream, kj::ArrayPtr<const char> bytes) {
     }
   }
   // What may be the start of a mark waits for the next read.
-  size_t open = markStartAtEnd(stream.held);
+  size_t open = mark.empty() ? 0 : std::min(stream.held.size(), mark.size() - 1);
   handOn(stream, stream.held.size() - open, false);
   if (stream.held.size() >= TaskOutputs::TAIL_BYTES + mark.size()) handOn(stream, stream.held.size() - open, true);
 }
