@@ -124,8 +124,16 @@ TEST(ObjectPlaneTest, ALocalUploadIsCheckedAndABlobIsReadFromTheGovernorsFile) {
   damaged[12345] ^= 1;
   auto said = peer.uploadLocally(5, damaged, bytes);
   EXPECT_NE(said.find("arrived with another hash"), std::string::npos) << said;
-  said = peer.uploadLocally(6, bytes.substr(0, 1000), bytes);
-  EXPECT_NE(said.find("ended after 1000 of the"), std::string::npos) << said;
+  // Bytes of its own: a warm file (the first blob's, once its session
+  // closed: warm-files.h) holds the first blob's, which a short write of
+  // `bytes` would leave in place and so pass. Into a new file a short write
+  // shows as short; into a warm file, which has its full size from the
+  // start, only the hash tells. Refused either way.
+  auto shortOne = pattern(3 << 20, 10);
+  said = peer.uploadLocally(6, shortOne.substr(0, 1000), shortOne);
+  EXPECT_TRUE(said.find("ended after 1000 of the") != std::string::npos ||
+              said.find("arrived with another hash") != std::string::npos)
+      << said;
   EXPECT_EQ(peer.uploadLocally(7, bytes, bytes), "");
   // Saying how far it wrote lets the governor hash behind the writer: in
   // order and within the size, or refused.

@@ -56,19 +56,20 @@ bool writeFully(int fd, std::string_view bytes) {
   return true;
 }
 
-void writeAll(const std::string& path, std::string_view bytes) {
-  kj::AutoCloseFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) throw std::runtime_error(errnoText("cannot create output", path));
+namespace {
+void writeOpened(const std::string& path, std::string_view bytes, int flags, const char* opening) {
+  kj::AutoCloseFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC | flags, 0644));
+  if (fd.get() < 0) throw std::runtime_error(errnoText(opening, path));
   if (!writeFully(fd, bytes)) throw std::runtime_error(errnoText("cannot write output", path));
   if (close(fd.release()) < 0) throw std::runtime_error(errnoText("cannot write output", path));
+}
+}  // namespace
+
+void writeAll(const std::string& path, std::string_view bytes) {
+  writeOpened(path, bytes, O_CREAT | O_TRUNC, "cannot create output");
 }
 
-void writeOver(const std::string& path, std::string_view bytes) {
-  kj::AutoCloseFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (fd.get() < 0) throw std::runtime_error(errnoText("cannot open output", path));
-  if (!writeFully(fd, bytes)) throw std::runtime_error(errnoText("cannot write output", path));
-  if (close(fd.release()) < 0) throw std::runtime_error(errnoText("cannot write output", path));
-}
+void writeOver(const std::string& path, std::string_view bytes) { writeOpened(path, bytes, 0, "cannot open output"); }
 
 bool LentFiles::take(uint64_t size, const std::string& path) {
   std::lock_guard<std::mutex> hold(lock);

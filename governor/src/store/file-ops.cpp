@@ -45,6 +45,10 @@ HashedSize hashFile(kj::StringPtr path) {
   return hashFd(fd);
 }
 
+void unlinkFile(kj::StringPtr path) {
+  if (::unlink(path.cStr()) < 0 && errno != ENOENT) KJ_FAIL_SYSCALL("unlink", errno, path);
+}
+
 kj::AutoCloseFd openOrThrow(kj::StringPtr path, int flags, int mode) {
   int fd;
   KJ_SYSCALL(fd = ::open(path.cStr(), flags | O_CLOEXEC, mode), path);

@@ -33,6 +33,8 @@ HashedSize hashFile(kj::StringPtr path);
 HashedSize hashFd(int fd);
 
 kj::AutoCloseFd openOrThrow(kj::StringPtr path, int flags, int mode = 0644);
+// Unlinks a file; one already gone is fine.
+void unlinkFile(kj::StringPtr path);
 void writeAll(int fd, kj::ArrayPtr<const kj::byte> bytes);
 void pwriteAll(int fd, kj::ArrayPtr<const kj::byte> bytes, uint64_t offset);
 // Up to `max` bytes from `offset`; fewer only at end of file.

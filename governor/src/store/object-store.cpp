@@ -98,9 +98,14 @@ kj::String ObjectStore::newFilePath(Tier tier, uint64_t size) {
   return path;
 }
 
-uint64_t ObjectStore::lendWarm(kj::StringPtr producer, kj::StringPtr path) {
+kj::Maybe<WarmLoan> ObjectStore::lendWarm(kj::StringPtr producer, kj::StringPtr outDir) {
+  // Every call asks: nothing is made unless there is something to lend.
   uint64_t want = warm.lastMade(producer);
-  return want == 0 || !inTier(path) ? 0 : warm.lend(want, path);
+  if (want == 0 || warm.count() == 0 || !inTier(outDir)) return nullptr;
+  auto path = kj::str(outDir, ".lent");
+  uint64_t size = warm.lend(want, path);
+  if (size == 0) return nullptr;
+  return WarmLoan{kj::mv(path), size};
 }
 
 StoreTemp::~StoreTemp() noexcept(false) {
@@ -109,10 +114,7 @@ StoreTemp::~StoreTemp() noexcept(false) {
 }
 
 void StoreTemp::lend(kj::StringPtr producer) {
-  // Beside the directory (which does not exist yet), in the same tier.
-  auto path = kj::str(tempPath, ".lent");
-  uint64_t size = store.lendWarm(producer, path);
-  if (size > 0) loans.add(Lent{kj::mv(path), size});
+  KJ_IF_MAYBE(loan, store.lendWarm(producer, tempPath)) { loans.add(kj::mv(*loan)); }
 }
 
 void ObjectStore::tierChanged() { warm.limit(tierCapacity > tierBytes ? tierCapacity - tierBytes : 0); }
@@ -441,11 +443,7 @@ void ObjectStore::discard(Entry& entry) {
         warm.offer(kj::mv(trash), entry.meta.size);
         return;
       }
-      background.add(bridge.runOnPool<void>([trash = kj::mv(trash)]() {
-        if (::unlink(trash.cStr()) < 0 && errno != ENOENT) {
-          KJ_FAIL_SYSCALL("unlink", errno, trash);
-        }
-      }));
+      background.add(bridge.runOnPool<void>([trash = kj::mv(trash)]() { unlinkFile(trash); }));
     }
   }
 }

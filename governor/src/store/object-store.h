@@ -99,6 +99,12 @@ class ObjectReader {
   uint64_t streamed = 0;
 };
 
+// A warm file lent to one call (ObjectStore::lendWarm): where, how big.
+struct WarmLoan {
+  kj::String path;
+  uint64_t size;
+};
+
 // Where a new object's file is written (ObjectStore::placeFor).
 enum class Tier { DISK, MEMORY };
 
@@ -200,10 +206,12 @@ class ObjectStore {
   void removeLater(kj::String path);
 
   // Warm files lent to calls (StoreTemp::lend): what `producer` made last
-  // time, a file lent for that size renamed to `path` (its size; 0: none),
-  // and a lent file back (taken or not: a file no longer there is no loss).
+  // time; a file lent for that size, renamed beside the output directory
+  // `outDir` (none when the producer made nothing big, or outDir is not in
+  // the tier); and a lent file back (taken or not: a file no longer there
+  // is no loss).
   void rememberOutput(kj::StringPtr producer, uint64_t size) { warm.remember(producer, size); }
-  uint64_t lendWarm(kj::StringPtr producer, kj::StringPtr path);
+  kj::Maybe<WarmLoan> lendWarm(kj::StringPtr producer, kj::StringPtr outDir);
   void giveBack(kj::String path, uint64_t size) { warm.offer(kj::mv(path), size); }
 
   // Drops an object; unknown ids are fine. An object still arriving is
@@ -290,16 +298,12 @@ class StoreTemp {
   // `producer` made a big blob last time (executor.capnp WarmFile), given
   // back when this goes unless the executor took it for an output.
   void lend(kj::StringPtr producer);
-  struct Lent {
-    kj::String path;
-    uint64_t size;
-  };
-  kj::ArrayPtr<const Lent> lent() const { return loans; }
+  kj::ArrayPtr<const WarmLoan> lent() const { return loans; }
 
  private:
   ObjectStore& store;
   kj::String tempPath;
-  kj::Vector<Lent> loans;
+  kj::Vector<WarmLoan> loans;
 };
 
 }  // namespace squall

@@ -2,6 +2,8 @@
 // checks and unlinks on the pool.
 #include "warm-files.h"
 
+#include "file-ops.h"
+
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -127,9 +129,7 @@ uint64_t WarmFiles::lastMade(kj::StringPtr producer) const {
 }
 
 void WarmFiles::unlinkLater(kj::String path) {
-  background.add(bridge.runOnPool<void>([path = kj::mv(path)]() {
-    if (::unlink(path.cStr()) < 0 && errno != ENOENT) KJ_FAIL_SYSCALL("unlink", errno, path);
-  }));
+  background.add(bridge.runOnPool<void>([path = kj::mv(path)]() { unlinkFile(path); }));
 }
 
 }  // namespace squall
